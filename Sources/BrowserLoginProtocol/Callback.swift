@@ -1,0 +1,117 @@
+/// Why a callback URL was refused before it was matched to an attempt
+/// (PROTOCOL.md §7 finish rules). Maps to RPC `CALLBACK_INVALID`.
+public enum CallbackRefusal: Error, Sendable, Equatable, CustomStringConvertible {
+    case tooLong
+    case malformed
+    case hasFragment
+    case hasUserinfo
+    case missingParameter(String)
+    case duplicateParameter(String)
+    case invalidParameter(String)
+    case codeAndError
+
+    public var rule: String {
+        switch self {
+        case .tooLong: "too-long"
+        case .malformed: "malformed"
+        case .hasFragment: "no-fragment"
+        case .hasUserinfo: "no-userinfo"
+        case .missingParameter: "missing-parameter"
+        case .duplicateParameter: "duplicate-parameter"
+        case .invalidParameter: "invalid-parameter"
+        case .codeAndError: "code-or-error"
+        }
+    }
+
+    /// A message safe to show and log: it never repeats a parameter's value.
+    public var message: String {
+        switch self {
+        case .tooLong: "the callback URL is longer than \(Callback.maximumLength) bytes"
+        case .malformed: "the callback is not a well-formed URL"
+        case .hasFragment: "the callback URL has a fragment"
+        case .hasUserinfo: "the callback URL has userinfo"
+        case .missingParameter(let name): "the callback URL lacks the '\(name)' parameter"
+        case .duplicateParameter(let name): "the callback URL repeats the '\(name)' parameter"
+        case .invalidParameter(let name): "the callback URL's '\(name)' parameter is malformed"
+        case .codeAndError: "the callback URL carries both 'code' and 'error'"
+        }
+    }
+
+    public var description: String { "\(rule): \(message)" }
+}
+
+/// A parsed callback: the return URL it was sent to, the server's attempt
+/// id, the issuer and either a code or an error. Holds a code: never log it.
+public struct Callback: Sendable, Equatable {
+    public static let maximumLength = 8192
+
+    public enum Outcome: Sendable, Equatable {
+        case code(String)
+        case error(String)
+    }
+
+    /// The callback's scheme, authority and path (its query and fragment are not kept).
+    public var target: URLParts
+    /// The server's attempt id.
+    public var attempt: String
+    /// The decoded `iss` parameter.
+    public var issuer: String
+    public var outcome: Outcome
+
+    /// Parses `text` under §7: at most 8 KiB, no fragment, no userinfo,
+    /// `code`, `attempt`, `iss` (or `error`, `attempt`, `iss`) each exactly
+    /// once. Other parameters (`error_description`, `state`) are ignored.
+    public init(parsing text: String) throws(CallbackRefusal) {
+        guard text.utf8.count <= Self.maximumLength else { throw .tooLong }
+        if text.contains("#") { throw .hasFragment }
+        guard var parts = URLParts(splitting: text) else { throw .malformed }
+        if parts.hasUserinfo { throw .hasUserinfo }
+        guard let query = parts.query else { throw .missingParameter("attempt") }
+
+        var values: [String: String] = [:]
+        let known: Set<String> = ["code", "error", "attempt", "iss"]
+        var seen: Set<String> = []
+        for pair in query.split(separator: "&", omittingEmptySubsequences: false) {
+            let (rawName, rawValue): (Substring, Substring)
+            if let eq = pair.firstIndex(of: "=") {
+                rawName = pair[..<eq]
+                rawValue = pair[pair.index(after: eq)...]
+            } else {
+                rawName = pair
+                rawValue = ""
+            }
+            guard let name = percentDecode(rawName) else { throw .malformed }
+            if seen.contains(name) { throw .duplicateParameter(name) }
+            seen.insert(name)
+            guard known.contains(name) else { continue }
+            guard let value = percentDecode(rawValue) else { throw .invalidParameter(name) }
+            values[name] = value
+        }
+        func required(_ name: String) throws(CallbackRefusal) -> String {
+            guard let value = values[name] else { throw .missingParameter(name) }
+            guard !value.isEmpty else { throw .missingParameter(name) }
+            return value
+        }
+        if values["code"] != nil && values["error"] != nil { throw .codeAndError }
+        if values["error"] != nil {
+            outcome = .error(try required("error"))
+        } else {
+            outcome = .code(try required("code"))
+        }
+        attempt = try required("attempt")
+        issuer = try required("iss")
+        parts.query = nil
+        parts.fragment = nil
+        target = parts
+    }
+
+    /// Builds the callback URL a server sends the browser to (§6).
+    public static func url(returnURL: String, outcome: Outcome, attempt: String, issuer: String) -> String {
+        let first: String
+        switch outcome {
+        case .code(let code): first = "code=" + percentEncode(code)
+        case .error(let error): first = "error=" + percentEncode(error)
+        }
+        return returnURL + "?" + first + "&attempt=" + percentEncode(attempt) + "&iss=" + percentEncode(issuer)
+    }
+}

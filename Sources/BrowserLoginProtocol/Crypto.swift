@@ -1,0 +1,149 @@
+import CCrypto
+
+/// base64url without padding (RFC 4648 §5).
+public enum Base64URL {
+    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+
+    public static func encode<Bytes: Collection>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
+        var out: [UInt8] = []
+        out.reserveCapacity((bytes.count * 4 + 2) / 3)
+        var buffer: UInt32 = 0
+        var bits = 0
+        for b in bytes {
+            buffer = buffer << 8 | UInt32(b)
+            bits += 8
+            while bits >= 6 {
+                bits -= 6
+                out.append(alphabet[Int((buffer >> UInt32(bits)) & 0x3F)])
+            }
+        }
+        if bits > 0 { out.append(alphabet[Int((buffer << UInt32(6 - bits)) & 0x3F)]) }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Decodes unpadded base64url; nil for any other character or a bad length.
+    public static func decode(_ text: String) -> [UInt8]? {
+        var out: [UInt8] = []
+        var buffer: UInt32 = 0
+        var bits = 0
+        for c in text.utf8 {
+            let v: UInt8
+            switch c {
+            case 0x41...0x5A: v = c - 0x41
+            case 0x61...0x7A: v = c - 0x61 + 26
+            case 0x30...0x39: v = c - 0x30 + 52
+            case UInt8(ascii: "-"): v = 62
+            case UInt8(ascii: "_"): v = 63
+            default: return nil
+            }
+            buffer = buffer << 6 | UInt32(v)
+            bits += 6
+            if bits >= 8 {
+                bits -= 8
+                out.append(UInt8((buffer >> UInt32(bits)) & 0xFF))
+            }
+        }
+        if bits >= 6 { return nil }
+        return out
+    }
+
+    /// True for a string of exactly `length` base64url characters.
+    public static func isEncoded(_ text: String, length: Int) -> Bool {
+        text.utf8.count == length
+            && text.utf8.allSatisfy {
+                isASCIILetter($0) || isASCIIDigit($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_")
+            }
+    }
+}
+
+/// Errors from libcrypto.
+public enum CryptoError: Error, Sendable {
+    case randomUnavailable
+    case digestFailed
+}
+
+/// Randomness, digests and comparisons through libcrypto.
+public enum Crypto {
+    /// `count` bytes from `RAND_bytes`.
+    public static func randomBytes(_ count: Int) throws(CryptoError) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: count)
+        let rc = bytes.withUnsafeMutableBufferPointer { RAND_bytes($0.baseAddress, Int32(count)) }
+        guard rc == 1 else { throw .randomUnavailable }
+        return bytes
+    }
+
+    /// An opaque URL-safe identifier with `bytes` × 8 bits of randomness
+    /// (16 bytes = 128 bits for ids, 32 bytes = 256 bits for tokens).
+    public static func randomToken(bytes: Int = 32) throws(CryptoError) -> String {
+        Base64URL.encode(try randomBytes(bytes))
+    }
+
+    public static func sha256<Bytes: Collection>(_ data: Bytes) -> [UInt8] where Bytes.Element == UInt8 {
+        let input = Array(data)
+        var digest = [UInt8](repeating: 0, count: 32)
+        var length: UInt32 = 0
+        let rc = input.withUnsafeBufferPointer { inBuf in
+            digest.withUnsafeMutableBufferPointer { outBuf in
+                EVP_Digest(inBuf.baseAddress, inBuf.count, outBuf.baseAddress, &length, EVP_sha256(), nil)
+            }
+        }
+        precondition(rc == 1 && length == 32, "EVP_Digest(SHA-256) failed")
+        return digest
+    }
+
+    /// HMAC-SHA-256 of `message` under `key`.
+    public static func hmacSHA256(key: [UInt8], message: [UInt8]) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 32)
+        var length: UInt32 = 0
+        key.withUnsafeBufferPointer { k in
+            message.withUnsafeBufferPointer { m in
+                out.withUnsafeMutableBufferPointer { o in
+                    _ = HMAC(EVP_sha256(), k.baseAddress, Int32(k.count), m.baseAddress, m.count, o.baseAddress, &length)
+                }
+            }
+        }
+        precondition(length == 32, "HMAC-SHA-256 failed")
+        return out
+    }
+
+    /// BASE64URL-NOPAD(SHA-256(ASCII(text))): PKCE S256 challenges, recovery
+    /// challenges and receipt token digests.
+    public static func digest(_ text: String) -> String {
+        Base64URL.encode(sha256(Array(text.utf8)))
+    }
+
+    /// Compares in time that depends only on the lengths (CRYPTO_memcmp).
+    public static func constantTimeEquals(_ a: String, _ b: String) -> Bool {
+        let x = Array(a.utf8)
+        let y = Array(b.utf8)
+        guard x.count == y.count else { return false }
+        if x.isEmpty { return true }
+        return x.withUnsafeBytes { xb in
+            y.withUnsafeBytes { yb in CRYPTO_memcmp(xb.baseAddress, yb.baseAddress, x.count) == 0 }
+        }
+    }
+}
+
+/// A PKCE verifier or a recovery key: 32 random bytes, base64url without
+/// padding (43 characters of the RFC 7636 alphabet). Never log one.
+public struct ProofSecret: Sendable, Hashable {
+    public let value: String
+
+    public init(value: String) { self.value = value }
+
+    /// A fresh secret from `RAND_bytes`.
+    public static func generate() throws(CryptoError) -> ProofSecret {
+        ProofSecret(value: try Crypto.randomToken(bytes: 32))
+    }
+
+    /// BASE64URL-NOPAD(SHA-256(ASCII(value))) — the S256 challenge.
+    public var challenge: String { Crypto.digest(value) }
+
+    /// True when `challenge` is this secret's S256 challenge, compared in constant time.
+    public func verifies(challenge: String) -> Bool {
+        Crypto.constantTimeEquals(self.challenge, challenge)
+    }
+
+    /// 43 characters of the base64url alphabet.
+    public static func isWellFormed(_ text: String) -> Bool { Base64URL.isEncoded(text, length: 43) }
+}

@@ -1,0 +1,90 @@
+/// An error code of the wire protocol (PROTOCOL.md). Clients branch on the
+/// code, never on the message. Unknown codes from a server are kept as they
+/// are, so a newer server's code still reaches the app unchanged.
+public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, CustomStringConvertible {
+    public var rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+    public init(_ rawValue: String) { self.rawValue = rawValue }
+    public var description: String { rawValue }
+
+    public init(from decoder: Decoder) throws {
+        rawValue = try decoder.singleValueContainer().decode(String.self)
+    }
+    public func encode(to encoder: Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(rawValue)
+    }
+
+    public static let invalidRequest = ServerErrorCode("INVALID_REQUEST")
+    public static let payloadTooLarge = ServerErrorCode("PAYLOAD_TOO_LARGE")
+    public static let nativeOnly = ServerErrorCode("NATIVE_ONLY")
+    public static let rateLimited = ServerErrorCode("RATE_LIMITED")
+    public static let clientUnknown = ServerErrorCode("CLIENT_UNKNOWN")
+    public static let returnURLNotRegistered = ServerErrorCode("RETURN_URL_NOT_REGISTERED")
+    public static let invalidGrant = ServerErrorCode("INVALID_GRANT")
+    public static let attemptNotAuthorized = ServerErrorCode("ATTEMPT_NOT_AUTHORIZED")
+    public static let attemptAlreadyExchanged = ServerErrorCode("ATTEMPT_ALREADY_EXCHANGED")
+    public static let attemptExpired = ServerErrorCode("ATTEMPT_EXPIRED")
+    public static let attemptCancelled = ServerErrorCode("ATTEMPT_CANCELLED")
+    public static let attemptUnknown = ServerErrorCode("ATTEMPT_UNKNOWN")
+    public static let attemptActive = ServerErrorCode("ATTEMPT_ACTIVE")
+    public static let authUserDisabled = ServerErrorCode("AUTH_USER_DISABLED")
+    public static let proofInvalid = ServerErrorCode("PROOF_INVALID")
+    public static let sessionRevoked = ServerErrorCode("SESSION_REVOKED")
+    public static let sessionExpired = ServerErrorCode("SESSION_EXPIRED")
+    public static let tokenExpired = ServerErrorCode("TOKEN_EXPIRED")
+    public static let unauthenticated = ServerErrorCode("UNAUTHENTICATED")
+    public static let originMismatch = ServerErrorCode("ORIGIN_MISMATCH")
+    public static let sessionChanged = ServerErrorCode("SESSION_CHANGED")
+    public static let policyMismatch = ServerErrorCode("POLICY_MISMATCH")
+    public static let loginRequired = ServerErrorCode("LOGIN_REQUIRED")
+    public static let notFound = ServerErrorCode("NOT_FOUND")
+    public static let methodNotAllowed = ServerErrorCode("METHOD_NOT_ALLOWED")
+    public static let otpInvalid = ServerErrorCode("OTP_INVALID")
+    public static let otpExpired = ServerErrorCode("OTP_EXPIRED")
+    public static let otpMaxAttempts = ServerErrorCode("OTP_MAX_ATTEMPTS")
+    public static let internalError = ServerErrorCode("INTERNAL_ERROR")
+
+    /// The HTTP status a server answers with this code (PROTOCOL.md §5, §6, §8).
+    public var httpStatus: Int {
+        switch self {
+        case .invalidRequest, .returnURLNotRegistered, .invalidGrant, .policyMismatch, .otpInvalid, .otpExpired,
+            .otpMaxAttempts:
+            return 400
+        case .unauthenticated, .sessionRevoked, .sessionExpired, .tokenExpired, .loginRequired:
+            return 401
+        case .nativeOnly, .authUserDisabled, .proofInvalid, .originMismatch:
+            return 403
+        case .clientUnknown, .attemptUnknown, .notFound:
+            return 404
+        case .methodNotAllowed:
+            return 405
+        case .attemptNotAuthorized, .attemptAlreadyExchanged, .attemptActive, .sessionChanged:
+            return 409
+        case .attemptExpired, .attemptCancelled:
+            return 410
+        case .payloadTooLarge:
+            return 413
+        case .rateLimited:
+            return 429
+        default:
+            return 500
+        }
+    }
+}
+
+/// The error body of every protocol error: `{"error": {"code", "message"}}`.
+public struct ErrorBody: Codable, Sendable, Equatable {
+    public struct Detail: Codable, Sendable, Equatable {
+        public var code: ServerErrorCode
+        public var message: String
+        public init(code: ServerErrorCode, message: String) {
+            self.code = code
+            self.message = message
+        }
+    }
+    public var error: Detail
+    public init(code: ServerErrorCode, message: String) {
+        self.error = Detail(code: code, message: message)
+    }
+}

@@ -1,0 +1,78 @@
+import CJansson
+import Foundation
+
+/// Why a request body is not acceptable (maps to `400 INVALID_REQUEST`).
+public enum StrictJSONError: Error, Sendable, Equatable, CustomStringConvertible {
+    case notJSON
+    case notAnObject
+    case duplicateMember
+    case invalidMembers(String)
+
+    public var description: String {
+        switch self {
+        case .notJSON: "the body is not JSON"
+        case .notAnObject: "the body is not one JSON object"
+        case .duplicateMember: "the body has a duplicate member"
+        case .invalidMembers(let detail): "a required member is missing or has the wrong type (\(detail))"
+        }
+    }
+}
+
+/// Decodes one JSON object strictly (PROTOCOL.md §4): not JSON, not an
+/// object, or a duplicate member anywhere is refused. The duplicate check is
+/// jansson's `JSON_REJECT_DUPLICATES`; the typed decode is Foundation's.
+/// Unknown members are ignored.
+public enum StrictJSON {
+    public static func validateObject(_ data: Data) throws(StrictJSONError) {
+        var error = json_error_t()
+        let parsed: OpaquePointer? = data.withUnsafeBytes { raw -> OpaquePointer? in
+            guard let base = raw.baseAddress else { return nil }
+            return OpaquePointer(
+                json_loadb(base.assumingMemoryBound(to: CChar.self), raw.count, Int(JSON_REJECT_DUPLICATES), &error))
+        }
+        guard let parsed else {
+            let text = withUnsafeBytes(of: error.text) { String(decoding: $0.prefix(while: { $0 != 0 }), as: UTF8.self) }
+            if text.contains("duplicate") { throw .duplicateMember }
+            throw .notJSON
+        }
+        let root = UnsafeMutablePointer<json_t>(parsed)
+        defer { bl_json_decref(root) }
+        guard bl_json_is_object(root) != 0 else { throw .notAnObject }
+    }
+
+    public static func decode<T: Decodable>(_ type: T.Type, from data: Data) throws(StrictJSONError) -> T {
+        try validateObject(data)
+        do {
+            return try JSONDecoder().decode(T.self, from: data)
+        } catch let error as DecodingError {
+            throw .invalidMembers(describe(error))
+        } catch {
+            throw .notJSON
+        }
+    }
+
+    /// The member path of a decoding error, never a value.
+    static func describe(_ error: DecodingError) -> String {
+        func path(_ context: DecodingError.Context, _ extra: CodingKey? = nil) -> String {
+            let keys = context.codingPath + (extra.map { [$0] } ?? [])
+            let joined = keys.map { $0.intValue.map(String.init) ?? $0.stringValue }.joined(separator: ".")
+            return joined.isEmpty ? "body" : joined
+        }
+        switch error {
+        case .keyNotFound(let key, let context): return "missing '\(path(context, key))'"
+        case .typeMismatch(_, let context): return "wrong type at '\(path(context))'"
+        case .valueNotFound(_, let context): return "null at '\(path(context))'"
+        case .dataCorrupted(let context): return "invalid value at '\(path(context))'"
+        @unknown default: return "invalid"
+        }
+    }
+}
+
+extension JSONEncoder {
+    /// The encoder used for protocol bodies: stable key order, no escaped slashes.
+    public static var protocolEncoder: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }
+}

@@ -1,0 +1,280 @@
+import CSQLite
+
+/// An SQLite error: the result code, SQLite's message and the operation.
+/// The message may contain SQL: log it, never send it to a client.
+public struct DatabaseError: Error, Sendable, CustomStringConvertible {
+    public var code: Int32
+    public var message: String
+    public var operation: String
+
+    public var description: String { "\(operation): SQLite error \(code): \(message)" }
+
+    /// SQLITE_BUSY / SQLITE_LOCKED: another process holds the database.
+    public var isBusy: Bool { code & 0xFF == SQLITE_BUSY || code & 0xFF == SQLITE_LOCKED }
+    /// SQLITE_CONSTRAINT: a unique or check constraint failed.
+    public var isConstraint: Bool { code & 0xFF == SQLITE_CONSTRAINT }
+}
+
+/// A value bound to or read from a statement.
+public enum DatabaseValue: Sendable, Equatable {
+    case null
+    case integer(Int64)
+    case real(Double)
+    case text(String)
+    case blob([UInt8])
+}
+
+/// Converts Swift values to `DatabaseValue` for binding.
+public protocol DatabaseBindable {
+    var databaseValue: DatabaseValue { get }
+}
+extension Int: DatabaseBindable { public var databaseValue: DatabaseValue { .integer(Int64(self)) } }
+extension Int64: DatabaseBindable { public var databaseValue: DatabaseValue { .integer(self) } }
+extension Bool: DatabaseBindable { public var databaseValue: DatabaseValue { .integer(self ? 1 : 0) } }
+extension Double: DatabaseBindable { public var databaseValue: DatabaseValue { .real(self) } }
+extension String: DatabaseBindable { public var databaseValue: DatabaseValue { .text(self) } }
+extension Array: DatabaseBindable where Element == UInt8 { public var databaseValue: DatabaseValue { .blob(self) } }
+extension Optional: DatabaseBindable where Wrapped: DatabaseBindable {
+    public var databaseValue: DatabaseValue { self?.databaseValue ?? .null }
+}
+extension DatabaseValue: DatabaseBindable { public var databaseValue: DatabaseValue { self } }
+
+/// One row of a result, read by column index or name.
+public struct Row: Sendable {
+    public let columns: [String]
+    public let values: [DatabaseValue]
+
+    public subscript(_ index: Int) -> DatabaseValue { values[index] }
+    public subscript(_ name: String) -> DatabaseValue {
+        guard let i = columns.firstIndex(of: name) else { return .null }
+        return values[i]
+    }
+    public func string(_ name: String) -> String? {
+        if case .text(let s) = self[name] { return s }
+        return nil
+    }
+    public func int(_ name: String) -> Int64? {
+        switch self[name] {
+        case .integer(let v): return v
+        case .real(let v): return Int64(v)
+        default: return nil
+        }
+    }
+    public func bool(_ name: String) -> Bool { (int(name) ?? 0) != 0 }
+    public func blob(_ name: String) -> [UInt8]? {
+        if case .blob(let b) = self[name] { return b }
+        return nil
+    }
+}
+
+/// A named schema migration. Migrations run in order, once each, and are
+/// never edited once shipped: add a new one instead.
+public struct Migration: Sendable {
+    public let name: String
+    public let sql: String
+    public init(_ name: String, _ sql: String) {
+        self.name = name
+        self.sql = sql
+    }
+}
+
+/// One SQLite connection. Not `Sendable`: it is owned by one actor or one
+/// serial queue, which is the only code that touches it. It closes its
+/// handle in `deinit` (or in `close()`).
+public final class Database {
+    private var handle: OpaquePointer?
+    private var statements: [String: OpaquePointer] = [:]
+    public let path: String
+
+    /// Opens (creating) the database at `path`; `:memory:` for a private one.
+    /// WAL journal, foreign keys on, a 5 s busy timeout.
+    public init(path: String, wal: Bool = true) throws {
+        self.path = path
+        var db: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        guard rc == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            sqlite3_close(db)
+            throw DatabaseError(code: rc, message: message, operation: "open")
+        }
+        handle = db
+        sqlite3_busy_timeout(db, 5000)
+        sqlite3_extended_result_codes(db, 1)
+        if wal && path != ":memory:" { try execute("PRAGMA journal_mode=WAL") }
+        try execute("PRAGMA synchronous=NORMAL")
+        try execute("PRAGMA foreign_keys=ON")
+    }
+
+    deinit { closeHandle() }
+
+    /// Finalises cached statements and closes the connection.
+    public func close() throws {
+        closeHandle()
+    }
+
+    private func closeHandle() {
+        for (_, statement) in statements { sqlite3_finalize(statement) }
+        statements.removeAll()
+        if let handle { sqlite3_close_v2(handle) }
+        handle = nil
+    }
+
+    private func error(_ rc: Int32, _ operation: String) -> DatabaseError {
+        let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "closed"
+        return DatabaseError(code: rc, message: message, operation: operation)
+    }
+
+    /// Runs one or more statements with no parameters and no results.
+    public func execute(_ sql: String) throws {
+        guard let handle else { throw DatabaseError(code: SQLITE_MISUSE, message: "closed", operation: "exec") }
+        var message: UnsafeMutablePointer<CChar>?
+        let rc = sqlite3_exec(handle, sql, nil, nil, &message)
+        if rc != SQLITE_OK {
+            let text = message.map { String(cString: $0) } ?? "error"
+            sqlite3_free(message)
+            throw DatabaseError(code: rc, message: text, operation: "exec")
+        }
+    }
+
+    private func prepared(_ sql: String) throws -> OpaquePointer {
+        if let cached = statements[sql] {
+            sqlite3_reset(cached)
+            sqlite3_clear_bindings(cached)
+            return cached
+        }
+        guard let handle else { throw DatabaseError(code: SQLITE_MISUSE, message: "closed", operation: "prepare") }
+        var statement: OpaquePointer?
+        let rc = sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil)
+        guard rc == SQLITE_OK, let statement else { throw error(rc, "prepare") }
+        statements[sql] = statement
+        return statement
+    }
+
+    private func bind(_ statement: OpaquePointer, _ arguments: [DatabaseBindable]) throws {
+        for (offset, argument) in arguments.enumerated() {
+            let index = Int32(offset + 1)
+            let rc: Int32
+            switch argument.databaseValue {
+            case .null: rc = sqlite3_bind_null(statement, index)
+            case .integer(let v): rc = sqlite3_bind_int64(statement, index, v)
+            case .real(let v): rc = sqlite3_bind_double(statement, index, v)
+            case .text(let s): rc = sqlite3_bind_text(statement, index, s, -1, bl_sqlite_transient())
+            case .blob(let b):
+                rc = b.withUnsafeBytes { raw in
+                    sqlite3_bind_blob(statement, index, raw.baseAddress, Int32(raw.count), bl_sqlite_transient())
+                }
+            }
+            guard rc == SQLITE_OK else { throw error(rc, "bind") }
+        }
+    }
+
+    private func readRow(_ statement: OpaquePointer, columns: [String]) -> Row {
+        var values: [DatabaseValue] = []
+        values.reserveCapacity(columns.count)
+        for i in 0..<Int32(columns.count) {
+            switch sqlite3_column_type(statement, i) {
+            case SQLITE_INTEGER: values.append(.integer(sqlite3_column_int64(statement, i)))
+            case SQLITE_FLOAT: values.append(.real(sqlite3_column_double(statement, i)))
+            case SQLITE_TEXT:
+                if let text = sqlite3_column_text(statement, i) {
+                    values.append(.text(String(cString: text)))
+                } else {
+                    values.append(.null)
+                }
+            case SQLITE_BLOB:
+                let count = Int(sqlite3_column_bytes(statement, i))
+                if let base = sqlite3_column_blob(statement, i), count > 0 {
+                    values.append(.blob(Array(UnsafeRawBufferPointer(start: base, count: count))))
+                } else {
+                    values.append(.blob([]))
+                }
+            default: values.append(.null)
+            }
+        }
+        return Row(columns: columns, values: values)
+    }
+
+    /// Runs a statement that returns no rows; answers the number of changed rows.
+    @discardableResult
+    public func run(_ sql: String, _ arguments: DatabaseBindable...) throws -> Int {
+        try run(sql, arguments: arguments)
+    }
+
+    @discardableResult
+    public func run(_ sql: String, arguments: [DatabaseBindable]) throws -> Int {
+        let statement = try prepared(sql)
+        defer { sqlite3_reset(statement) }
+        try bind(statement, arguments)
+        var rc = sqlite3_step(statement)
+        while rc == SQLITE_ROW { rc = sqlite3_step(statement) }
+        guard rc == SQLITE_DONE else { throw error(rc, "step") }
+        return Int(sqlite3_changes(handle))
+    }
+
+    /// Runs a query and answers all its rows.
+    public func query(_ sql: String, _ arguments: DatabaseBindable...) throws -> [Row] {
+        try query(sql, arguments: arguments)
+    }
+
+    public func query(_ sql: String, arguments: [DatabaseBindable]) throws -> [Row] {
+        let statement = try prepared(sql)
+        defer { sqlite3_reset(statement) }
+        try bind(statement, arguments)
+        let count = sqlite3_column_count(statement)
+        let columns = (0..<count).map { String(cString: sqlite3_column_name(statement, $0)) }
+        var rows: [Row] = []
+        while true {
+            let rc = sqlite3_step(statement)
+            if rc == SQLITE_ROW {
+                rows.append(readRow(statement, columns: columns))
+            } else if rc == SQLITE_DONE {
+                break
+            } else {
+                throw error(rc, "step")
+            }
+        }
+        return rows
+    }
+
+    /// The first row of a query, or nil.
+    public func queryOne(_ sql: String, _ arguments: DatabaseBindable...) throws -> Row? {
+        try query(sql, arguments: arguments).first
+    }
+
+    /// Runs `body` in one `BEGIN IMMEDIATE` transaction, committed when it
+    /// returns and rolled back when it throws.
+    public func transaction<T>(_ body: () throws -> T) throws -> T {
+        try execute("BEGIN IMMEDIATE")
+        do {
+            let result = try body()
+            try execute("COMMIT")
+            return result
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    public var lastInsertRowID: Int64 { handle.map { sqlite3_last_insert_rowid($0) } ?? 0 }
+
+    /// Applies the migrations not yet recorded in `schema_migrations`, each
+    /// in its own transaction, in order. Answers the names it applied.
+    @discardableResult
+    public func migrate(_ migrations: [Migration]) throws -> [String] {
+        try execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY NOT NULL, applied_at INTEGER NOT NULL)")
+        let applied = Set(try query("SELECT name FROM schema_migrations").compactMap { $0.string("name") })
+        var done: [String] = []
+        for migration in migrations where !applied.contains(migration.name) {
+            try transaction {
+                try execute(migration.sql)
+                try run(
+                    "INSERT INTO schema_migrations (name, applied_at) VALUES (?, strftime('%s','now'))",
+                    migration.name)
+            }
+            done.append(migration.name)
+        }
+        return done
+    }
+}
