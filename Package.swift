@@ -27,6 +27,9 @@ let package = Package(
         .target(name: "BrowserLoginProtocol", dependencies: ["CCrypto", "CJansson"]),
         .target(name: "SQLiteSupport", dependencies: ["CSQLite"]),
 
+        // The broker.
+        .target(name: "BrokerCore", dependencies: ["BrowserLoginProtocol"]),
+
         .testTarget(name: "BrowserLoginProtocolTests", dependencies: ["BrowserLoginProtocol"]),
     ],
     swiftLanguageModes: [.v6]
