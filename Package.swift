@@ -11,7 +11,7 @@ let package = Package(
     name: "browser-login",
     platforms: [.macOS(.v14)],
     products: [
-        .library(name: "BrowserLoginProtocol", targets: ["BrowserLoginProtocol"]),
+        .library(name: "BrowserLoginProtocol", targets: ["BrowserLoginProtocol"])
     ],
     targets: [
         cLibrary("CSQLite", pkgConfig: "sqlite3", apt: ["libsqlite3-dev"]),

@@ -49,9 +49,11 @@ public enum ReturnURLRefusal: Error, Sendable, Equatable, CustomStringConvertibl
     public var message: String {
         switch self {
         case .tooLong: "a return URL is at most \(ReturnURL.maximumLength) characters"
-        case .notAbsoluteURL: "a return URL is an absolute URL with a scheme and only URL characters (no spaces, controls or non-ASCII)"
+        case .notAbsoluteURL:
+            "a return URL is an absolute URL with a scheme and only URL characters (no spaces, controls or non-ASCII)"
         case .upperCaseScheme: "the scheme must be written in lower case"
-        case .forbiddenScheme(let s): "the scheme '\(s)' cannot be a return URL; use a custom scheme (reverse-DNS recommended) or https"
+        case .forbiddenScheme(let s):
+            "the scheme '\(s)' cannot be a return URL; use a custom scheme (reverse-DNS recommended) or https"
         case .hasQuery: "a return URL has no query (the server appends code, attempt and iss)"
         case .hasFragment: "a return URL has no fragment"
         case .hasUserinfo: "a return URL has no userinfo ('@' in the authority)"
