@@ -29,8 +29,10 @@ let package = Package(
 
         // The broker.
         .target(name: "BrokerCore", dependencies: ["BrowserLoginProtocol"]),
+        .target(name: "BrokerStore", dependencies: ["BrokerCore", "SQLiteSupport"]),
 
         .testTarget(name: "BrowserLoginProtocolTests", dependencies: ["BrowserLoginProtocol"]),
+        .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrowserLoginProtocol"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,0 +1,258 @@
+import BrokerCore
+import BrowserLoginProtocol
+import SQLiteSupport
+
+/// The broker's SQLite state: attempts with their history of states, and
+/// public session information. Never a secret (the server's attempt id is the
+/// one server value kept, as PROTOCOL.md allows).
+///
+/// Not `Sendable`: owned by the broker's engine actor, the only code that
+/// touches it.
+public final class BrokerStore {
+    public static let migrations: [Migration] = [
+        Migration(
+            "001-attempts",
+            """
+            CREATE TABLE attempts (
+                id TEXT PRIMARY KEY NOT NULL,
+                client TEXT NOT NULL,
+                state TEXT NOT NULL,
+                server_attempt_id TEXT,
+                return_url TEXT NOT NULL,
+                issuer TEXT NOT NULL,
+                ephemeral INTEGER NOT NULL DEFAULT 0,
+                created_at INTEGER NOT NULL,
+                updated_at INTEGER NOT NULL,
+                expires_at INTEGER,
+                error_code TEXT,
+                error_message TEXT,
+                error_server_code TEXT,
+                receipt_issued_at INTEGER,
+                receipt_session_expires_at INTEGER,
+                resolution TEXT NOT NULL DEFAULT 'none',
+                follow_up TEXT NOT NULL DEFAULT 'none',
+                reconcile_tries INTEGER NOT NULL DEFAULT 0,
+                next_reconcile_at INTEGER
+            );
+            CREATE UNIQUE INDEX attempts_client_server_id ON attempts (client, server_attempt_id)
+                WHERE server_attempt_id IS NOT NULL;
+            CREATE INDEX attempts_server_id ON attempts (server_attempt_id);
+            CREATE INDEX attempts_state ON attempts (state, created_at);
+            CREATE INDEX attempts_created ON attempts (created_at);
+            CREATE TABLE attempt_history (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                attempt_id TEXT NOT NULL REFERENCES attempts (id) ON DELETE CASCADE,
+                at INTEGER NOT NULL,
+                from_state TEXT,
+                to_state TEXT NOT NULL,
+                code TEXT
+            );
+            CREATE INDEX attempt_history_attempt ON attempt_history (attempt_id, seq);
+            """),
+        Migration(
+            "002-sessions",
+            """
+            CREATE TABLE sessions (
+                client TEXT PRIMARY KEY NOT NULL,
+                status TEXT NOT NULL,
+                user_id TEXT,
+                email TEXT,
+                display_name TEXT,
+                auth_method TEXT,
+                authenticated_at INTEGER,
+                expires_at INTEGER,
+                access_token_expires_at INTEGER,
+                reason TEXT,
+                attempt_id TEXT,
+                updated_at INTEGER NOT NULL,
+                revoke_pending INTEGER NOT NULL DEFAULT 0,
+                verified_at INTEGER
+            );
+            """),
+    ]
+
+    let db: Database
+
+    /// Opens (creating) the store at `path` and runs its migrations.
+    public init(path: String) throws {
+        db = try Database(path: path)
+        try db.migrate(Self.migrations)
+    }
+
+    public func close() throws { try db.close() }
+
+    // MARK: Attempts
+
+    private static let attemptColumns = """
+        id, client, state, server_attempt_id, return_url, issuer, ephemeral, created_at, updated_at, expires_at,
+        error_code, error_message, error_server_code, receipt_issued_at, receipt_session_expires_at, resolution,
+        follow_up, reconcile_tries, next_reconcile_at
+        """
+
+    private func arguments(_ r: AttemptRecord) -> [DatabaseBindable] {
+        [
+            r.id, r.client, r.state.rawValue, r.serverAttemptId, r.returnURL, r.issuer, r.ephemeral,
+            r.createdAt.millisecondsSince1970, r.updatedAt.millisecondsSince1970, r.expiresAt?.millisecondsSince1970,
+            r.error?.code, r.error?.message, r.error?.serverCode, r.receiptIssuedAt?.millisecondsSince1970,
+            r.receiptSessionExpiresAt?.millisecondsSince1970, r.resolution.rawValue, r.followUp.rawValue,
+            r.reconcileTries, r.nextReconcileAt?.millisecondsSince1970,
+        ]
+    }
+
+    private func record(_ row: Row) -> AttemptRecord {
+        func ts(_ name: String) -> Timestamp? { row.int(name).map(Timestamp.init(millisecondsSince1970:)) }
+        let error = row.string("error_code").map {
+            AttemptError(code: $0, message: row.string("error_message") ?? "", serverCode: row.string("error_server_code"))
+        }
+        return AttemptRecord(
+            id: row.string("id") ?? "", client: row.string("client") ?? "",
+            state: AttemptState(rawValue: row.string("state") ?? "") ?? .failed,
+            serverAttemptId: row.string("server_attempt_id"), returnURL: row.string("return_url") ?? "",
+            issuer: row.string("issuer") ?? "", ephemeral: row.bool("ephemeral"),
+            createdAt: ts("created_at") ?? Timestamp(millisecondsSince1970: 0), updatedAt: ts("updated_at"),
+            expiresAt: ts("expires_at"), error: error, receiptIssuedAt: ts("receipt_issued_at"),
+            receiptSessionExpiresAt: ts("receipt_session_expires_at"),
+            resolution: Resolution(rawValue: row.string("resolution") ?? "") ?? .none,
+            followUp: ServerFollowUp(rawValue: row.string("follow_up") ?? "") ?? .none,
+            reconcileTries: Int(row.int("reconcile_tries") ?? 0), nextReconcileAt: ts("next_reconcile_at"))
+    }
+
+    /// Inserts a new attempt and its first history entry, in one transaction.
+    public func insert(_ attempt: AttemptRecord) throws {
+        try db.transaction {
+            try db.run(
+                "INSERT INTO attempts (\(Self.attemptColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                arguments: arguments(attempt))
+            try appendHistory(attempt, from: nil)
+        }
+    }
+
+    /// Writes the attempt; when its state changed from `previous`, records
+    /// the change in its history, in the same transaction.
+    public func update(_ attempt: AttemptRecord, previous: AttemptState) throws {
+        try db.transaction {
+            var args = Array(arguments(attempt).dropFirst())
+            args.append(attempt.id)
+            try db.run(
+                """
+                UPDATE attempts SET client = ?, state = ?, server_attempt_id = ?, return_url = ?, issuer = ?,
+                    ephemeral = ?, created_at = ?, updated_at = ?, expires_at = ?, error_code = ?, error_message = ?,
+                    error_server_code = ?, receipt_issued_at = ?, receipt_session_expires_at = ?, resolution = ?,
+                    follow_up = ?, reconcile_tries = ?, next_reconcile_at = ?
+                WHERE id = ?
+                """, arguments: args)
+            if previous != attempt.state { try appendHistory(attempt, from: previous) }
+        }
+    }
+
+    private func appendHistory(_ attempt: AttemptRecord, from: AttemptState?) throws {
+        try db.run(
+            "INSERT INTO attempt_history (attempt_id, at, from_state, to_state, code) VALUES (?, ?, ?, ?, ?)",
+            attempt.id, attempt.updatedAt.millisecondsSince1970, from?.rawValue, attempt.state.rawValue,
+            attempt.error?.code)
+    }
+
+    public func attempt(id: String) throws -> AttemptRecord? {
+        try db.queryOne("SELECT \(Self.attemptColumns) FROM attempts WHERE id = ?", id).map(record)
+    }
+
+    /// The attempts with this server attempt id (normally one; one per client at most).
+    public func attempts(serverAttemptId: String) throws -> [AttemptRecord] {
+        try db.query("SELECT \(Self.attemptColumns) FROM attempts WHERE server_attempt_id = ?", serverAttemptId)
+            .map(record)
+    }
+
+    /// Attempts, newest first, optionally filtered by client and states.
+    public func list(client: String? = nil, states: [AttemptState]? = nil, limit: Int = 1000) throws -> [AttemptRecord] {
+        var sql = "SELECT \(Self.attemptColumns) FROM attempts"
+        var conditions: [String] = []
+        var args: [DatabaseBindable] = []
+        if let client {
+            conditions.append("client = ?")
+            args.append(client)
+        }
+        if let states {
+            if states.isEmpty { return [] }
+            conditions.append("state IN (\(states.map { _ in "?" }.joined(separator: ", ")))")
+            args.append(contentsOf: states.map(\.rawValue))
+        }
+        if !conditions.isEmpty { sql += " WHERE " + conditions.joined(separator: " AND ") }
+        sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
+        args.append(limit)
+        return try db.query(sql, arguments: args).map(record)
+    }
+
+    /// The number of attempts, optionally in these states.
+    public func count(states: [AttemptState]? = nil) throws -> Int {
+        if let states {
+            let marks = states.map { _ in "?" }.joined(separator: ", ")
+            return Int(
+                try db.query("SELECT COUNT(*) AS n FROM attempts WHERE state IN (\(marks))", arguments: states.map(\.rawValue))
+                    .first?.int("n") ?? 0)
+        }
+        return Int(try db.queryOne("SELECT COUNT(*) AS n FROM attempts")?.int("n") ?? 0)
+    }
+
+    /// The history of one attempt: (time, from, to, code), oldest first.
+    public func history(attemptId: String) throws -> [(Timestamp, AttemptState?, AttemptState, String?)] {
+        try db.query(
+            "SELECT at, from_state, to_state, code FROM attempt_history WHERE attempt_id = ? ORDER BY seq", attemptId
+        ).map { row in
+            (
+                Timestamp(millisecondsSince1970: row.int("at") ?? 0),
+                row.string("from_state").flatMap(AttemptState.init(rawValue:)),
+                AttemptState(rawValue: row.string("to_state") ?? "") ?? .failed, row.string("code")
+            )
+        }
+    }
+
+    // MARK: Sessions
+
+    private static let sessionColumns = """
+        client, status, user_id, email, display_name, auth_method, authenticated_at, expires_at,
+        access_token_expires_at, reason, attempt_id, updated_at, revoke_pending, verified_at
+        """
+
+    public func session(client: String) throws -> SessionRecord? {
+        try db.queryOne("SELECT \(Self.sessionColumns) FROM sessions WHERE client = ?", client).map(session)
+    }
+
+    public func sessions() throws -> [SessionRecord] {
+        try db.query("SELECT \(Self.sessionColumns) FROM sessions ORDER BY client").map(session)
+    }
+
+    private func session(_ row: Row) -> SessionRecord {
+        func ts(_ name: String) -> Timestamp? { row.int(name).map(Timestamp.init(millisecondsSince1970:)) }
+        var account: Account?
+        if let userId = row.string("user_id") {
+            account = Account(
+                userId: userId, email: row.string("email") ?? "", displayName: row.string("display_name") ?? "")
+        }
+        return SessionRecord(
+            client: row.string("client") ?? "", status: SessionStatus(rawValue: row.string("status") ?? "") ?? .signedOut,
+            account: account, authMethod: row.string("auth_method"), authenticatedAt: ts("authenticated_at"),
+            expiresAt: ts("expires_at"), accessTokenExpiresAt: ts("access_token_expires_at"),
+            reason: row.string("reason"), attemptId: row.string("attempt_id"),
+            updatedAt: ts("updated_at") ?? Timestamp(millisecondsSince1970: 0), revokePending: row.bool("revoke_pending"),
+            verifiedAt: ts("verified_at"))
+    }
+
+    public func save(_ s: SessionRecord) throws {
+        try db.run(
+            """
+            INSERT INTO sessions (\(Self.sessionColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (client) DO UPDATE SET status = excluded.status, user_id = excluded.user_id,
+                email = excluded.email, display_name = excluded.display_name, auth_method = excluded.auth_method,
+                authenticated_at = excluded.authenticated_at, expires_at = excluded.expires_at,
+                access_token_expires_at = excluded.access_token_expires_at, reason = excluded.reason,
+                attempt_id = excluded.attempt_id, updated_at = excluded.updated_at,
+                revoke_pending = excluded.revoke_pending, verified_at = excluded.verified_at
+            """,
+            arguments: [
+                s.client, s.status.rawValue, s.account?.userId, s.account?.email, s.account?.displayName, s.authMethod,
+                s.authenticatedAt?.millisecondsSince1970, s.expiresAt?.millisecondsSince1970,
+                s.accessTokenExpiresAt?.millisecondsSince1970, s.reason, s.attemptId, s.updatedAt.millisecondsSince1970,
+                s.revokePending, s.verifiedAt?.millisecondsSince1970,
+            ])
+    }
+}

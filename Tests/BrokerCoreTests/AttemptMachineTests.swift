@@ -1,0 +1,104 @@
+import BrowserLoginProtocol
+import Testing
+
+@testable import BrokerCore
+
+/// The attempt lifecycle as a transition table: every (state, event) pair is
+/// either listed here with its next state, or refused.
+@Suite struct AttemptMachineTests {
+    static let events: [AttemptEvent] = [
+        .created, .createFailed, .exchangeBegan, .exchangeSucceeded, .exchangeRefused(.invalidGrant),
+        .exchangeRefused(.attemptNotAuthorized), .exchangeRefused(.rateLimited), .exchangeRefused(.attemptCancelled),
+        .exchangeRefused(.attemptExpired), .exchangeRefused(.authUserDisabled),
+        .exchangeRefused(.attemptAlreadyExchanged), .exchangeRefused(.attemptUnknown), .exchangeNotSent,
+        .exchangeUncertain, .deniedConfirmed, .cancel, .localExpiry, .recovered, .serverReported(.pending),
+        .serverReported(.authorized), .serverReported(.completed), .serverReported(.cancelled),
+        .serverReported(.expired), .adopted, .acknowledge,
+    ]
+
+    struct Row: CustomTestStringConvertible, Sendable {
+        let from: AttemptState
+        let event: AttemptEvent
+        let to: AttemptState
+        var testDescription: String { "\(from) --\(event)--> \(to)" }
+    }
+
+    static let allowed: [Row] = [
+        Row(from: .starting, event: .created, to: .waiting),
+        Row(from: .starting, event: .createFailed, to: .failed),
+        Row(from: .starting, event: .recovered, to: .failed),
+        Row(from: .waiting, event: .exchangeBegan, to: .exchanging),
+        Row(from: .waiting, event: .deniedConfirmed, to: .denied),
+        Row(from: .waiting, event: .cancel, to: .cancelled),
+        Row(from: .waiting, event: .localExpiry, to: .expired),
+        Row(from: .waiting, event: .recovered, to: .waiting),
+        Row(from: .waiting, event: .serverReported(.pending), to: .waiting),
+        Row(from: .waiting, event: .serverReported(.authorized), to: .waiting),
+        Row(from: .waiting, event: .serverReported(.completed), to: .uncertain),
+        Row(from: .waiting, event: .serverReported(.cancelled), to: .cancelled),
+        Row(from: .waiting, event: .serverReported(.expired), to: .expired),
+        Row(from: .exchanging, event: .exchangeSucceeded, to: .completed),
+        Row(from: .exchanging, event: .exchangeRefused(.invalidGrant), to: .waiting),
+        Row(from: .exchanging, event: .exchangeRefused(.attemptNotAuthorized), to: .waiting),
+        Row(from: .exchanging, event: .exchangeRefused(.rateLimited), to: .waiting),
+        Row(from: .exchanging, event: .exchangeRefused(.attemptCancelled), to: .cancelled),
+        Row(from: .exchanging, event: .exchangeRefused(.attemptExpired), to: .expired),
+        Row(from: .exchanging, event: .exchangeRefused(.authUserDisabled), to: .failed),
+        Row(from: .exchanging, event: .exchangeRefused(.attemptAlreadyExchanged), to: .uncertain),
+        Row(from: .exchanging, event: .exchangeRefused(.attemptUnknown), to: .failed),
+        Row(from: .exchanging, event: .exchangeNotSent, to: .waiting),
+        Row(from: .exchanging, event: .exchangeUncertain, to: .uncertain),
+        Row(from: .exchanging, event: .recovered, to: .uncertain),
+        Row(from: .exchanging, event: .cancel, to: .cancelled),
+        Row(from: .uncertain, event: .adopted, to: .completed),
+        Row(from: .uncertain, event: .recovered, to: .uncertain),
+        Row(from: .completed, event: .recovered, to: .completed),
+        Row(from: .completed, event: .acknowledge, to: .acknowledged),
+        Row(from: .cancelled, event: .cancel, to: .cancelled),
+        Row(from: .cancelled, event: .acknowledge, to: .acknowledged),
+        Row(from: .cancelled, event: .recovered, to: .cancelled),
+        Row(from: .expired, event: .acknowledge, to: .acknowledged),
+        Row(from: .expired, event: .recovered, to: .expired),
+        Row(from: .denied, event: .acknowledge, to: .acknowledged),
+        Row(from: .denied, event: .recovered, to: .denied),
+        Row(from: .failed, event: .acknowledge, to: .acknowledged),
+        Row(from: .failed, event: .recovered, to: .failed),
+        Row(from: .acknowledged, event: .acknowledge, to: .acknowledged),
+        Row(from: .acknowledged, event: .recovered, to: .acknowledged),
+    ]
+
+    @Test(arguments: allowed)
+    func allowedTransition(_ row: Row) {
+        #expect(AttemptMachine.next(row.from, on: row.event) == .success(row.to))
+    }
+
+    @Test func everyOtherPairIsRefused() {
+        var refused = 0
+        for state in AttemptState.allCases {
+            for event in Self.events {
+                if Self.allowed.contains(where: { $0.from == state && $0.event == event }) { continue }
+                if state == .uncertain && event == .acknowledge { continue }
+                #expect(
+                    AttemptMachine.next(state, on: event) == .failure(.notAllowed(state)),
+                    "\(state) on \(event) should be refused")
+                refused += 1
+            }
+        }
+        #expect(refused > 150)
+    }
+
+    @Test func acknowledgeOfUncertainNeedsReconciliation() {
+        #expect(AttemptMachine.next(.uncertain, resolution: .none, on: .acknowledge) == .failure(.notReconciled))
+        for resolution in [Resolution.revoked, .cancelledAtServer, .retired, .sessionExpired] {
+            #expect(AttemptMachine.next(.uncertain, resolution: resolution, on: .acknowledge) == .success(.acknowledged))
+        }
+    }
+
+    @Test func terminalStatesAreTerminal() {
+        for state in AttemptState.allCases where state.isTerminal {
+            for event in Self.events where event != .acknowledge && event != .recovered && event != .cancel {
+                #expect(AttemptMachine.next(state, on: event) == .failure(.notAllowed(state)))
+            }
+        }
+    }
+}

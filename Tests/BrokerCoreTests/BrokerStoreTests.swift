@@ -1,0 +1,81 @@
+import BrokerCore
+import BrowserLoginProtocol
+import Foundation
+import Testing
+
+@testable import BrokerStore
+
+@Suite struct BrokerStoreTests {
+    func tempPath() -> String {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("blstore-\(UUID().uuidString)")
+        try? FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        return dir.appendingPathComponent("state.sqlite").path
+    }
+
+    func sample(_ id: String, state: AttemptState = .starting, at ms: Int64 = 1000) -> AttemptRecord {
+        AttemptRecord(
+            id: id, client: "com.example.notes", state: state, returnURL: "com.example.notes:/callback",
+            issuer: "http://127.0.0.1:1", createdAt: Timestamp(millisecondsSince1970: ms))
+    }
+
+    @Test func attemptsAndHistorySurviveReopening() throws {
+        let path = tempPath()
+        do {
+            let store = try BrokerStore(path: path)
+            var a = sample("a1")
+            try store.insert(a)
+            a.state = .waiting
+            a.serverAttemptId = "srv-1"
+            a.expiresAt = Timestamp(millisecondsSince1970: 5000)
+            a.updatedAt = Timestamp(millisecondsSince1970: 2000)
+            try store.update(a, previous: .starting)
+            try store.close()
+        }
+        let store = try BrokerStore(path: path)
+        let a = try #require(try store.attempt(id: "a1"))
+        #expect(a.state == .waiting)
+        #expect(a.expiresAt == Timestamp(millisecondsSince1970: 5000))
+        #expect(try store.attempts(serverAttemptId: "srv-1").map(\.id) == ["a1"])
+        let history = try store.history(attemptId: "a1")
+        #expect(history.map(\.2) == [.starting, .waiting])
+        #expect(history.last?.1 == .starting)
+    }
+
+    @Test func aServerAttemptIdIsUniquePerClient() throws {
+        let store = try BrokerStore(path: tempPath())
+        var a = sample("a1")
+        a.serverAttemptId = "same"
+        try store.insert(a)
+        var b = sample("a2")
+        b.serverAttemptId = "same"
+        #expect(throws: (any Error).self) { try store.insert(b) }
+    }
+
+    @Test func listFiltersByClientAndState() throws {
+        let store = try BrokerStore(path: tempPath())
+        try store.insert(sample("a1", state: .waiting, at: 1))
+        try store.insert(sample("a2", state: .completed, at: 2))
+        var other = sample("a3", state: .waiting, at: 3)
+        other.client = "other"
+        try store.insert(other)
+        #expect(try store.list().map(\.id) == ["a3", "a2", "a1"])
+        #expect(try store.list(client: "com.example.notes", states: [.waiting]).map(\.id) == ["a1"])
+        #expect(try store.list(states: []).isEmpty)
+        #expect(try store.count(states: [.waiting]) == 2)
+    }
+
+    @Test func sessionsUpsert() throws {
+        let store = try BrokerStore(path: tempPath())
+        let account = Account(userId: "u1", email: "ada@example.com", displayName: "Ada")
+        var s = SessionRecord(
+            client: "c", status: .signedIn, account: account, authMethod: "test",
+            expiresAt: Timestamp(millisecondsSince1970: 9), updatedAt: Timestamp(millisecondsSince1970: 1))
+        try store.save(s)
+        s.status = .revoked
+        s.reason = "AUTH_USER_DISABLED"
+        try store.save(s)
+        let loaded = try #require(try store.session(client: "c"))
+        #expect(loaded == s)
+        #expect(try store.sessions().count == 1)
+    }
+}
