@@ -94,13 +94,16 @@ public struct AttemptRecord: Sendable, Equatable {
     /// Reconcile attempts so far (for back-off) and when to try next.
     public var reconcileTries: Int
     public var nextReconcileAt: Timestamp?
+    /// BASE64URL(SHA-256(code)) of the callback that began the exchange, so a
+    /// repeat of that callback is recognised without keeping the code.
+    public var callbackDigest: String?
 
     public init(
         id: String, client: String, state: AttemptState, serverAttemptId: String? = nil, returnURL: String,
         issuer: String, ephemeral: Bool = false, createdAt: Timestamp, updatedAt: Timestamp? = nil,
         expiresAt: Timestamp? = nil, error: AttemptError? = nil, receiptIssuedAt: Timestamp? = nil,
         receiptSessionExpiresAt: Timestamp? = nil, resolution: Resolution = .none, followUp: ServerFollowUp = .none,
-        reconcileTries: Int = 0, nextReconcileAt: Timestamp? = nil
+        reconcileTries: Int = 0, nextReconcileAt: Timestamp? = nil, callbackDigest: String? = nil
     ) {
         self.id = id
         self.client = client
@@ -119,5 +122,6 @@ public struct AttemptRecord: Sendable, Equatable {
         self.followUp = followUp
         self.reconcileTries = reconcileTries
         self.nextReconcileAt = nextReconcileAt
+        self.callbackDigest = callbackDigest
     }
 }

@@ -32,13 +32,15 @@ public final class BrokerStore {
                 resolution TEXT NOT NULL DEFAULT 'none',
                 follow_up TEXT NOT NULL DEFAULT 'none',
                 reconcile_tries INTEGER NOT NULL DEFAULT 0,
-                next_reconcile_at INTEGER
+                next_reconcile_at INTEGER,
+                callback_digest TEXT
             );
             CREATE UNIQUE INDEX attempts_client_server_id ON attempts (client, server_attempt_id)
                 WHERE server_attempt_id IS NOT NULL;
             CREATE INDEX attempts_server_id ON attempts (server_attempt_id);
             CREATE INDEX attempts_state ON attempts (state, created_at);
             CREATE INDEX attempts_created ON attempts (created_at);
+            CREATE INDEX attempts_follow_up ON attempts (follow_up) WHERE follow_up != 'none';
             CREATE TABLE attempt_history (
                 seq INTEGER PRIMARY KEY AUTOINCREMENT,
                 attempt_id TEXT NOT NULL REFERENCES attempts (id) ON DELETE CASCADE,
@@ -86,7 +88,7 @@ public final class BrokerStore {
     private static let attemptColumns = """
         id, client, state, server_attempt_id, return_url, issuer, ephemeral, created_at, updated_at, expires_at,
         error_code, error_message, error_server_code, receipt_issued_at, receipt_session_expires_at, resolution,
-        follow_up, reconcile_tries, next_reconcile_at
+        follow_up, reconcile_tries, next_reconcile_at, callback_digest
         """
 
     private func arguments(_ r: AttemptRecord) -> [DatabaseBindable] {
@@ -95,7 +97,7 @@ public final class BrokerStore {
             r.createdAt.millisecondsSince1970, r.updatedAt.millisecondsSince1970, r.expiresAt?.millisecondsSince1970,
             r.error?.code, r.error?.message, r.error?.serverCode, r.receiptIssuedAt?.millisecondsSince1970,
             r.receiptSessionExpiresAt?.millisecondsSince1970, r.resolution.rawValue, r.followUp.rawValue,
-            r.reconcileTries, r.nextReconcileAt?.millisecondsSince1970,
+            r.reconcileTries, r.nextReconcileAt?.millisecondsSince1970, r.callbackDigest,
         ]
     }
 
@@ -114,14 +116,15 @@ public final class BrokerStore {
             receiptSessionExpiresAt: ts("receipt_session_expires_at"),
             resolution: Resolution(rawValue: row.string("resolution") ?? "") ?? .none,
             followUp: ServerFollowUp(rawValue: row.string("follow_up") ?? "") ?? .none,
-            reconcileTries: Int(row.int("reconcile_tries") ?? 0), nextReconcileAt: ts("next_reconcile_at"))
+            reconcileTries: Int(row.int("reconcile_tries") ?? 0), nextReconcileAt: ts("next_reconcile_at"),
+            callbackDigest: row.string("callback_digest"))
     }
 
     /// Inserts a new attempt and its first history entry, in one transaction.
     public func insert(_ attempt: AttemptRecord) throws {
         try db.transaction {
             try db.run(
-                "INSERT INTO attempts (\(Self.attemptColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO attempts (\(Self.attemptColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 arguments: arguments(attempt))
             try appendHistory(attempt, from: nil)
         }
@@ -138,7 +141,7 @@ public final class BrokerStore {
                 UPDATE attempts SET client = ?, state = ?, server_attempt_id = ?, return_url = ?, issuer = ?,
                     ephemeral = ?, created_at = ?, updated_at = ?, expires_at = ?, error_code = ?, error_message = ?,
                     error_server_code = ?, receipt_issued_at = ?, receipt_session_expires_at = ?, resolution = ?,
-                    follow_up = ?, reconcile_tries = ?, next_reconcile_at = ?
+                    follow_up = ?, reconcile_tries = ?, next_reconcile_at = ?, callback_digest = ?
                 WHERE id = ?
                 """, arguments: args)
             if previous != attempt.state { try appendHistory(attempt, from: previous) }
@@ -180,6 +183,18 @@ public final class BrokerStore {
         sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
         args.append(limit)
         return try db.query(sql, arguments: args).map(record)
+    }
+
+    /// Attempts that have local or server work pending: waiting (expiry),
+    /// exchanging, uncertain (reconcile) or with a server follow-up.
+    public func attemptsNeedingWork() throws -> [AttemptRecord] {
+        try db.query(
+            """
+            SELECT \(Self.attemptColumns) FROM attempts
+            WHERE state IN ('starting', 'waiting', 'exchanging', 'uncertain') OR follow_up != 'none'
+            ORDER BY created_at
+            """
+        ).map(record)
     }
 
     /// The number of attempts, optionally in these states.

@@ -1,0 +1,531 @@
+import BrokerCore
+import BrokerRPC
+import BrokerStore
+import BrowserLoginProtocol
+import Foundation
+
+extension BrokerEngine {
+    // MARK: - login.start
+
+    public func start(client clientId: String, ephemeral: Bool, openBrowser: Bool, switchAccount: Bool) async throws
+        -> AttemptView
+    {
+        let client = try client(clientId)
+        if ephemeral && client.privateBrowserCommand == nil {
+            throw BrokerError(
+                .ephemeralUnsupported,
+                "this client's browser cannot open a private session; set PrivateBrowser= in its client file (for example 'firefox --private-window %u')"
+            )
+        }
+        if let running = starting[clientId] {
+            return try await running.value
+        }
+        let task = Task { try await self.startNow(client, ephemeral: ephemeral, openBrowser: openBrowser, switchAccount: switchAccount) }
+        starting[clientId] = task
+        defer { starting[clientId] = nil }
+        return try await task.value
+    }
+
+    private func startNow(_ client: ClientConfig, ephemeral: Bool, openBrowser: Bool, switchAccount: Bool) async throws
+        -> AttemptView
+    {
+        if let session = try store.session(client: client.id), session.status == .signedIn {
+            guard switchAccount else {
+                throw BrokerError(
+                    .alreadySignedIn,
+                    "\(client.appName) is already signed in as \(session.account?.email ?? "an account"); sign out first, or start with switchAccount=true"
+                )
+            }
+            _ = try await signOut(client: client.id)
+        }
+        if let live = try store.list(client: client.id, states: [.waiting], limit: 1).first {
+            if live.expiresAt.map({ now() >= $0 }) ?? false {
+                var expired = live
+                try expireLocally(&expired)
+            } else {
+                return try await resume(attemptId: live.id, openBrowser: openBrowser)
+            }
+        }
+
+        // Both proofs are in the vault and the row is committed before create is sent.
+        let codeVerifier = try ProofSecret.generate()
+        let recoveryKey = try ProofSecret.generate()
+        let id = try newLocalId()
+        var secrets = AttemptSecrets(codeVerifier: codeVerifier.value, recoveryKey: recoveryKey.value)
+        let keys = VaultKeys.attempt(client: client.id, attemptId: id)
+        do {
+            try await vault.storeJSON(secrets, label: VaultKeys.attemptLabel(appName: client.appName), attributes: keys)
+        } catch { throw error.brokerError }
+        let createdAt = now()
+        var record = AttemptRecord(
+            id: id, client: client.id, state: .starting, returnURL: client.returnURL.text,
+            issuer: client.server.serialized, ephemeral: ephemeral, createdAt: createdAt)
+        try store.insert(record)
+        logger.info("attempt created", ["attempt.id": id, "client": client.id])
+        publishAttempt(record)
+
+        let created: CreateAttemptResponse
+        do {
+            created = try await server(client.id).create(
+                CreateAttemptRequest(
+                    clientId: client.id, returnUrl: client.returnURL.text, codeChallenge: codeVerifier.challenge,
+                    recoveryChallenge: recoveryKey.challenge, ephemeral: ephemeral))
+        } catch {
+            let brokerError = error.brokerError(attemptId: id)
+            try commit(
+                &record, .createFailed,
+                error: AttemptError(code: brokerError.code.rawValue, message: brokerError.message, serverCode: brokerError.serverCode))
+            try? await vault.remove(attributes: keys)
+            throw brokerError
+        }
+        if let problem = try createProblem(created, client: client) {
+            try commit(&record, .createFailed, error: AttemptError(code: problem.code.rawValue, message: problem.message))
+            try? await vault.remove(attributes: keys)
+            throw problem.with(attemptId: id)
+        }
+        secrets.authorizeUrl = created.authorizeUrl
+        do {
+            try await vault.storeJSON(secrets, label: VaultKeys.attemptLabel(appName: client.appName), attributes: keys)
+        } catch {
+            try commit(&record, .createFailed, error: AttemptError(code: error.brokerError.code.rawValue, message: error.message))
+            throw error.brokerError.with(attemptId: id)
+        }
+        try commit(&record, .created) {
+            $0.serverAttemptId = created.attemptId
+            $0.expiresAt = created.expiresAt
+        }
+        var result = view(record)
+        result.authorizeUrl = created.authorizeUrl
+        if openBrowser {
+            try await launch(created.authorizeUrl, client: client, ephemeral: ephemeral, attemptId: id)
+        }
+        return result
+    }
+
+    /// §7 Create: the issuer must be the configured origin and the id new for the client.
+    private func createProblem(_ created: CreateAttemptResponse, client: ClientConfig) throws -> BrokerError? {
+        if created.issuer != client.server.serialized {
+            return BrokerError(
+                .serverProtocolError,
+                "the login server answered with another issuer than the client's Server= origin; check the client file")
+        }
+        if !isValidOpaqueId(created.attemptId) {
+            return BrokerError(.serverProtocolError, "the login server answered with a malformed attempt id")
+        }
+        if try store.attempts(serverAttemptId: created.attemptId).contains(where: { $0.client == client.id }) {
+            return BrokerError(.serverProtocolError, "the login server reused an attempt id it had already given")
+        }
+        guard let parts = URLParts(splitting: created.authorizeUrl),
+            parts.scheme == "https" || (parts.scheme == "http" && client.server.isLoopback)
+        else {
+            return BrokerError(.serverProtocolError, "the login server's authorizeUrl is not an https URL")
+        }
+        return nil
+    }
+
+    func launch(_ url: String, client: ClientConfig, ephemeral: Bool, attemptId: String) async throws {
+        let command = ephemeral ? client.privateBrowserCommand : client.browserCommand
+        do {
+            try await launcher.open(url, command: command)
+        } catch {
+            throw error.with(attemptId: attemptId)
+        }
+    }
+
+    // MARK: - login.resume
+
+    public func resume(attemptId: String, openBrowser: Bool) async throws -> AttemptView {
+        var record = try attempt(attemptId)
+        if record.state == .waiting, let expiresAt = record.expiresAt, now() >= expiresAt {
+            try expireLocally(&record)
+        }
+        var result = view(record)
+        guard record.state == .waiting else { return result }
+        let client = try client(record.client)
+        let secrets: AttemptSecrets?
+        do {
+            secrets = try await vault.lookupJSON(
+                AttemptSecrets.self, attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
+        } catch { throw error.brokerError.with(attemptId: attemptId) }
+        guard let url = secrets?.authorizeUrl else {
+            throw BrokerError(
+                .vaultUnavailable,
+                "the attempt's proofs are missing from the keyring; cancel it and start a new sign-in",
+                attemptId: attemptId)
+        }
+        result.authorizeUrl = url
+        if openBrowser {
+            try await launch(url, client: client, ephemeral: record.ephemeral, attemptId: attemptId)
+        }
+        return result
+    }
+
+    func expireLocally(_ record: inout AttemptRecord) throws {
+        try commit(
+            &record, .localExpiry,
+            error: AttemptError(
+                code: BrokerErrorCode.attemptExpired.rawValue, message: "the sign-in was not finished in time; start again")
+        ) { $0.followUp = .cancel }
+    }
+
+    // MARK: - login.finish
+
+    public func finish(url: String) async throws -> AttemptView {
+        let callback: Callback
+        do { callback = try Callback(parsing: url) } catch {
+            throw BrokerError(.callbackInvalid, "the callback URL was refused: \(error.message)")
+        }
+        var candidates = try store.attempts(serverAttemptId: callback.attempt)
+        if candidates.isEmpty {
+            let knownTarget = clients.values.contains { $0.returnURL.matches(callback.target) }
+            if !knownTarget {
+                throw BrokerError(
+                    .callbackMismatch, "the callback URL matches no configured client's return URL; nothing was changed")
+            }
+            throw BrokerError(
+                .attemptUnknown, "the callback names no attempt of this broker (it may be old); start a new sign-in")
+        }
+        candidates = candidates.filter { ReturnURLMatch.matches(registered: $0.returnURL, callback.target) }
+        guard var record = candidates.first else {
+            throw BrokerError(
+                .callbackMismatch, "the callback URL is not the return URL its attempt registered; nothing was changed")
+        }
+        let client = try client(record.client)
+        guard callback.issuer == client.server.serialized else {
+            throw BrokerError(
+                .issuerMismatch, "the callback's issuer is not this client's login server; nothing was changed",
+                attemptId: record.id)
+        }
+        switch callback.outcome {
+        case .error:
+            return try await finishError(&record)
+        case .code(let code):
+            return try await finishCode(&record, callback: callback, code: code)
+        }
+    }
+
+    private func finishError(_ record: inout AttemptRecord) async throws -> AttemptView {
+        guard record.state == .waiting else { throw notWaiting(record) }
+        let secrets = try await attemptSecrets(record)
+        let status: StatusResponse
+        do {
+            status = try await server(record.client).status(
+                attemptId: record.serverAttemptId ?? "", recoveryKey: secrets.recoveryKey)
+        } catch {
+            throw error.brokerError(attemptId: record.id)
+        }
+        record = try attempt(record.id)
+        guard status.state == .cancelled else {
+            throw BrokerError(
+                .callbackInvalid,
+                "the error callback was not confirmed by the server (it says \(status.state.rawValue)); nothing was changed",
+                attemptId: record.id)
+        }
+        guard record.state == .waiting else { throw notWaiting(record) }
+        try commit(
+            &record, .deniedConfirmed,
+            error: AttemptError(code: BrokerErrorCode.accessDenied.rawValue, message: "the user declined the sign-in")
+        ) { $0.followUp = .acknowledge }
+        scheduleFollowUp(record.id)
+        throw BrokerError(.accessDenied, "the user declined the sign-in in the browser", attemptId: record.id)
+    }
+
+    func notWaiting(_ record: AttemptRecord) -> BrokerError {
+        if record.state == .expired {
+            return BrokerError(.attemptExpired, "the sign-in attempt has expired; start again", attemptId: record.id)
+        }
+        return BrokerError(
+            .attemptNotWaiting, "the attempt is \(record.state.rawValue), not waiting for a callback",
+            attemptId: record.id)
+    }
+
+    private func finishCode(_ record: inout AttemptRecord, callback: Callback, code: String) async throws -> AttemptView {
+        let digest = Crypto.digest(code)
+        if record.state == .completed || record.state == .acknowledged,
+            let known = record.callbackDigest, Crypto.constantTimeEquals(known, digest)
+        {
+            // A repeat of the callback that completed the attempt: answer, send nothing.
+            var result = view(record)
+            if record.state == .completed { result.session = try sessionView(record.client) }
+            return result
+        }
+        if record.state == .exchanging {
+            keptCallbacks[record.id] = callback
+            return view(record)
+        }
+        if record.state == .waiting, let expiresAt = record.expiresAt, now() >= expiresAt {
+            try expireLocally(&record)
+        }
+        guard record.state == .waiting else { throw notWaiting(record) }
+        return try await exchange(&record, code: code, digest: digest)
+    }
+
+    private func exchange(_ record: inout AttemptRecord, code: String, digest: String) async throws -> AttemptView {
+        try commit(&record, .exchangeBegan) {
+            $0.callbackDigest = digest
+            $0.error = nil
+        }
+        let secrets: AttemptSecrets
+        do {
+            secrets = try await attemptSecrets(record)
+        } catch {
+            try commit(&record, .exchangeNotSent)
+            throw error
+        }
+        let result: Result<ExchangeResponse, ServerFailure>
+        do {
+            result = .success(
+                try await server(record.client).exchange(
+                    attemptId: record.serverAttemptId ?? "", ExchangeRequest(code: code, codeVerifier: secrets.codeVerifier)))
+        } catch {
+            result = .failure(error)
+        }
+        record = try attempt(record.id)
+        switch result {
+        case .success(let answer):
+            return try await exchanged(&record, answer, secrets: secrets)
+        case .failure(let failure):
+            return try await exchangeFailed(&record, failure)
+        }
+    }
+
+    private func exchanged(_ record: inout AttemptRecord, _ answer: ExchangeResponse, secrets: AttemptSecrets) async throws
+        -> AttemptView
+    {
+        let client = try client(record.client)
+        let wellFormed =
+            answer.receipt.attemptId == record.serverAttemptId
+            && Crypto.constantTimeEquals(answer.receipt.tokenDigest, Crypto.digest(answer.session.accessToken))
+        var withSession = secrets
+        withSession.session = answer.session
+        var vaultProblem: VaultError?
+        do {
+            try await vault.storeJSON(
+                withSession, label: VaultKeys.attemptLabel(appName: client.appName),
+                attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
+        } catch { vaultProblem = error }
+        record = try attempt(record.id)
+
+        if record.state == .cancelled {
+            // Cancelled while the exchange was in flight: revoke, never adopt.
+            _ = try? await server(record.client).revoke(accessToken: answer.session.accessToken)
+            record.followUp = .acknowledge
+            try save(&record)
+            scheduleFollowUp(record.id)
+            return view(record)
+        }
+        guard record.state == .exchanging else { return view(record) }
+        guard wellFormed, vaultProblem == nil else {
+            try commit(
+                &record, .exchangeUncertain,
+                error: AttemptError(
+                    code: BrokerErrorCode.exchangeUncertain.rawValue,
+                    message: wellFormed
+                        ? "the session could not be kept in the keyring" : "the server's exchange answer is inconsistent")
+            ) { $0.nextReconcileAt = self.now() }
+            scheduleFollowUp(record.id)
+            if let vaultProblem { throw vaultProblem.brokerError.with(attemptId: record.id) }
+            throw uncertain(record)
+        }
+        do {
+            try await vault.storeJSON(
+                SessionSecrets(session: answer.session, attemptId: record.id),
+                label: VaultKeys.sessionLabel(appName: client.appName, email: answer.session.account.email),
+                attributes: VaultKeys.session(client: record.client))
+        } catch {
+            try commit(
+                &record, .exchangeUncertain,
+                error: AttemptError(
+                    code: BrokerErrorCode.exchangeUncertain.rawValue, message: "the session could not be kept in the keyring")
+            ) { $0.nextReconcileAt = self.now() }
+            throw error.brokerError.with(attemptId: record.id)
+        }
+        try storeSignedIn(client: record.client, session: answer.session, attemptId: record.id)
+        try commit(&record, .exchangeSucceeded) {
+            $0.receiptIssuedAt = answer.receipt.issuedAt
+            $0.receiptSessionExpiresAt = answer.session.expiresAt
+            $0.followUp = .acknowledge
+            $0.error = nil
+        }
+        keptCallbacks[record.id] = nil
+        scheduleFollowUp(record.id)
+        var result = view(record)
+        result.session = try sessionView(record.client)
+        return result
+    }
+
+    func storeSignedIn(client: String, session: IssuedSession, attemptId: String) throws {
+        try store.save(
+            SessionRecord(
+                client: client, status: .signedIn, account: session.account, authMethod: session.authMethod,
+                authenticatedAt: session.authenticatedAt, expiresAt: session.expiresAt,
+                accessTokenExpiresAt: session.accessTokenExpiresAt, attemptId: attemptId, updatedAt: now(),
+                verifiedAt: now()))
+        logger.info("signed in", ["client": client, "attempt.id": attemptId])
+        publishSessionIfChanged(client)
+    }
+
+    private func exchangeFailed(_ record: inout AttemptRecord, _ failure: ServerFailure) async throws -> AttemptView {
+        if record.state == .cancelled {
+            // Cancelled meanwhile: whatever the answer, a session issued anyway must be revoked.
+            if case .refused = failure {} else { record.followUp = .revoke }
+            try save(&record)
+            scheduleFollowUp(record.id)
+            throw failure.brokerError(attemptId: record.id)
+        }
+        guard record.state == .exchanging else { throw notWaiting(record) }
+        switch failure {
+        case .refused(_, let code, _, _):
+            let brokerError = failure.brokerError(attemptId: record.id)
+            let error = AttemptError(code: brokerError.code.rawValue, message: brokerError.message, serverCode: code.rawValue)
+            try commit(&record, .exchangeRefused(code), error: error) { r in
+                if r.state == .uncertain { r.nextReconcileAt = self.now() }
+                if r.state == .cancelled || r.state == .expired || r.state == .failed { r.followUp = .acknowledge }
+            }
+            if record.state == .uncertain {
+                scheduleFollowUp(record.id)
+                throw uncertain(record)
+            }
+            if record.state.isTerminal { scheduleFollowUp(record.id) }
+            if record.state == .waiting, code == .invalidGrant, let kept = keptCallbacks.removeValue(forKey: record.id),
+                case .code(let keptCode) = kept.outcome
+            {
+                return try await exchange(&record, code: keptCode, digest: Crypto.digest(keptCode))
+            }
+            throw brokerError
+        case .notSent:
+            try commit(
+                &record, .exchangeNotSent,
+                error: AttemptError(
+                    code: BrokerErrorCode.serverUnreachable.rawValue,
+                    message: "the login server could not be reached; the callback can be delivered again"))
+            throw failure.brokerError(attemptId: record.id)
+        default:
+            try commit(
+                &record, .exchangeUncertain,
+                error: AttemptError(code: BrokerErrorCode.exchangeUncertain.rawValue, message: "\(failure)")
+            ) { $0.nextReconcileAt = self.now() }
+            scheduleFollowUp(record.id)
+            throw uncertain(record)
+        }
+    }
+
+    func uncertain(_ record: AttemptRecord) -> BrokerError {
+        BrokerError(
+            .exchangeUncertain,
+            "the exchange got no definite answer; the broker reconciles it with the server — see 'browser-login status'",
+            attemptId: record.id)
+    }
+
+    func attemptSecrets(_ record: AttemptRecord) async throws -> AttemptSecrets {
+        let found: AttemptSecrets?
+        do {
+            found = try await vault.lookupJSON(
+                AttemptSecrets.self, attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
+        } catch { throw error.brokerError.with(attemptId: record.id) }
+        guard let found else {
+            throw BrokerError(
+                .vaultUnavailable, "the attempt's proofs are missing from the keyring; cancel it and sign in again",
+                attemptId: record.id)
+        }
+        return found
+    }
+
+    // MARK: - login.cancel
+
+    public func cancel(attemptId: String) async throws -> AttemptView {
+        var record = try attempt(attemptId)
+        switch record.state {
+        case .cancelled:
+            return view(record)
+        case .waiting, .exchanging:
+            try commit(
+                &record, .cancel,
+                error: AttemptError(code: "CANCELLED", message: "the sign-in was cancelled")
+            ) { $0.followUp = .cancel }
+            keptCallbacks[record.id] = nil
+            await runFollowUp(record.id)
+            return view(try attempt(attemptId))
+        default:
+            throw notWaiting(record)
+        }
+    }
+
+    // MARK: - login.status
+
+    public func status(attemptId: String, reconcile: Bool) async throws -> AttemptView {
+        var record = try attempt(attemptId)
+        if record.state == .waiting, let expiresAt = record.expiresAt, now() >= expiresAt {
+            try expireLocally(&record)
+        }
+        guard reconcile else { return view(record) }
+        switch record.state {
+        case .uncertain where record.resolution == .none:
+            await reconcileNow(record.id)
+            record = try attempt(attemptId)
+            return view(record)
+        case .waiting:
+            let secrets = try await attemptSecrets(record)
+            let status: StatusResponse
+            do {
+                status = try await server(record.client).status(
+                    attemptId: record.serverAttemptId ?? "", recoveryKey: secrets.recoveryKey)
+            } catch {
+                var result = view(try attempt(attemptId))
+                result.serverState = "unreachable"
+                if case .refused(_, let code, _, _) = error { result.serverState = code == .attemptUnknown ? "unknown" : "error" }
+                return result
+            }
+            record = try attempt(attemptId)
+            if record.state == .waiting {
+                try commit(&record, .serverReported(status.state)) { r in
+                    if r.state == .uncertain { r.nextReconcileAt = self.now() }
+                    if r.state == .cancelled || r.state == .expired { r.followUp = .acknowledge }
+                }
+                if record.state != .waiting { scheduleFollowUp(record.id) }
+            }
+            var result = view(record)
+            result.serverState = status.state.rawValue
+            return result
+        default:
+            return view(record)
+        }
+    }
+
+    // MARK: - login.acknowledge
+
+    public func acknowledge(attemptId: String) async throws -> AttemptView {
+        var record = try attempt(attemptId)
+        guard record.state != .acknowledged else { return view(record) }
+        if record.state == .uncertain && record.resolution == .none {
+            // One more try before refusing: the server may be back.
+            await reconcileNow(record.id)
+            record = try attempt(attemptId)
+        }
+        let followUp = record.followUp
+        try commit(&record, .acknowledge)
+        if followUp == .acknowledge || followUp == .cancel || followUp == .revoke {
+            await runFollowUp(record.id)
+        } else {
+            try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
+        }
+        return view(try attempt(attemptId))
+    }
+}
+
+/// Exact return-URL matching on the stored registered URL text.
+enum ReturnURLMatch {
+    static func matches(registered: String, _ target: URLParts) -> Bool {
+        guard let parts = URLParts(splitting: registered) else { return false }
+        return parts.matchKey == target.matchKey
+    }
+}
+
+/// Server ids are opaque and URL-safe (PROTOCOL.md §4).
+func isValidOpaqueId(_ id: String) -> Bool {
+    (16...256).contains(id.utf8.count)
+        && id.utf8.allSatisfy {
+            ($0 | 0x20) >= 0x61 && ($0 | 0x20) <= 0x7A || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2D || $0 == 0x5F
+                || $0 == 0x2E || $0 == 0x7E
+        }
+}

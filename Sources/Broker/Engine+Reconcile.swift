@@ -1,0 +1,318 @@
+import BrokerCore
+import BrokerStore
+import BrowserLoginProtocol
+import Foundation
+
+extension BrokerEngine {
+    /// Runs the pending work of an attempt soon, off the caller's call.
+    func scheduleFollowUp(_ attemptId: String) {
+        Task { await self.work(on: attemptId) }
+    }
+
+    /// Reconciles an uncertain attempt or runs its server follow-up, once at a time per attempt.
+    func work(on attemptId: String) async {
+        guard let record = try? store.attempt(id: attemptId) else { return }
+        if record.state == .uncertain && record.resolution == .none {
+            await reconcileNow(attemptId)
+        } else if record.followUp != .none {
+            await runFollowUp(attemptId)
+        }
+    }
+
+    func backoff(_ record: inout AttemptRecord, _ problem: String) throws {
+        record.reconcileTries += 1
+        let seconds = min(300, 1 << min(record.reconcileTries, 9))
+        record.nextReconcileAt = now().adding(milliseconds: Int64(seconds) * 1000)
+        try save(&record)
+        logger.notice(
+            "server work postponed",
+            ["attempt.id": record.id, "client": record.client, "retry.seconds": "\(seconds)", "error": problem])
+    }
+
+    // MARK: - Reconcile (§7)
+
+    /// Settles an uncertain attempt with the server: adopt the session it
+    /// issued if it is ours and alive, otherwise revoke it by proof; cancel
+    /// a server attempt still pending; acknowledge what is settled.
+    func reconcileNow(_ attemptId: String) async {
+        guard !busy.contains(attemptId) else { return }
+        busy.insert(attemptId)
+        defer { busy.remove(attemptId) }
+        do {
+            try await reconcileSteps(attemptId)
+        } catch {
+            logger.warning("reconcile failed", ["attempt.id": attemptId, "error": "\(error)"])
+        }
+    }
+
+    private func reconcileSteps(_ attemptId: String) async throws {
+        var record = try attempt(attemptId)
+        guard record.state == .uncertain, record.resolution == .none else { return }
+        let server = server(record.client)
+        let secrets: AttemptSecrets
+        do { secrets = try await attemptSecrets(record) } catch {
+            record = try attempt(attemptId)
+            try backoff(&record, "keyring: \(error)")
+            return
+        }
+        let serverId = record.serverAttemptId ?? ""
+        let status: StatusResponse
+        do {
+            status = try await server.status(attemptId: serverId, recoveryKey: secrets.recoveryKey)
+        } catch {
+            record = try attempt(attemptId)
+            if case .refused(_, .attemptUnknown, _, _) = error {
+                try settle(&record, .retired, followUp: .none)
+                return
+            }
+            try backoff(&record, "\(error)")
+            return
+        }
+        record = try attempt(attemptId)
+        guard record.state == .uncertain, record.resolution == .none else { return }
+
+        switch status.state {
+        case .completed:
+            guard let receipt = status.receipt else {
+                try backoff(&record, "status without receipt")
+                return
+            }
+            if let session = secrets.session,
+                Crypto.constantTimeEquals(Crypto.digest(session.accessToken), receipt.tokenDigest),
+                status.sessionRevoked != true
+            {
+                switch await verify(session, server: server) {
+                case .alive:
+                    try await adopt(&record, session: session, receipt: receipt)
+                    return
+                case .unreachable(let problem):
+                    try backoff(&record, problem)
+                    return
+                case .dead:
+                    break
+                }
+            }
+            if let expires = status.sessionExpiresAt, now() >= expires {
+                try settle(&record, .sessionExpired, followUp: .acknowledge, receipt: receipt, sessionExpiresAt: expires)
+            } else {
+                do {
+                    _ = try await server.revoke(attemptId: serverId, recoveryKey: secrets.recoveryKey)
+                } catch {
+                    record = try attempt(attemptId)
+                    try backoff(&record, "revoke: \(error)")
+                    return
+                }
+                record = try attempt(attemptId)
+                try settle(
+                    &record, .revoked, followUp: .acknowledge, receipt: receipt, sessionExpiresAt: status.sessionExpiresAt)
+            }
+        case .pending, .authorized:
+            do {
+                _ = try await server.cancel(attemptId: serverId, recoveryKey: secrets.recoveryKey)
+            } catch {
+                record = try attempt(attemptId)
+                if case .refused(_, .attemptAlreadyExchanged, _, _) = error {
+                    // Redeemed meanwhile: reconcile again from the top.
+                    try backoff(&record, "exchanged meanwhile")
+                    record.nextReconcileAt = now()
+                    try save(&record)
+                    return
+                }
+                try backoff(&record, "cancel: \(error)")
+                return
+            }
+            record = try attempt(attemptId)
+            try settle(&record, .cancelledAtServer, followUp: .acknowledge)
+        case .cancelled, .expired:
+            try settle(&record, .retired, followUp: .acknowledge)
+        }
+        await runFollowUp(attemptId)
+    }
+
+    enum Verification {
+        case alive
+        case dead
+        case unreachable(String)
+    }
+
+    func verify(_ session: IssuedSession, server: any LoginServerAPI) async -> Verification {
+        do {
+            let info = try await server.session(accessToken: session.accessToken)
+            return info.sessionId == session.sessionId ? .alive : .dead
+        } catch {
+            switch error {
+            case .refused(_, .tokenExpired, _, _): return .alive
+            case .refused: return .dead
+            default: return .unreachable("\(error)")
+            }
+        }
+    }
+
+    private func adopt(_ record: inout AttemptRecord, session: IssuedSession, receipt: Receipt) async throws {
+        let client = try client(record.client)
+        do {
+            try await vault.storeJSON(
+                SessionSecrets(session: session, attemptId: record.id),
+                label: VaultKeys.sessionLabel(appName: client.appName, email: session.account.email),
+                attributes: VaultKeys.session(client: record.client))
+        } catch {
+            record = try attempt(record.id)
+            try backoff(&record, "keyring: \(error)")
+            return
+        }
+        record = try attempt(record.id)
+        guard record.state == .uncertain else { return }
+        try storeSignedIn(client: record.client, session: session, attemptId: record.id)
+        try commit(&record, .adopted) {
+            $0.resolution = .adopted
+            $0.followUp = .acknowledge
+            $0.receiptIssuedAt = receipt.issuedAt
+            $0.receiptSessionExpiresAt = session.expiresAt
+            $0.error = nil
+            $0.nextReconcileAt = nil
+        }
+        logger.notice("uncertain attempt adopted", ["attempt.id": record.id, "client": record.client])
+        await runFollowUp(record.id)
+    }
+
+    private func settle(
+        _ record: inout AttemptRecord, _ resolution: Resolution, followUp: ServerFollowUp, receipt: Receipt? = nil,
+        sessionExpiresAt: Timestamp? = nil
+    ) throws {
+        record.resolution = resolution
+        record.followUp = followUp
+        record.nextReconcileAt = nil
+        if let receipt {
+            record.receiptIssuedAt = receipt.issuedAt
+            record.receiptSessionExpiresAt = sessionExpiresAt
+        }
+        try save(&record, publish: true)
+        logger.notice(
+            "uncertain attempt reconciled",
+            ["attempt.id": record.id, "client": record.client, "resolution": resolution.rawValue])
+    }
+
+    // MARK: - Server follow-ups
+
+    /// Carries out the server work an attempt still owes: cancel, revoke by
+    /// proof, acknowledge. Deletes the attempt's vault item once the server
+    /// has forgotten the attempt, unless an unreconciled or unacknowledged
+    /// uncertain attempt still needs it.
+    func runFollowUp(_ attemptId: String) async {
+        guard !busy.contains(attemptId) else { return }
+        busy.insert(attemptId)
+        defer { busy.remove(attemptId) }
+        do {
+            try await followUpSteps(attemptId)
+        } catch {
+            logger.warning("server follow-up failed", ["attempt.id": attemptId, "error": "\(error)"])
+        }
+    }
+
+    private func followUpSteps(_ attemptId: String) async throws {
+        var record = try attempt(attemptId)
+        guard record.followUp != .none else { return }
+        let server = server(record.client)
+        let keys = VaultKeys.attempt(client: record.client, attemptId: record.id)
+        guard let serverId = record.serverAttemptId,
+            let secrets = try? await vault.lookupJSON(AttemptSecrets.self, attributes: keys)
+        else {
+            record = try attempt(attemptId)
+            record.followUp = .none
+            try save(&record)
+            return
+        }
+        var step = record.followUp
+        while step != .none {
+            do {
+                switch step {
+                case .cancel:
+                    _ = try await server.cancel(attemptId: serverId, recoveryKey: secrets.recoveryKey)
+                    step = .acknowledge
+                case .revoke:
+                    _ = try await server.revoke(attemptId: serverId, recoveryKey: secrets.recoveryKey)
+                    step = .acknowledge
+                case .acknowledge:
+                    _ = try await server.acknowledge(attemptId: serverId, recoveryKey: secrets.recoveryKey)
+                    step = .none
+                case .none:
+                    break
+                }
+            } catch {
+                switch error {
+                case .refused(_, .attemptAlreadyExchanged, _, _) where step == .cancel:
+                    // A callback won the race on another path: revoke, never adopt.
+                    step = .revoke
+                case .refused(_, .attemptActive, _, _) where step == .acknowledge:
+                    step = .cancel
+                case .refused(_, .attemptUnknown, _, _), .refused(_, .proofInvalid, _, _):
+                    step = .none
+                default:
+                    record = try attempt(attemptId)
+                    record.followUp = step
+                    try backoff(&record, "\(step.rawValue): \(error)")
+                    return
+                }
+            }
+        }
+        record = try attempt(attemptId)
+        record.followUp = .none
+        record.nextReconcileAt = nil
+        try save(&record)
+        // The server has forgotten the attempt. Its proofs are useless now,
+        // except for an uncertain attempt awaiting its local acknowledge.
+        if record.state != .uncertain {
+            try? await vault.remove(attributes: keys)
+        }
+    }
+
+    // MARK: - Timer and start-up
+
+    /// Start-up recovery (§7): starting → failed, exchanging → uncertain,
+    /// waiting kept (expired when due); pending work resumes.
+    public func recover() async throws {
+        for var record in try store.attemptsNeedingWork() {
+            switch record.state {
+            case .starting:
+                try commit(
+                    &record, .recovered,
+                    error: AttemptError(
+                        code: BrokerErrorCode.serverProtocolError.rawValue,
+                        message: "the broker stopped while creating this attempt; start a new sign-in"))
+                try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
+            case .exchanging:
+                try commit(
+                    &record, .recovered,
+                    error: AttemptError(
+                        code: BrokerErrorCode.exchangeUncertain.rawValue,
+                        message: "the broker stopped while exchanging; reconciling with the server")
+                ) { $0.nextReconcileAt = self.now() }
+            default:
+                break
+            }
+        }
+        await tick()
+    }
+
+    /// The periodic timer: local expiry of waiting attempts, due
+    /// reconciliations and follow-ups, owed sign-out revokes.
+    public func tick() async {
+        let now = now()
+        guard let records = try? store.attemptsNeedingWork() else { return }
+        for var record in records {
+            if record.state == .waiting, let expiresAt = record.expiresAt, now >= expiresAt {
+                try? expireLocally(&record)
+                scheduleFollowUp(record.id)
+                continue
+            }
+            let due = record.nextReconcileAt.map { now >= $0 } ?? true
+            guard due, !busy.contains(record.id) else { continue }
+            if record.state == .uncertain && record.resolution == .none {
+                scheduleFollowUp(record.id)
+            } else if record.followUp != .none {
+                scheduleFollowUp(record.id)
+            }
+        }
+        await retryPendingRevokes()
+    }
+}

@@ -1,0 +1,107 @@
+import BrokerCore
+import BrokerStore
+import BrowserLoginProtocol
+import Foundation
+
+extension BrokerEngine {
+    // MARK: - session.get
+
+    public func session(client clientId: String) throws -> SessionView {
+        _ = try client(clientId)
+        return try sessionView(clientId)
+    }
+
+    // MARK: - session.wait
+
+    /// Answers once the client is signed in (also for a sign-in that starts
+    /// after the call), or nil after `timeoutMilliseconds`.
+    public func waitForSession(client clientId: String, timeoutMilliseconds: Int) async throws -> SessionView? {
+        _ = try client(clientId)
+        let current = try sessionView(clientId)
+        if current.status == .signedIn { return current }
+        waiterCounter += 1
+        let id = waiterCounter
+        return await withCheckedContinuation { continuation in
+            waiters[clientId, default: [:]][id] = continuation
+            Task {
+                try? await Task.sleep(nanoseconds: UInt64(timeoutMilliseconds) * 1_000_000)
+                self.timeOutWaiter(client: clientId, id: id)
+            }
+        }
+    }
+
+    private func timeOutWaiter(client: String, id: UInt64) {
+        if let continuation = waiters[client]?.removeValue(forKey: id) {
+            continuation.resume(returning: nil)
+        }
+    }
+
+    /// Resumes every waiter (at shutdown).
+    public func releaseWaiters() {
+        for (_, list) in waiters { for continuation in list.values { continuation.resume(returning: nil) } }
+        waiters.removeAll()
+    }
+
+    // MARK: - session.signOut
+
+    /// Signs out locally at once, then revokes at the server; when the
+    /// server cannot be reached, the revoke is owed and retried later.
+    public func signOut(client clientId: String) async throws -> SessionView {
+        let client = try client(clientId)
+        guard var record = try store.session(client: clientId), record.status != .signedOut else {
+            return try sessionView(clientId)
+        }
+        let keys = VaultKeys.session(client: clientId)
+        let secrets: SessionSecrets?
+        do { secrets = try await vault.lookupJSON(SessionSecrets.self, attributes: keys) } catch {
+            throw error.brokerError
+        }
+        if let secrets {
+            // Keep what the revoke needs before the session item goes.
+            do {
+                try await vault.storeJSON(
+                    secrets, label: VaultKeys.revokeLabel(appName: client.appName),
+                    attributes: VaultKeys.pendingRevoke(client: clientId))
+            } catch { throw error.brokerError }
+        }
+        record = try store.session(client: clientId) ?? record
+        record.status = .signedOut
+        record.reason = nil
+        record.revokePending = secrets != nil
+        record.updatedAt = now()
+        try store.save(record)
+        try? await vault.remove(attributes: keys)
+        logger.info("signed out", ["client": clientId])
+        publishSessionIfChanged(clientId)
+        if secrets != nil { await revokePending(clientId) }
+        return try sessionView(clientId)
+    }
+
+    /// Revokes a signed-out session at the server (idempotent, RFC 7009).
+    func revokePending(_ clientId: String) async {
+        let keys = VaultKeys.pendingRevoke(client: clientId)
+        guard let secrets = try? await vault.lookupJSON(SessionSecrets.self, attributes: keys) else { return }
+        do {
+            _ = try await server(clientId).revoke(accessToken: secrets.session.accessToken)
+        } catch {
+            if case .refused = error {} else {
+                logger.notice("sign-out revoke postponed", ["client": clientId, "error": "\(error)"])
+                return
+            }
+        }
+        try? await vault.remove(attributes: keys)
+        if var record = try? store.session(client: clientId), record.revokePending {
+            record.revokePending = false
+            record.updatedAt = now()
+            try? store.save(record)
+        }
+        logger.info("signed-out session revoked at the server", ["client": clientId])
+    }
+
+    func retryPendingRevokes() async {
+        guard let sessions = try? store.sessions() else { return }
+        for session in sessions where session.revokePending {
+            await revokePending(session.client)
+        }
+    }
+}

@@ -1,0 +1,232 @@
+import BrokerCore
+import BrokerRPC
+import BrowserLoginProtocol
+import Foundation
+
+/// The JSON-RPC method table of RPC.md: checks params, applies client
+/// binding, calls the engine and turns its answers into results and errors.
+public struct MethodTable: Sendable {
+    let engine: BrokerEngine
+    let logger: Logger
+
+    public init(engine: BrokerEngine, logger: Logger) {
+        self.engine = engine
+        self.logger = logger
+    }
+
+    public func handle(_ context: RPCRequestContext, _ method: String, _ params: JSONValue?) async throws(RPCError)
+        -> JSONValue
+    {
+        do {
+            return try await dispatch(context, method, params)
+        } catch let error as RPCError {
+            throw error
+        } catch let error as BrokerError {
+            throw Self.rpcError(error)
+        } catch {
+            logger.error(
+                "internal error", ["rpc.method": method, "rpc.connection": "\(context.connectionID)", "error": "\(error)"])
+            throw RPCError.internalError("internal error; the broker's log has the details (rpc.method=\(method))")
+        }
+    }
+
+    static func rpcError(_ error: BrokerError) -> RPCError {
+        var data: [String: JSONValue] = ["code": .string(error.code.rawValue)]
+        if let id = error.attemptId { data["attemptId"] = .string(id) }
+        if let code = error.serverCode { data["serverCode"] = .string(code) }
+        if let retry = error.retryAfterSeconds { data["retryAfterSeconds"] = .integer(Int64(retry)) }
+        return RPCError(code: .applicationError, message: error.message, data: .object(data))
+    }
+
+    func encode(_ value: some Encodable) throws -> JSONValue { try JSONValue(encoding: value) }
+
+    /// Whether this connection's peer may use `client` (Peers=).
+    func mayUse(_ client: String, _ context: RPCRequestContext) async -> Bool {
+        guard let config = await engine.config(for: client) else { return true }
+        return PeerBinding.mayUse(config, pid: context.peer.pid)
+    }
+
+    func requireUse(_ client: String, _ context: RPCRequestContext) async throws {
+        guard await mayUse(client, context) else {
+            throw BrokerError(
+                .clientForbidden,
+                "this program may not use the client '\(client)'; its client file's Peers= does not name it")
+        }
+    }
+
+    func dispatch(_ context: RPCRequestContext, _ method: String, _ raw: JSONValue?) async throws -> JSONValue {
+        switch method {
+        case "broker.info":
+            _ = try Params(raw, allowed: [])
+            return try encode(await engine.info())
+
+        case "clients.list":
+            _ = try Params(raw, allowed: [])
+            let pid = context.peer.pid
+            return try encode(await engine.clientList { PeerBinding.mayUse($0, pid: pid) })
+
+        case "login.start":
+            let p = try Params(raw, allowed: ["client", "ephemeral", "openBrowser", "switchAccount"])
+            let client = try p.string("client")
+            try await requireUse(client, context)
+            return try encode(
+                await engine.start(
+                    client: client, ephemeral: try p.bool("ephemeral") ?? false,
+                    openBrowser: try p.bool("openBrowser") ?? true, switchAccount: try p.bool("switchAccount") ?? false))
+
+        case "login.resume":
+            let p = try Params(raw, allowed: ["attemptId", "openBrowser"])
+            let id = try p.string("attemptId")
+            try await requireUse(try await engine.attemptClient(id), context)
+            return try encode(await engine.resume(attemptId: id, openBrowser: try p.bool("openBrowser") ?? true))
+
+        case "login.finish":
+            let p = try Params(raw, allowed: ["url"])
+            return try encode(await engine.finish(url: try p.string("url")))
+
+        case "login.cancel":
+            let p = try Params(raw, allowed: ["attemptId"])
+            let id = try p.string("attemptId")
+            try await requireUse(try await engine.attemptClient(id), context)
+            return try encode(await engine.cancel(attemptId: id))
+
+        case "login.status":
+            let p = try Params(raw, allowed: ["attemptId", "reconcile"])
+            let id = try p.string("attemptId")
+            try await requireUse(try await engine.attemptClient(id), context)
+            return try encode(await engine.status(attemptId: id, reconcile: try p.bool("reconcile") ?? true))
+
+        case "login.acknowledge":
+            let p = try Params(raw, allowed: ["attemptId"])
+            let id = try p.string("attemptId")
+            try await requireUse(try await engine.attemptClient(id), context)
+            return try encode(await engine.acknowledge(attemptId: id))
+
+        case "login.list":
+            let p = try Params(raw, allowed: ["client", "states"])
+            let client = try p.optionalString("client")
+            if let client { try await requireUse(client, context) }
+            var states: [AttemptState]?
+            if let names = try p.stringArray("states") {
+                states = try names.map { name in
+                    guard let state = AttemptState(rawValue: name) else {
+                        throw RPCError.invalidParams("unknown state '\(name)' in 'states'")
+                    }
+                    return state
+                }
+            }
+            let pid = context.peer.pid
+            let configs = await engine.clientConfigs()
+            return try encode(
+                try await engine.list(client: client, states: states) { id in
+                    configs[id].map { PeerBinding.mayUse($0, pid: pid) } ?? true
+                })
+
+        case "session.get":
+            let p = try Params(raw, allowed: ["client"])
+            let client = try p.string("client")
+            try await requireUse(client, context)
+            return try encode(await engine.session(client: client))
+
+        case "session.wait":
+            let p = try Params(raw, allowed: ["client", "timeoutMs"])
+            let client = try p.string("client")
+            let timeout = try p.int("timeoutMs") ?? 5000
+            guard (0...300_000).contains(timeout) else {
+                throw RPCError.invalidParams("'timeoutMs' must be 0 to 300000")
+            }
+            try await requireUse(client, context)
+            guard let view = try await engine.waitForSession(client: client, timeoutMilliseconds: timeout) else {
+                throw BrokerError(
+                    .waitTimeout, "the client did not become signed in within \(timeout) ms; start a sign-in, or wait longer")
+            }
+            return try encode(view)
+
+        case "session.signOut":
+            let p = try Params(raw, allowed: ["client"])
+            let client = try p.string("client")
+            try await requireUse(client, context)
+            return try encode(await engine.signOut(client: client))
+
+        case "events.subscribe":
+            let p = try Params(raw, allowed: ["clients"])
+            let clients = try p.stringArray("clients")
+            if let clients { for c in clients { try await requireUse(c, context) } }
+            let connection = context.connection
+            let configs = await engine.clientConfigs()
+            let pid = context.peer.pid
+            let id = try await engine.subscribe(
+                connection: connection.id, clients: clients,
+                mayUse: { client in configs[client].map { PeerBinding.mayUse($0, pid: pid) } ?? true },
+                send: { method, params in connection.notify(method: method, params: params) })
+            let engine = self.engine
+            connection.onClose { Task { await engine.connectionClosed(connection.id) } }
+            return ["subscription": .string(id)]
+
+        case "events.unsubscribe":
+            let p = try Params(raw, allowed: ["subscription"])
+            let id = try p.string("subscription")
+            guard await engine.unsubscribe(id, connection: context.connectionID) else {
+                throw RPCError.invalidParams("no subscription '\(id)' on this connection")
+            }
+            return .object([:])
+
+        case "http.request":
+            throw RPCError.methodNotFound(method)
+
+        default:
+            throw RPCError.methodNotFound(method)
+        }
+    }
+}
+
+/// Named params of one call, checked strictly: positional params and
+/// unknown names are `-32602`.
+struct Params {
+    let object: [String: JSONValue]
+
+    init(_ raw: JSONValue?, allowed: Set<String>) throws(RPCError) {
+        switch raw {
+        case nil, .null?: object = [:]
+        case .object(let o)?: object = o
+        default: throw RPCError.invalidParams("params must be an object of named parameters")
+        }
+        for key in object.keys.sorted() where !allowed.contains(key) {
+            throw RPCError.invalidParams("unknown parameter '\(key)'")
+        }
+    }
+
+    func optionalString(_ key: String) throws(RPCError) -> String? {
+        guard let value = object[key], value != .null else { return nil }
+        guard let s = value.stringValue else { throw RPCError.invalidParams("'\(key)' must be a string") }
+        return s
+    }
+
+    func string(_ key: String) throws(RPCError) -> String {
+        guard let s = try optionalString(key) else { throw RPCError.invalidParams("'\(key)' is required") }
+        return s
+    }
+
+    func bool(_ key: String) throws(RPCError) -> Bool? {
+        guard let value = object[key], value != .null else { return nil }
+        guard let b = value.boolValue else { throw RPCError.invalidParams("'\(key)' must be true or false") }
+        return b
+    }
+
+    func int(_ key: String) throws(RPCError) -> Int? {
+        guard let value = object[key], value != .null else { return nil }
+        guard let i = value.intValue else { throw RPCError.invalidParams("'\(key)' must be an integer") }
+        return Int(i)
+    }
+
+    func stringArray(_ key: String) throws(RPCError) -> [String]? {
+        guard let value = object[key], value != .null else { return nil }
+        guard let items = value.arrayValue else { throw RPCError.invalidParams("'\(key)' must be an array of strings") }
+        var out: [String] = []
+        for item in items {
+            guard let s = item.stringValue else { throw RPCError.invalidParams("'\(key)' must be an array of strings") }
+            out.append(s)
+        }
+        return out
+    }
+}

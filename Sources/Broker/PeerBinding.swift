@@ -1,0 +1,37 @@
+import BrokerCore
+import Foundation
+
+/// Client binding (RPC.md): a client file's `Peers=` names the local programs
+/// that may use it — Flatpak app ids (from `/proc/PID/root/.flatpak-info`)
+/// or absolute executable paths (from `/proc/PID/exe`).
+enum PeerBinding {
+    struct Identity: Sendable, Equatable {
+        var executable: String?
+        var flatpakId: String?
+    }
+
+    static func identity(pid: Int32) -> Identity {
+        let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/exe")
+        var flatpak: String?
+        if let info = try? String(contentsOfFile: "/proc/\(pid)/root/.flatpak-info", encoding: .utf8) {
+            var inApplication = false
+            for line in info.split(separator: "\n") {
+                let trimmed = line.trimmingCharacters(in: .whitespaces)
+                if trimmed.hasPrefix("[") {
+                    inApplication = trimmed == "[Application]"
+                } else if inApplication, trimmed.hasPrefix("name=") {
+                    flatpak = String(trimmed.dropFirst(5))
+                }
+            }
+        }
+        return Identity(executable: exe, flatpakId: flatpak)
+    }
+
+    static func mayUse(_ client: ClientConfig, pid: Int32) -> Bool {
+        guard !client.peers.isEmpty else { return true }
+        let identity = identity(pid: pid)
+        return client.peers.contains { peer in
+            peer.hasPrefix("/") ? identity.executable == peer : identity.flatpakId == peer
+        }
+    }
+}

@@ -1,0 +1,64 @@
+import BrokerCore
+import BrowserLoginProtocol
+import Foundation
+
+/// What the vault keeps for one attempt, from before the create request is
+/// sent until the attempt is acknowledged: both proofs, the hosted page's URL
+/// and, once exchanged, the session it issued (for reconciliation).
+struct AttemptSecrets: Codable, Sendable {
+    var codeVerifier: String
+    var recoveryKey: String
+    var authorizeUrl: String?
+    var session: IssuedSession?
+}
+
+/// What the vault keeps for a client's current session.
+struct SessionSecrets: Codable, Sendable {
+    var session: IssuedSession
+    var attemptId: String
+}
+
+/// Vault attributes and labels. Attributes are unique per client and attempt;
+/// the vault adds its schema name.
+enum VaultKeys {
+    static func attempt(client: String, attemptId: String) -> [String: String] {
+        ["kind": "attempt", "client": client, "attempt": attemptId]
+    }
+    static func session(client: String) -> [String: String] {
+        ["kind": "session", "client": client]
+    }
+    /// A signed-out session whose revoke at the server is still owed.
+    static func pendingRevoke(client: String) -> [String: String] {
+        ["kind": "revoke", "client": client]
+    }
+
+    static func attemptLabel(appName: String) -> String { "Sign-in attempt for \(appName)" }
+    static func sessionLabel(appName: String, email: String) -> String { "Sign-in for \(appName) (\(email))" }
+    static func revokeLabel(appName: String) -> String { "Signed-out session of \(appName) (revoke pending)" }
+}
+
+extension VaultError {
+    /// The broker error an RPC client sees.
+    var brokerError: BrokerError {
+        switch self {
+        case .unavailable(let m): BrokerError(.vaultUnavailable, m)
+        case .locked(let m): BrokerError(.vaultLocked, m)
+        case .failed(let m): BrokerError(.vaultUnavailable, m)
+        }
+    }
+}
+
+extension SecretVault {
+    func storeJSON<T: Encodable>(_ value: T, label: String, attributes: [String: String]) async throws(VaultError) {
+        let data: Data
+        do { data = try JSONEncoder().encode(value) } catch { throw .failed("could not encode the vault item") }
+        try await store(Array(data), label: label, attributes: attributes)
+    }
+
+    func lookupJSON<T: Decodable>(_ type: T.Type, attributes: [String: String]) async throws(VaultError) -> T? {
+        guard let bytes = try await lookup(attributes: attributes) else { return nil }
+        do { return try JSONDecoder().decode(T.self, from: Data(bytes)) } catch {
+            throw .failed("a vault item of browser-login is unreadable; remove it with secret-tool clear kind \(attributes["kind"] ?? "")")
+        }
+    }
+}
