@@ -29,8 +29,10 @@ let package = Package(
 
         // The broker.
         .target(name: "BrokerCore", dependencies: ["BrowserLoginProtocol"]),
+        .target(name: "BrokerRPC", dependencies: ["CJansson"]),
 
         .testTarget(name: "BrowserLoginProtocolTests", dependencies: ["BrowserLoginProtocol"]),
+        .testTarget(name: "BrokerRPCTests", dependencies: ["BrokerRPC"]),
     ],
     swiftLanguageModes: [.v6]
 )
