@@ -30,6 +30,11 @@ let package = Package(
         // The broker.
         .target(name: "BrokerCore", dependencies: ["BrowserLoginProtocol"]),
         .target(name: "BrokerStore", dependencies: ["BrokerCore", "SQLiteSupport"]),
+        .target(name: "BrokerRPC", dependencies: ["CJansson"]),
+        .target(
+            name: "Broker",
+            dependencies: ["BrokerCore", "BrokerStore", "BrokerRPC", "BrowserLoginProtocol"]
+        ),
 
         .testTarget(name: "BrowserLoginProtocolTests", dependencies: ["BrowserLoginProtocol"]),
         .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrowserLoginProtocol"]),

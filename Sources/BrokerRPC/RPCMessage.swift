@@ -1,0 +1,281 @@
+/// A JSON-RPC error code. The standard codes have names; application
+/// errors use `.applicationError` (-32000) and carry `data.code`.
+public struct RPCErrorCode: RawRepresentable, Sendable, Hashable, CustomStringConvertible {
+    public var rawValue: Int64
+    public init(rawValue: Int64) { self.rawValue = rawValue }
+
+    /// The message is not JSON (or its framing is broken).
+    public static let parseError = RPCErrorCode(rawValue: -32700)
+    /// The JSON is not a valid request object, a batch is empty or too large,
+    /// or a message is over the size limit.
+    public static let invalidRequest = RPCErrorCode(rawValue: -32600)
+    public static let methodNotFound = RPCErrorCode(rawValue: -32601)
+    public static let invalidParams = RPCErrorCode(rawValue: -32602)
+    public static let internalError = RPCErrorCode(rawValue: -32603)
+    /// The broker's application errors; `data.code` says which.
+    public static let applicationError = RPCErrorCode(rawValue: -32000)
+
+    public var description: String { String(rawValue) }
+}
+
+/// A JSON-RPC error object. `message` and `data` go to the client as they
+/// are: never put a path, a token or an underlying error's text in them.
+public struct RPCError: Error, Sendable, Hashable, CustomStringConvertible {
+    public var code: RPCErrorCode
+    public var message: String
+    public var data: JSONValue?
+
+    public init(code: RPCErrorCode, message: String, data: JSONValue? = nil) {
+        self.code = code
+        self.message = message
+        self.data = data
+    }
+
+    public static func parseError(_ message: String = "Parse error") -> RPCError {
+        RPCError(code: .parseError, message: message)
+    }
+    public static func invalidRequest(_ message: String = "Invalid Request") -> RPCError {
+        RPCError(code: .invalidRequest, message: message)
+    }
+    public static func methodNotFound(_ method: String) -> RPCError {
+        RPCError(code: .methodNotFound, message: "Method not found: \(method)")
+    }
+    public static func invalidParams(_ message: String = "Invalid params") -> RPCError {
+        RPCError(code: .invalidParams, message: message)
+    }
+    public static func internalError(_ message: String = "Internal error") -> RPCError {
+        RPCError(code: .internalError, message: message)
+    }
+    /// An application error: code -32000 with `data: {"code": code, ...extra}`.
+    public static func application(
+        code: String, message: String, extra: [String: JSONValue] = [:]
+    ) -> RPCError {
+        var data = extra
+        data["code"] = .string(code)
+        return RPCError(code: .applicationError, message: message, data: .object(data))
+    }
+
+    /// `data.code` of an application error.
+    public var applicationCode: String? { data?["code"]?.stringValue }
+
+    public var description: String { "JSON-RPC error \(code): \(message)" }
+
+    /// The error object as it goes on the wire.
+    public var json: JSONValue {
+        var members: [String: JSONValue] = ["code": .integer(code.rawValue), "message": .string(message)]
+        if let data { members["data"] = data }
+        return .object(members)
+    }
+
+    /// Reads an error object; nil when it is not one.
+    public init?(json: JSONValue) {
+        guard let code = json["code"]?.intValue, let message = json["message"]?.stringValue else { return nil }
+        self.init(code: RPCErrorCode(rawValue: code), message: message, data: json["data"])
+    }
+}
+
+/// A request id: a string, an integer or null. (JSON-RPC also allows
+/// numbers with a fraction; they are refused as an invalid request here.)
+public enum RPCID: Sendable, Hashable, CustomStringConvertible {
+    case string(String)
+    case integer(Int64)
+    case null
+
+    public var json: JSONValue {
+        switch self {
+        case .string(let value): .string(value)
+        case .integer(let value): .integer(value)
+        case .null: .null
+        }
+    }
+
+    /// The id of a `JSONValue`, nil when it is not a valid id.
+    public init?(json: JSONValue) {
+        switch json {
+        case .string(let value): self = .string(value)
+        case .integer(let value): self = .integer(value)
+        case .null: self = .null
+        default: return nil
+        }
+    }
+
+    public var description: String { json.jsonText }
+}
+
+/// One valid request or notification.
+public struct RPCRequest: Sendable, Hashable {
+    /// nil for a notification (no `id` member): it gets no reply.
+    public var id: RPCID?
+    public var method: String
+    /// `.object` (named), `.array` (positional) or nil (absent or `null`).
+    /// The broker refuses positional params with `-32602`.
+    public var params: JSONValue?
+
+    public init(id: RPCID?, method: String, params: JSONValue? = nil) {
+        self.id = id
+        self.method = method
+        self.params = params
+    }
+
+    public var isNotification: Bool { id == nil }
+
+    /// The request as it goes on the wire.
+    public var json: JSONValue {
+        var members: [String: JSONValue] = ["jsonrpc": "2.0", "method": .string(method)]
+        if let id { members["id"] = id.json }
+        if let params { members["params"] = params }
+        return .object(members)
+    }
+}
+
+/// A response: the result or the error for one id.
+public struct RPCResponse: Sendable, Hashable {
+    public var id: RPCID
+    public var outcome: Result<JSONValue, RPCError>
+
+    public init(id: RPCID, outcome: Result<JSONValue, RPCError>) {
+        self.id = id
+        self.outcome = outcome
+    }
+
+    public init(id: RPCID, result: JSONValue) { self.init(id: id, outcome: .success(result)) }
+    public init(id: RPCID, error: RPCError) { self.init(id: id, outcome: .failure(error)) }
+
+    public var json: JSONValue {
+        switch outcome {
+        case .success(let result): ["jsonrpc": "2.0", "id": id.json, "result": result]
+        case .failure(let error): ["jsonrpc": "2.0", "id": id.json, "error": error.json]
+        }
+    }
+
+    /// Reads a response object; nil when it is not one.
+    public init?(json: JSONValue) {
+        guard json["jsonrpc"] == "2.0", let rawID = json["id"], let id = RPCID(json: rawID) else { return nil }
+        if let result = json["result"], json["error"] == nil {
+            self.init(id: id, result: result)
+        } else if let errorJSON = json["error"], json["result"] == nil, let error = RPCError(json: errorJSON) {
+            self.init(id: id, error: error)
+        } else {
+            return nil
+        }
+    }
+}
+
+/// One element of an incoming message, as the server sees it.
+public enum RPCIncomingElement: Sendable, Hashable {
+    /// A valid request (or notification) to hand to the method table.
+    case request(RPCRequest)
+    /// An element that is not a valid request; answered with this error and id
+    /// (the element's id when it could be read, else null).
+    case invalid(id: RPCID, error: RPCError)
+}
+
+/// A decoded incoming message.
+public enum RPCIncoming: Sendable, Hashable {
+    /// One element (not in a batch).
+    case single(RPCIncomingElement)
+    /// A batch of 1…`RPCCodec.maxBatchSize` elements.
+    case batch([RPCIncomingElement])
+    /// The message as a whole is refused with one error (id null): not JSON,
+    /// `[]`, or a batch that is too large.
+    case rejected(RPCError)
+}
+
+/// A message a client receives.
+public enum RPCClientMessage: Sendable, Hashable {
+    case response(RPCResponse)
+    case batch([RPCResponse])
+    case notification(method: String, params: JSONValue?)
+}
+
+/// The JSON-RPC 2.0 codec: pure functions from bytes to messages and back.
+public enum RPCCodec {
+    /// A batch has at most this many elements; a larger one is one `-32600`.
+    public static let maxBatchSize = 100
+
+    /// Decodes one message received by a server.
+    public static func decodeIncoming(_ bytes: some Collection<UInt8>) -> RPCIncoming {
+        let json: JSONValue
+        do {
+            json = try JSONValue.parse(bytes)
+        } catch {
+            return .rejected(.parseError())
+        }
+        return decodeIncoming(json: json)
+    }
+
+    /// Decodes one parsed message received by a server.
+    public static func decodeIncoming(json: JSONValue) -> RPCIncoming {
+        guard case .array(let elements) = json else { return .single(element(json)) }
+        if elements.isEmpty { return .rejected(.invalidRequest("Invalid Request: empty batch")) }
+        if elements.count > maxBatchSize {
+            return .rejected(.invalidRequest("Invalid Request: a batch has at most \(maxBatchSize) elements"))
+        }
+        return .batch(elements.map(element))
+    }
+
+    /// Validates one request object.
+    public static func element(_ json: JSONValue) -> RPCIncomingElement {
+        guard case .object(let members) = json else {
+            return .invalid(id: .null, error: .invalidRequest("Invalid Request: not an object"))
+        }
+        // The id to answer with: the element's own when it is valid, else null.
+        var id: RPCID? = nil
+        if let rawID = members["id"] {
+            guard let valid = RPCID(json: rawID) else {
+                return .invalid(id: .null, error: .invalidRequest("Invalid Request: id must be a string, an integer or null"))
+            }
+            id = valid
+        }
+        guard members["jsonrpc"] == "2.0" else {
+            return .invalid(id: id ?? .null, error: .invalidRequest("Invalid Request: jsonrpc must be \"2.0\""))
+        }
+        guard case .string(let method)? = members["method"] else {
+            return .invalid(id: id ?? .null, error: .invalidRequest("Invalid Request: method must be a string"))
+        }
+        var params: JSONValue? = nil
+        switch members["params"] {
+        case nil, .null?: params = nil
+        case .object?, .array?: params = members["params"]
+        default:
+            return .invalid(id: id ?? .null, error: .invalidRequest("Invalid Request: params must be an object or an array"))
+        }
+        return .request(RPCRequest(id: id, method: method, params: params))
+    }
+
+    /// The bytes of a single response.
+    public static func encode(_ response: RPCResponse) -> [UInt8] { response.json.serialized() }
+
+    /// The bytes of a batch response (callers never send an empty one).
+    public static func encode(batch responses: [RPCResponse]) -> [UInt8] {
+        JSONValue.array(responses.map(\.json)).serialized()
+    }
+
+    /// The bytes of a notification sent to a client.
+    public static func encodeNotification(method: String, params: JSONValue?) -> [UInt8] {
+        RPCRequest(id: nil, method: method, params: params).json.serialized()
+    }
+
+    /// Decodes one message received by a client; nil when it is neither a
+    /// response, a batch of responses nor a notification.
+    public static func decodeClientMessage(_ bytes: some Collection<UInt8>) -> RPCClientMessage? {
+        guard let json = try? JSONValue.parse(bytes) else { return nil }
+        switch json {
+        case .array(let elements):
+            var responses: [RPCResponse] = []
+            for element in elements {
+                guard let response = RPCResponse(json: element) else { return nil }
+                responses.append(response)
+            }
+            return .batch(responses)
+        case .object(let members):
+            if members["id"] == nil, case .string(let method)? = members["method"], members["jsonrpc"] == "2.0" {
+                let params: JSONValue? = members["params"] == .null ? nil : members["params"]
+                return .notification(method: method, params: params)
+            }
+            return RPCResponse(json: json).map(RPCClientMessage.response)
+        default:
+            return nil
+        }
+    }
+}

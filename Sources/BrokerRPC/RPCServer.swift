@@ -1,0 +1,541 @@
+import Dispatch
+import Synchronization
+
+/// Handles one request or notification. Throw an `RPCError` to answer with
+/// it; for a notification the result (or error) is discarded. Calls run
+/// concurrently, so a slow one never holds up another.
+public typealias RPCHandler =
+    @Sendable (_ context: RPCRequestContext, _ method: String, _ params: JSONValue?) async throws(RPCError) -> JSONValue
+
+/// Configuration of an `RPCServer`.
+public struct RPCServerConfiguration: Sendable {
+    /// Where the server listens.
+    public enum Listen: Sendable, Hashable {
+        /// Bind this path: its parent directory is created `0700` when
+        /// missing, a stale socket there is replaced (any other file is
+        /// refused), and the socket is made `0600`. Removed on shutdown.
+        case path(String)
+        /// An already-listening Unix stream socket (systemd's `LISTEN_FDS`).
+        /// The server owns it from then on and closes it on shutdown.
+        case fileDescriptor(Int32)
+    }
+
+    public var listen: Listen
+    /// Connections from any other uid are closed before anything is read.
+    /// Default: the effective uid of this process.
+    public var allowedUID: UInt32
+    /// Serial queues that serve the connections' I/O. Default 2.
+    public var ioQueueCount: Int
+    /// The largest message accepted. Default 1 MiB.
+    public var maxMessageSize: Int
+    /// A connection with more output queued than this (it does not read) is
+    /// closed. Default 16 MiB.
+    public var maxQueuedOutput: Int
+    /// Requests of one connection handled at once; past it the connection is
+    /// not read until some complete. Default 512.
+    public var maxInFlightPerConnection: Int
+    /// How long shutdown waits for requests in flight before cancelling them. Default 5 s.
+    public var shutdownGracePeriod: Duration
+    /// The listen backlog. Default 128.
+    public var backlog: Int32
+
+    public init(
+        listen: Listen,
+        allowedUID: UInt32? = nil,
+        ioQueueCount: Int = 2,
+        maxMessageSize: Int = RPCFrameDecoder.defaultMaxMessageSize,
+        maxQueuedOutput: Int = 16 * 1_048_576,
+        maxInFlightPerConnection: Int = 512,
+        shutdownGracePeriod: Duration = .seconds(5),
+        backlog: Int32 = 128
+    ) {
+        self.listen = listen
+        self.allowedUID = allowedUID ?? Syscalls.effectiveUID
+        self.ioQueueCount = max(1, ioQueueCount)
+        self.maxMessageSize = maxMessageSize
+        self.maxQueuedOutput = maxQueuedOutput
+        self.maxInFlightPerConnection = max(2, maxInFlightPerConnection)
+        self.shutdownGracePeriod = shutdownGracePeriod
+        self.backlog = backlog
+    }
+}
+
+/// Why the server could not start. The messages name no path.
+public enum RPCServerError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The socket's directory could not be created or is not a directory.
+    case directoryUnavailable(Errno)
+    /// Something that is not a socket is at the socket path.
+    case pathOccupied
+    /// The path is longer than a Unix socket address allows (107 bytes).
+    case pathTooLong
+    /// The passed descriptor is not a listening stream socket.
+    case notAListeningSocket
+    case socketFailed(Errno)
+    case bindFailed(Errno)
+    case listenFailed(Errno)
+    /// `run()` was called twice.
+    case alreadyRunning
+
+    public var description: String {
+        switch self {
+        case .directoryUnavailable(let e): "the socket directory could not be created (\(e))"
+        case .pathOccupied: "a file that is not a socket is in the way of the socket; remove it"
+        case .pathTooLong: "the socket path is too long for a Unix socket (at most 107 bytes)"
+        case .notAListeningSocket: "the passed file descriptor is not a listening stream socket"
+        case .socketFailed(let e): "could not create the socket (\(e))"
+        case .bindFailed(let e): "could not bind the socket (\(e)); is another broker running?"
+        case .listenFailed(let e): "could not listen on the socket (\(e))"
+        case .alreadyRunning: "the server is already running"
+        }
+    }
+}
+
+/// What the server reports, for logs and counters.
+public enum RPCServerEvent: Sendable, Hashable {
+    case connectionOpened(connectionID: UInt64, peer: RPCPeer)
+    case connectionClosed(connectionID: UInt64, reason: RPCCloseReason)
+    /// A peer of another uid was closed before anything was read.
+    case peerRefused(peer: RPCPeer)
+    /// `SO_PEERCRED` failed; the connection was closed.
+    case peerUnknown(Errno)
+    /// A message was refused as a whole (over the limit, broken framing).
+    case frameRejected(connectionID: UInt64, error: RPCFrameError)
+    /// `accept` failed (for example EMFILE); accepting pauses briefly.
+    case acceptFailed(Errno)
+}
+
+/// Counters of a server.
+public struct RPCServerStatistics: Sendable, Hashable {
+    public var accepted = 0
+    public var refused = 0
+    public var open = 0
+}
+
+/// JSON-RPC 2.0 over a Unix stream socket.
+///
+/// `init` binds and listens (so clients can connect at once); `run()`
+/// serves until `shutdown()` is called or its task is cancelled, then stops
+/// accepting, lets requests in flight finish (up to the grace period), closes
+/// every connection, removes the socket file it created, and returns.
+///
+/// ```swift
+/// let server = try RPCServer(configuration: .init(listen: .path(path))) { context, method, params throws(RPCError) in
+///     switch method {
+///     case "broker.info": return ["version": "1.0"]
+///     default: throw .methodNotFound(method)
+///     }
+/// }
+/// try await server.run()
+/// ```
+public final class RPCServer: Sendable {
+    public let configuration: RPCServerConfiguration
+    private let handler: RPCHandler
+    private let events: @Sendable (RPCServerEvent) -> Void
+    private let listenFD: Int32
+    /// The path bound and its inode, to remove exactly that socket at shutdown.
+    private let boundPath: (path: String, device: UInt64, inode: UInt64)?
+    private let acceptQueue = DispatchQueue(label: "browser-login.rpc.accept")
+    private let ioQueues: [DispatchQueue]
+    private let work: AsyncStream<@Sendable () async -> Void>
+    private let workContinuation: AsyncStream<@Sendable () async -> Void>.Continuation
+
+    private struct State {
+        var running = false
+        var stopping = false
+        var listenerClosed = false
+        var nextConnectionID: UInt64 = 1
+        var connections: [UInt64: RPCConnection] = [:]
+        var inFlight = 0
+        var statistics = RPCServerStatistics()
+    }
+    private let state = Mutex(State())
+    /// Touched only on `acceptQueue`. `@unchecked Sendable` box: see `AcceptSourceBox`.
+    private let acceptSource = AcceptSourceBox()
+
+    /// Binds (or adopts) the socket and listens. Nothing is served before `run()`.
+    public init(
+        configuration: RPCServerConfiguration,
+        events: @escaping @Sendable (RPCServerEvent) -> Void = { _ in },
+        handler: @escaping RPCHandler
+    ) throws(RPCServerError) {
+        self.configuration = configuration
+        self.handler = handler
+        self.events = events
+        self.ioQueues = (0..<configuration.ioQueueCount).map {
+            DispatchQueue(label: "browser-login.rpc.io.\($0)")
+        }
+        (work, workContinuation) = AsyncStream.makeStream(bufferingPolicy: .unbounded)
+        switch configuration.listen {
+        case .fileDescriptor(let fd):
+            guard (try? Syscalls.isListeningStreamSocket(fd)) == true else { throw .notAListeningSocket }
+            do {
+                try Syscalls.makeNonBlockingCloseOnExec(fd)
+            } catch {
+                throw .socketFailed(error)
+            }
+            listenFD = fd
+            boundPath = nil
+        case .path(let path):
+            (listenFD, boundPath) = try Self.bindPath(path, backlog: configuration.backlog)
+        }
+    }
+
+    deinit {
+        // Only when run() never ran (run() closes the listener itself).
+        let closeNow = state.withLock { state -> Bool in
+            defer { state.listenerClosed = true }
+            return !state.listenerClosed
+        }
+        if closeNow { closeListener() }
+    }
+
+    private static func bindPath(
+        _ path: String, backlog: Int32
+    ) throws(RPCServerError) -> (Int32, (path: String, device: UInt64, inode: UInt64)) {
+        guard path.utf8.count <= 107, !path.isEmpty else { throw .pathTooLong }
+        let directory = Self.parentDirectory(of: path)
+        do {
+            if let status = try Syscalls.lstat(directory) {
+                guard status.isDirectory else { throw RPCServerError.directoryUnavailable(.notDirectory) }
+            } else {
+                try Syscalls.mkdir(directory, mode: 0o700)
+            }
+        } catch let error as Errno {
+            throw .directoryUnavailable(error)
+        } catch let error as RPCServerError {
+            throw error
+        } catch {
+            throw .directoryUnavailable(.invalidArgument)
+        }
+        do {
+            if let existing = try Syscalls.lstat(path) {
+                guard existing.isSocket else { throw RPCServerError.pathOccupied }
+                try Syscalls.unlink(path)
+            }
+        } catch let error as RPCServerError {
+            throw error
+        } catch {
+            throw .bindFailed((error as? Errno) ?? .invalidArgument)
+        }
+        let fd: Int32
+        do {
+            fd = try Syscalls.unixStreamSocket()
+        } catch {
+            throw .socketFailed(error)
+        }
+        do {
+            try Syscalls.bind(fd, path: path)
+        } catch {
+            Syscalls.close(fd)
+            throw error == .nameTooLong ? .pathTooLong : .bindFailed(error)
+        }
+        let identity: FileStatus
+        do throws(Errno) {
+            // Owner-only before anyone can connect (the directory is 0700 as well).
+            try Syscalls.chmod(path, mode: 0o600)
+            try Syscalls.makeNonBlockingCloseOnExec(fd)
+            try Syscalls.listen(fd, backlog: backlog)
+            guard let status = try Syscalls.lstat(path) else { throw Errno.noSuchFile }
+            identity = status
+        } catch {
+            Syscalls.close(fd)
+            try? Syscalls.unlink(path)
+            throw .listenFailed(error)
+        }
+        return (fd, (path, identity.device, identity.inode))
+    }
+
+    private static func parentDirectory(of path: String) -> String {
+        let bytes = Array(path.utf8)
+        guard let slash = bytes.lastIndex(of: UInt8(ascii: "/")) else { return "." }
+        if slash == 0 { return "/" }
+        return String(decoding: bytes[..<slash], as: UTF8.self)
+    }
+
+    /// The current counters.
+    public var statistics: RPCServerStatistics { state.withLock { $0.statistics } }
+
+    /// Connections open now.
+    public var connections: [RPCConnection] { state.withLock { Array($0.connections.values) } }
+
+    // MARK: Running
+
+    /// Serves until `shutdown()` or cancellation, then stops gracefully and returns.
+    public func run() async throws {
+        let alreadyRunning = state.withLock { state -> Bool in
+            defer { state.running = true }
+            return state.running
+        }
+        if alreadyRunning { throw RPCServerError.alreadyRunning }
+
+        acceptQueue.async { self.startAccepting() }
+        await withDiscardingTaskGroup { group in
+            await withTaskCancellationHandler {
+                for await item in work {
+                    group.addTask { await item() }
+                }
+            } onCancel: {
+                self.shutdown()
+            }
+            // The stream ended: shutdown() was called. New requests are no longer taken.
+            await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                acceptQueue.async {
+                    self.stopAccepting()
+                    done.resume()
+                }
+            }
+            await eachConnection { $0.stopReading() }
+            let deadline = ContinuousClock.now + configuration.shutdownGracePeriod
+            while state.withLock({ $0.inFlight }) > 0 && ContinuousClock.now < deadline {
+                try? await Task.sleep(for: .milliseconds(5))
+            }
+            group.cancelAll()
+        }
+        await eachConnection { $0.flushAndClose() }
+    }
+
+    /// Asks `run()` to stop (it returns once stopped). Safe to call from anywhere, more than once.
+    public func shutdown() {
+        let first = state.withLock { state -> Bool in
+            defer { state.stopping = true }
+            return !state.stopping
+        }
+        if first { workContinuation.finish() }
+    }
+
+    /// Runs `body` on each open connection's queue, and waits until all ran.
+    private func eachConnection(_ body: @escaping @Sendable (ConnectionIO) -> Void) async {
+        let all = connections
+        let group = DispatchGroup()
+        for connection in all {
+            let io = connection.io
+            io.queue.async(group: group) { body(io) }
+        }
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            group.notify(queue: acceptQueue) { done.resume() }
+        }
+    }
+
+    // MARK: Accepting (on acceptQueue)
+
+    private func startAccepting() {
+        dispatchPrecondition(condition: .onQueue(acceptQueue))
+        guard !state.withLock({ $0.stopping }) else { return }
+        let source = DispatchSource.makeReadSource(fileDescriptor: listenFD, queue: acceptQueue)
+        source.setEventHandler { [self] in self.acceptPending() }
+        source.setCancelHandler { [self] in
+            let closeNow = self.state.withLock { state -> Bool in
+                defer { state.listenerClosed = true }
+                return !state.listenerClosed
+            }
+            if closeNow { self.closeListener() }
+        }
+        acceptSource.source = source
+        source.resume()
+    }
+
+    private func stopAccepting() {
+        dispatchPrecondition(condition: .onQueue(acceptQueue))
+        if let source = acceptSource.source {
+            if acceptSource.paused {
+                acceptSource.paused = false
+                source.resume()
+            }
+            source.cancel()
+            acceptSource.source = nil
+        } else {
+            let closeNow = state.withLock { state -> Bool in
+                defer { state.listenerClosed = true }
+                return !state.listenerClosed
+            }
+            if closeNow { closeListener() }
+        }
+    }
+
+    /// Closes the listener and removes the socket file if it is still the one bound here.
+    private func closeListener() {
+        Syscalls.close(listenFD)
+        if let boundPath, let status = try? Syscalls.lstat(boundPath.path), status.isSocket,
+            status.device == boundPath.device, status.inode == boundPath.inode
+        {
+            try? Syscalls.unlink(boundPath.path)
+        }
+    }
+
+    private func acceptPending() {
+        while true {
+            let fd: Int32
+            do {
+                guard let accepted = try Syscalls.accept(listenFD) else { return }
+                fd = accepted
+            } catch {
+                events(.acceptFailed(error))
+                pauseAccepting()
+                return
+            }
+            admit(fd)
+        }
+    }
+
+    /// After an accept failure (EMFILE…), waits a little instead of spinning.
+    private func pauseAccepting() {
+        guard let source = acceptSource.source, !acceptSource.paused else { return }
+        acceptSource.paused = true
+        source.suspend()
+        acceptQueue.asyncAfter(deadline: .now() + .milliseconds(100)) { [self] in
+            guard let source = self.acceptSource.source, self.acceptSource.paused else { return }
+            self.acceptSource.paused = false
+            source.resume()
+        }
+    }
+
+    /// Checks the peer of a new connection before reading anything, then serves it.
+    private func admit(_ fd: Int32) {
+        let credentials: PeerCredentials
+        do {
+            credentials = try Syscalls.peerCredentials(fd)
+        } catch {
+            Syscalls.close(fd)
+            state.withLock { $0.statistics.refused += 1 }
+            events(.peerUnknown(error))
+            return
+        }
+        let peer = RPCPeer(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid)
+        guard peer.uid == configuration.allowedUID else {
+            Syscalls.close(fd)
+            state.withLock { $0.statistics.refused += 1 }
+            events(.peerRefused(peer: peer))
+            return
+        }
+        do {
+            try Syscalls.makeNonBlockingCloseOnExec(fd)
+        } catch {
+            Syscalls.close(fd)
+            events(.acceptFailed(error))
+            return
+        }
+        let id = state.withLock { state -> UInt64 in
+            defer { state.nextConnectionID += 1 }
+            return state.nextConnectionID
+        }
+        let queue = ioQueues[Int(id % UInt64(ioQueues.count))]
+        let limits = ConnectionIO.Limits(
+            maxMessageSize: configuration.maxMessageSize,
+            maxQueuedOutput: configuration.maxQueuedOutput,
+            maxInFlight: configuration.maxInFlightPerConnection)
+        let events = self.events
+        let io = ConnectionIO(
+            connectionID: id, fd: fd, queue: queue, limits: limits,
+            submit: { [weak self] io, bytes in self?.submit(io: io, bytes: bytes) ?? false },
+            onFrameError: { error in events(.frameRejected(connectionID: id, error: error)) })
+        let connection = RPCConnection(id: id, peer: peer, io: io)
+        state.withLock { state in
+            state.connections[id] = connection
+            state.statistics.accepted += 1
+            state.statistics.open += 1
+        }
+        events(.connectionOpened(connectionID: id, peer: peer))
+        queue.async { [weak self] in
+            io.onClosed = { [weak self, weak connection] reason in
+                self?.state.withLock { state in
+                    state.connections[id] = nil
+                    state.statistics.open -= 1
+                }
+                events(.connectionClosed(connectionID: id, reason: reason))
+                connection?.didClose()
+            }
+            if self == nil || self?.state.withLock({ $0.stopping }) == true {
+                io.close(.serverShutdown)
+            } else {
+                io.start()
+            }
+        }
+    }
+
+    // MARK: Handling
+
+    /// Called on the connection's queue for each complete message.
+    private func submit(io: ConnectionIO, bytes: [UInt8]) -> Bool {
+        guard let connection = state.withLock({ $0.connections[io.connectionID] }) else { return false }
+        let accepted = state.withLock { state -> Bool in
+            guard !state.stopping else { return false }
+            state.inFlight += 1
+            return true
+        }
+        guard accepted else { return false }
+        let handler = self.handler
+        let item: @Sendable () async -> Void = { [self] in
+            let reply = await RPCDispatcher.reply(to: bytes) { request in
+                do throws(RPCError) {
+                    let context = RPCRequestContext(connection: connection, requestID: request.id)
+                    return .success(try await handler(context, request.method, request.params))
+                } catch {
+                    return .failure(error)
+                }
+            }
+            io.queue.async { io.finished(reply: reply) }
+            self.state.withLock { $0.inFlight -= 1 }
+        }
+        if case .terminated = workContinuation.yield(item) {
+            state.withLock { $0.inFlight -= 1 }
+            return false
+        }
+        return true
+    }
+}
+
+/// The accept source and whether it is suspended.
+///
+/// `@unchecked Sendable`: both members are read and written only on the
+/// server's `acceptQueue` (a serial queue): in `startAccepting`,
+/// `stopAccepting`, `acceptPending` and `pauseAccepting`, which all run there.
+private final class AcceptSourceBox: @unchecked Sendable {
+    var source: DispatchSourceRead?
+    var paused = false
+}
+
+/// Turns one incoming message into its reply, running the requests through `perform`.
+public enum RPCDispatcher {
+    /// The framed-body reply to `bytes`, or nil when none is due (notifications only).
+    /// The elements of a batch run concurrently; the batch reply is sent once all are done.
+    public static func reply(
+        to bytes: [UInt8], perform: @escaping @Sendable (RPCRequest) async -> Result<JSONValue, RPCError>
+    ) async -> [UInt8]? {
+        await reply(to: RPCCodec.decodeIncoming(bytes), perform: perform)?.serialized()
+    }
+
+    /// The reply to a decoded message, or nil when none is due.
+    public static func reply(
+        to incoming: RPCIncoming, perform: @escaping @Sendable (RPCRequest) async -> Result<JSONValue, RPCError>
+    ) async -> JSONValue? {
+        switch incoming {
+        case .rejected(let error):
+            return RPCResponse(id: .null, error: error).json
+        case .single(let element):
+            return await respond(to: element, perform: perform)?.json
+        case .batch(let elements):
+            let responses = await withTaskGroup(of: (Int, RPCResponse?).self) { group in
+                for (index, element) in elements.enumerated() {
+                    group.addTask { (index, await respond(to: element, perform: perform)) }
+                }
+                var collected = [RPCResponse?](repeating: nil, count: elements.count)
+                for await (index, response) in group { collected[index] = response }
+                return collected.compactMap { $0 }
+            }
+            return responses.isEmpty ? nil : .array(responses.map(\.json))
+        }
+    }
+
+    private static func respond(
+        to element: RPCIncomingElement, perform: @Sendable (RPCRequest) async -> Result<JSONValue, RPCError>
+    ) async -> RPCResponse? {
+        switch element {
+        case .invalid(let id, let error):
+            return RPCResponse(id: id, error: error)
+        case .request(let request):
+            let outcome = await perform(request)
+            guard let id = request.id else { return nil }
+            return RPCResponse(id: id, outcome: outcome)
+        }
+    }
+}
