@@ -11,6 +11,7 @@ let package = Package(
     name: "browser-login",
     platforms: [.macOS(.v14)],
     products: [
+        .executable(name: "browser-login", targets: ["browser-login"]),
         .library(name: "BrowserLoginProtocol", targets: ["BrowserLoginProtocol"])
     ],
     targets: [
@@ -35,6 +36,8 @@ let package = Package(
             name: "Broker",
             dependencies: ["BrokerCore", "BrokerStore", "BrokerRPC", "BrowserLoginProtocol"]
         ),
+
+        .executableTarget(name: "browser-login", dependencies: ["BrokerRPC", "BrowserLoginProtocol"]),
 
         .testTarget(name: "BrowserLoginProtocolTests", dependencies: ["BrowserLoginProtocol"]),
         .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrowserLoginProtocol"]),

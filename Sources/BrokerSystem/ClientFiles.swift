@@ -1,0 +1,84 @@
+import BrokerCore
+import CGIO
+import Foundation
+
+/// Reads client drop-in files: `*.conf` in `$XDG_CONFIG_HOME/browser-login/clients.d/`,
+/// then in each `$XDG_DATA_DIRS/browser-login/clients.d/`. A file name found
+/// earlier wins (the user's file overrides a system one of the same name).
+/// The format is the INI format of desktop files and systemd units, read with
+/// GLib's GKeyFile; keys live in the `[Client]` group.
+public enum ClientFiles {
+    public struct Loaded: Sendable {
+        public var clients: [ClientConfig]
+        public var problems: [ConfigProblem]
+        public var files: [String]
+    }
+
+    /// The directories searched, in order of precedence.
+    public static func directories(environment: [String: String]) -> [String] {
+        let home = environment["HOME"] ?? NSHomeDirectory()
+        let configHome = environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.config"
+        let dataDirs = environment["XDG_DATA_DIRS"].flatMap { $0.isEmpty ? nil : $0 } ?? "/usr/local/share:/usr/share"
+        return [configHome + "/browser-login/clients.d"]
+            + dataDirs.split(separator: ":").map { String($0) + "/browser-login/clients.d" }
+    }
+
+    public static func load(directories: [String]) -> Loaded {
+        var seen = Set<String>()
+        var clients: [ClientConfig] = []
+        var problems: [ConfigProblem] = []
+        var files: [String] = []
+        for directory in directories {
+            guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { continue }
+            for name in names.sorted() where name.hasSuffix(".conf") && !seen.contains(name) {
+                seen.insert(name)
+                let path = directory + "/" + name
+                files.append(path)
+                switch readGroup(path: path, group: ClientConfigValidator.group) {
+                case .failure(let problem):
+                    problems.append(problem)
+                case .success(let keys):
+                    let (config, found) = ClientConfigValidator.validate(file: path, keys: keys)
+                    problems.append(contentsOf: found)
+                    if let config { clients.append(config) }
+                }
+            }
+        }
+        let (kept, clashes) = ClientConfigValidator.checkTogether(clients)
+        return Loaded(clients: kept, problems: problems + clashes, files: files)
+    }
+
+    /// The keys of one group of a key file, unescaped by GKeyFile.
+    static func readGroup(path: String, group: String) -> Result<[String: String], ConfigProblem> {
+        let keyFile = g_key_file_new()
+        defer { g_key_file_free(keyFile) }
+        var error: UnsafeMutablePointer<GError>?
+        guard g_key_file_load_from_file(keyFile, path, G_KEY_FILE_NONE, &error) != 0 else {
+            let message = error.map { String(cString: $0.pointee.message) } ?? "unreadable"
+            g_error_free(error)
+            return .failure(ConfigProblem(.error, file: path, key: nil, "cannot be read as a key file: \(message)"))
+        }
+        guard g_key_file_has_group(keyFile, group) != 0 else {
+            return .failure(
+                ConfigProblem(.error, file: path, key: nil, "has no [\(group)] group; client settings go under [\(group)]"))
+        }
+        var count: Int = 0
+        guard let keys = g_key_file_get_keys(keyFile, group, &count, nil) else { return .success([:]) }
+        defer { g_strfreev(keys) }
+        var result: [String: String] = [:]
+        for i in 0..<count {
+            guard let keyPointer = keys[i] else { continue }
+            let key = String(cString: keyPointer)
+            var valueError: UnsafeMutablePointer<GError>?
+            if let value = g_key_file_get_string(keyFile, group, keyPointer, &valueError) {
+                result[key] = String(cString: value)
+                g_free(value)
+            } else {
+                let message = valueError.map { String(cString: $0.pointee.message) } ?? "invalid value"
+                g_error_free(valueError)
+                return .failure(ConfigProblem(.error, file: path, key: key, message))
+            }
+        }
+        return .success(result)
+    }
+}
