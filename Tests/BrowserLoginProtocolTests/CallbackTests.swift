@@ -75,6 +75,9 @@ let callbackCases: [CallbackCase] = [
     ok(
         "dot segments kept as written", "https://app.example.com/a/../cb?code=c1&attempt=att1&\(issQ)", code: "c1",
         target: "https://app.example.com/a/../cb"),
+    ok(
+        "IPv6 target parses (and never matches a registration)", "https://[::1]:8443/cb?code=c1&attempt=att1&\(issQ)",
+        code: "c1", target: "https://[::1]:8443/cb"),
     ok("exactly 8 KiB", padded(to: 8192), code: "c1"),
 
     // Refused: size, fragment, userinfo, not a URL.

@@ -24,6 +24,12 @@ import Testing
         #expect(ProofSecret.isWellFormed(Self.rfcChallenge))
     }
 
+    /// The second example of docs/protocol.md §3.
+    @Test func docsRecoveryExample() {
+        let key = ProofSecret(value: "Jr6sV2xQm8bT0cLw4nYhE1uKpZ9aGfD3oXiR7eS5_-M")
+        #expect(key.challenge == "WzK8ZggyFMv8v5D1L3K2PkBU5pedUPl6UJYDVMqfJOU")
+    }
+
     private static func hex(_ bytes: [UInt8]) -> String {
         let digits = Array("0123456789abcdef")
         return String(bytes.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 0xF)]] })

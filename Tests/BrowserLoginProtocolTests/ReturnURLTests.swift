@@ -248,6 +248,8 @@ let matchCases: [MatchCase] = [
     differ("https://app.example.com/cb", "https://app.example.com.evil.example/cb"),
     differ("https://app.example.com/cb", "https://app%2Eexample.com/cb"),
     differ("https://app.example.com/cb", "http://app.example.com/cb"),
+    differ("https://app.example.com/cb", "https://[::1]/cb"),
+    differ("https://app.example.com/cb", "https://[::1]:443/cb"),
     differ("https://app.example.com/cb", "https:app.example.com/cb"),
     differ("com.example.notes:/callback", "com.example.notes://callback"),
     differ("com.example.notes:/callback", "com.example.notes:callback"),
