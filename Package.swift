@@ -12,7 +12,7 @@ let package = Package(
     platforms: [.macOS(.v14)],
     products: [
         .executable(name: "browser-login", targets: ["browser-login"]),
-        .library(name: "BrowserLoginProtocol", targets: ["BrowserLoginProtocol"])
+        .library(name: "BrowserLoginProtocol", targets: ["BrowserLoginProtocol"]),
     ],
     targets: [
         cLibrary("CSQLite", pkgConfig: "sqlite3", apt: ["libsqlite3-dev"]),

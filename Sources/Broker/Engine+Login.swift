@@ -20,7 +20,9 @@ extension BrokerEngine {
         if let running = starting[clientId] {
             return try await running.value
         }
-        let task = Task { try await self.startNow(client, ephemeral: ephemeral, openBrowser: openBrowser, switchAccount: switchAccount) }
+        let task = Task {
+            try await self.startNow(client, ephemeral: ephemeral, openBrowser: openBrowser, switchAccount: switchAccount)
+        }
         starting[clientId] = task
         defer { starting[clientId] = nil }
         return try await task.value
@@ -74,7 +76,8 @@ extension BrokerEngine {
             let brokerError = error.brokerError(attemptId: id)
             try commit(
                 &record, .createFailed,
-                error: AttemptError(code: brokerError.code.rawValue, message: brokerError.message, serverCode: brokerError.serverCode))
+                error: AttemptError(
+                    code: brokerError.code.rawValue, message: brokerError.message, serverCode: brokerError.serverCode))
             try? await vault.remove(attributes: keys)
             throw brokerError
         }

@@ -84,7 +84,8 @@ extension BrokerEngine {
         do {
             _ = try await server(clientId).revoke(accessToken: secrets.session.accessToken)
         } catch {
-            if case .refused = error {} else {
+            if case .refused = error {
+            } else {
                 logger.notice("sign-out revoke postponed", ["client": clientId, "error": "\(error)"])
                 return
             }

@@ -58,7 +58,8 @@ extension SecretVault {
     func lookupJSON<T: Decodable>(_ type: T.Type, attributes: [String: String]) async throws(VaultError) -> T? {
         guard let bytes = try await lookup(attributes: attributes) else { return nil }
         do { return try JSONDecoder().decode(T.self, from: Data(bytes)) } catch {
-            throw .failed("a vault item of browser-login is unreadable; remove it with secret-tool clear kind \(attributes["kind"] ?? "")")
+            throw .failed(
+                "a vault item of browser-login is unreadable; remove it with secret-tool clear kind \(attributes["kind"] ?? "")")
         }
     }
 }

@@ -229,7 +229,9 @@ final class ConnectionIO: @unchecked Sendable {
             }
         stopReading()
         closeWhenFlushed = true
-        enqueue(body: RPCCodec.encode(RPCResponse(id: .null, error: reply)), reason: error == .oversize ? .oversize : .malformedFraming)
+        enqueue(
+            body: RPCCodec.encode(RPCResponse(id: .null, error: reply)),
+            reason: error == .oversize ? .oversize : .malformedFraming)
     }
 
     private func pauseReading() {

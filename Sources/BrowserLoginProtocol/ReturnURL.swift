@@ -116,8 +116,10 @@ public struct ReturnURL: Sendable, Hashable, CustomStringConvertible {
 
     /// True when `callback`'s scheme + authority + path equal this URL's
     /// exactly (scheme and host case-insensitively, the path byte for byte).
+    /// A URL that still carries a query or a fragment never matches (§1,
+    /// §5.1); pass a parsed callback's `target`, which has neither.
     public func matches(_ callback: URLParts) -> Bool {
-        callback.matchKey == parts.matchKey
+        callback.query == nil && callback.fragment == nil && callback.matchKey == parts.matchKey
     }
 
     private static func checkAuthority(_ parts: URLParts, https: Bool) throws(ReturnURLRefusal) {

@@ -54,7 +54,8 @@ func nextStep(_ a: JSONValue) -> String {
     switch a["state"]?.stringValue {
     case "waiting":
         if a["serverState"]?.stringValue == "authorized" {
-            return "signed in at the server but the callback never arrived: check the URL handler (browser-login doctor), then 'browser-login resume \(id)'"
+            return
+                "signed in at the server but the callback never arrived: check the URL handler (browser-login doctor), then 'browser-login resume \(id)'"
         }
         return "finish signing in in the browser, or 'browser-login resume \(id)' / 'browser-login cancel \(id)'"
     case "starting", "exchanging":
@@ -63,7 +64,8 @@ func nextStep(_ a: JSONValue) -> String {
         if a["reconciled"]?.boolValue == true {
             return "reconciled: 'browser-login acknowledge \(id)'"
         }
-        return "the exchange's answer was lost; the broker reconciles it when the server answers ('browser-login status' retries now)"
+        return
+            "the exchange's answer was lost; the broker reconciles it when the server answers ('browser-login status' retries now)"
     case "completed":
         return "-"
     case "cancelled", "expired", "denied", "failed":
@@ -85,7 +87,8 @@ func table(_ rows: [[String]]) -> String {
 }
 
 func describeAttempt(_ a: JSONValue) -> String {
-    var text = "attempt \(a["attemptId"]?.stringValue ?? "?"): \(a["state"]?.stringValue ?? "?") (client \(a["client"]?.stringValue ?? "?"))"
+    var text =
+        "attempt \(a["attemptId"]?.stringValue ?? "?"): \(a["state"]?.stringValue ?? "?") (client \(a["client"]?.stringValue ?? "?"))"
     if let error = a["error"], error != .null {
         text += "\n  error: \(error["code"]?.stringValue ?? "") — \(error["message"]?.stringValue ?? "")"
     }
@@ -146,7 +149,9 @@ let subcommands: [Subcommand] = [
                 return .ok
             }
             if attempts.isEmpty {
-                print(args.flags.contains("all") ? "no login attempts" : "no login attempts need attention (--all shows every attempt)")
+                print(
+                    args.flags.contains("all")
+                        ? "no login attempts" : "no login attempts need attention (--all shows every attempt)")
                 return .ok
             }
             let now = Timestamp.now()
@@ -223,12 +228,16 @@ let subcommands: [Subcommand] = [
     Subcommand(
         name: "resume", summary: "reopen the browser for a waiting attempt",
         usage: "browser-login resume ATTEMPT_ID [--no-browser]",
-        help: "Reopens the login page of a waiting attempt (for example after a restart).\n\n  --no-browser  print the link instead of opening it",
+        help:
+            "Reopens the login page of a waiting attempt (for example after a restart).\n\n  --no-browser  print the link instead of opening it",
         flags: ["no-browser", "json"], options: [],
         run: { args, rpc in
             let a = try call(
                 try rpc.make(), "login.resume",
-                ["attemptId": .string(try requireOne(args, "ATTEMPT_ID")), "openBrowser": .bool(!args.flags.contains("no-browser"))])
+                [
+                    "attemptId": .string(try requireOne(args, "ATTEMPT_ID")),
+                    "openBrowser": .bool(!args.flags.contains("no-browser")),
+                ])
             if args.flags.contains("json") {
                 printJSON(a)
                 return .ok
