@@ -358,6 +358,9 @@ extension BrokerEngine {
     }
 
     func storeSignedIn(client: String, session: IssuedSession, attemptId: String) throws {
+        sessionCache[client] = SessionSecrets(session: session, attemptId: attemptId)
+        nextRefresh[client] = nil
+        nextVerify[client] = now().adding(milliseconds: verifyIntervalMilliseconds)
         try store.save(
             SessionRecord(
                 client: client, status: .signedIn, account: session.account, authMethod: session.authMethod,

@@ -314,5 +314,6 @@ extension BrokerEngine {
             }
         }
         await retryPendingRevokes()
+        await maintainSessions()
     }
 }

@@ -70,6 +70,9 @@ extension BrokerEngine {
         record.revokePending = secrets != nil
         record.updatedAt = now()
         try store.save(record)
+        sessionCache[clientId] = nil
+        nextRefresh[clientId] = nil
+        nextVerify[clientId] = nil
         try? await vault.remove(attributes: keys)
         logger.info("signed out", ["client": clientId])
         publishSessionIfChanged(clientId)

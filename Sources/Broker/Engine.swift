@@ -17,6 +17,8 @@ public actor BrokerEngine {
     let vault: any SecretVault
     let servers: [String: any LoginServerAPI]
     let launcher: any BrowserLauncher
+    /// The transport for `http.request` (the app's own API).
+    let transport: any HTTPTransport
     let clock: any BrokerCore.Clock
     let logger: Logger
     public let socketPath: String
@@ -33,11 +35,21 @@ public actor BrokerEngine {
     var waiterCounter: UInt64 = 0
     /// The last session view published per client, to publish changes only.
     var publishedSessions: [String: SessionView] = [:]
+    /// Each signed-in client's session secrets, read once from the vault.
+    var sessionCache: [String: SessionSecrets] = [:]
+    /// Refreshes in flight per client: concurrent callers share one.
+    var refreshing: [String: Task<SessionSecrets, any Error>] = [:]
+    /// When each session is next refreshed and verified.
+    var nextRefresh: [String: Timestamp] = [:]
+    var nextVerify: [String: Timestamp] = [:]
+    /// How often sessions are checked with `GET session`.
+    let verifyIntervalMilliseconds: Int64
 
     public init(
         storePath: String, clients: [ClientConfig], vault: any SecretVault,
-        makeServer: (ClientConfig) -> any LoginServerAPI, launcher: any BrowserLauncher,
-        clock: any BrokerCore.Clock = SystemClock(), logger: Logger, socketPath: String
+        makeServer: (ClientConfig) -> any LoginServerAPI, launcher: any BrowserLauncher, transport: any HTTPTransport,
+        clock: any BrokerCore.Clock = SystemClock(), logger: Logger, socketPath: String,
+        verifyIntervalMilliseconds: Int64 = 300_000
     ) throws {
         self.store = try BrokerStore(path: storePath)
         var byId: [String: ClientConfig] = [:]
@@ -50,6 +62,8 @@ public actor BrokerEngine {
         self.servers = servers
         self.vault = vault
         self.launcher = launcher
+        self.transport = transport
+        self.verifyIntervalMilliseconds = verifyIntervalMilliseconds
         self.clock = clock
         self.logger = logger
         self.socketPath = socketPath

@@ -172,11 +172,94 @@ public struct MethodTable: Sendable {
             return .object([:])
 
         case "http.request":
-            throw RPCError.methodNotFound(method)
+            let p = try Params(
+                raw, allowed: ["client", "method", "path", "query", "headers", "body", "bodyBase64", "timeoutMs"])
+            let request = try Self.appRequest(p)
+            try await requireUse(request.client, context)
+            return Self.encode(try await engine.appRequest(request))
 
         default:
             throw RPCError.methodNotFound(method)
         }
+    }
+}
+
+extension MethodTable {
+    /// Checks `http.request` params (RPC.md); every refusal is `-32602`.
+    static func appRequest(_ p: Params) throws -> AppRequest {
+        let client = try p.string("client")
+        let method = try p.string("method")
+        guard AppRequestRules.methods.contains(method) else {
+            throw RPCError.invalidParams("'method' must be one of GET, HEAD, POST, PUT, PATCH, DELETE")
+        }
+        let path = try p.string("path")
+        if let problem = AppRequestRules.pathProblem(path) { throw RPCError.invalidParams(problem) }
+        var query: [(String, String)] = []
+        if let q = p.object["query"], q != .null {
+            guard let object = q.objectValue else { throw RPCError.invalidParams("'query' must be an object of strings") }
+            for key in object.keys.sorted() {
+                guard let value = object[key]?.stringValue else {
+                    throw RPCError.invalidParams("'query' must be an object of strings")
+                }
+                query.append((key, value))
+            }
+        }
+        var headers: [HTTPHeader] = []
+        if let h = p.object["headers"], h != .null {
+            guard let object = h.objectValue else { throw RPCError.invalidParams("'headers' must be an object of strings") }
+            for key in object.keys.sorted() {
+                guard let value = object[key]?.stringValue else {
+                    throw RPCError.invalidParams("'headers' must be an object of strings")
+                }
+                if let problem = AppRequestRules.headerProblem(name: key, value: value) {
+                    throw RPCError.invalidParams(problem)
+                }
+                headers.append(HTTPHeader(key, value))
+            }
+        }
+        let text = try p.optionalString("body")
+        let base64 = try p.optionalString("bodyBase64")
+        if text != nil && base64 != nil { throw RPCError.invalidParams("give 'body' or 'bodyBase64', not both") }
+        var body: [UInt8]?
+        if let text { body = Array(text.utf8) }
+        if let base64 {
+            guard let data = Data(base64Encoded: base64) else { throw RPCError.invalidParams("'bodyBase64' is not base64") }
+            body = Array(data)
+        }
+        if let body, body.count > AppRequestRules.maximumRequestBody {
+            throw RPCError.invalidParams("the request body is larger than 1 MiB")
+        }
+        let timeout = try p.int("timeoutMs") ?? AppRequestRules.defaultTimeout
+        guard (1...AppRequestRules.maximumTimeout).contains(timeout) else {
+            throw RPCError.invalidParams("'timeoutMs' must be 1 to 120000")
+        }
+        return AppRequest(
+            client: client, method: method, path: path, query: query, headers: headers, body: body,
+            timeoutMilliseconds: timeout)
+    }
+
+    /// `{status, headers, body | bodyBase64}`: text bodies as text, others in base64.
+    static func encode(_ response: AppResponse) -> JSONValue {
+        var headers: [String: JSONValue] = [:]
+        for header in response.headers {
+            let name = header.name.lowercased()
+            if let existing = headers[name]?.stringValue {
+                headers[name] = .string(existing + ", " + header.value)
+            } else {
+                headers[name] = .string(header.value)
+            }
+        }
+        var result: [String: JSONValue] = ["status": .integer(Int64(response.status)), "headers": .object(headers)]
+        let type = headers["content-type"]?.stringValue?.lowercased() ?? ""
+        let textual =
+            type.hasPrefix("text/") || type.contains("json") || type.contains("xml")
+            || type.contains("x-www-form-urlencoded") || (type.isEmpty && response.body.isEmpty)
+        if textual, let text = String(validating: response.body, as: UTF8.self) {
+            result["body"] = .string(text)
+        } else {
+            result["bodyBase64"] = .string(Data(response.body).base64EncodedString())
+        }
+        return .object(result)
     }
 }
 

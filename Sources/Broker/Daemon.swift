@@ -1,0 +1,235 @@
+import BrokerCore
+import BrokerHTTP
+import BrokerRPC
+import BrokerSystem
+import BrokerVault
+import Dispatch
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The options of `browser-login-broker`.
+public struct DaemonOptions: Sendable {
+    public var socketPath: String?
+    public var stateDirectory: String?
+    public var clientDirectories: [String]?
+    public var logLevel: Logger.Level = .info
+    public var checkConfig = false
+    /// How often the timer looks for expiries and due server work.
+    public var tickMilliseconds = 250
+    /// How often signed-in sessions are checked with the server (`GET session`).
+    public var verifyIntervalMilliseconds: Int64 = 300_000
+
+    public static let help = """
+        browser-login-broker — the browser-login daemon
+
+        Usage: browser-login-broker [OPTIONS]
+
+        Serves the broker's JSON-RPC API on a Unix socket: apps start sign-ins,
+        the URL handler delivers callbacks, the CLI inspects attempts. Normally
+        started by systemd (browser-login-broker.socket) or D-Bus activation.
+
+        Options:
+          --socket PATH       listen here (default $XDG_RUNTIME_DIR/browser-login/broker.sock;
+                              a socket passed by systemd in LISTEN_FDS is used first)
+          --state-dir DIR     SQLite state (default $XDG_STATE_HOME/browser-login)
+          --clients-dir DIR   read client files from DIR only (repeatable; default
+                              $XDG_CONFIG_HOME/browser-login/clients.d, then each
+                              $XDG_DATA_DIRS/browser-login/clients.d)
+          --log-level LEVEL   error, warning, notice, info (default) or debug
+          --verify-interval S check each signed-in session with its server every S
+                              seconds (default 300); sessions revoked or disabled at the
+                              server end within that time
+          --check-config      validate the client files, print the problems, and exit
+                              (status 78 when a file is refused)
+          --help, --version
+
+        Logs go to stderr, one line per event with a journald priority prefix.
+        Files: state.sqlite in the state directory; secrets live only in the
+        Secret Service keyring (schema org.browserlogin.Broker).
+        """
+
+    /// Parses the command line; nil with a message for bad usage.
+    public static func parse(_ args: [String]) -> Result<DaemonOptions?, String> {
+        var options = DaemonOptions()
+        var i = 0
+        func value(_ name: String) -> String? {
+            guard i + 1 < args.count else { return nil }
+            i += 1
+            return args[i]
+        }
+        while i < args.count {
+            let arg = args[i]
+            switch arg {
+            case "--help", "-h":
+                print(help)
+                return .success(nil)
+            case "--version":
+                print("browser-login-broker \(BrokerVersion.string)")
+                return .success(nil)
+            case "--socket":
+                guard let v = value(arg) else { return .failure("--socket needs a path") }
+                options.socketPath = v
+            case "--state-dir":
+                guard let v = value(arg) else { return .failure("--state-dir needs a directory") }
+                options.stateDirectory = v
+            case "--clients-dir":
+                guard let v = value(arg) else { return .failure("--clients-dir needs a directory") }
+                options.clientDirectories = (options.clientDirectories ?? []) + [v]
+            case "--log-level":
+                let levels: [String: Logger.Level] = [
+                    "error": .error, "warning": .warning, "notice": .notice, "info": .info, "debug": .debug,
+                ]
+                guard let v = value(arg), let level = levels[v] else {
+                    return .failure("--log-level takes error, warning, notice, info or debug")
+                }
+                options.logLevel = level
+            case "--verify-interval":
+                guard let v = value(arg), let seconds = Double(v), seconds >= 0.1 else {
+                    return .failure("--verify-interval takes a number of seconds (at least 0.1)")
+                }
+                options.verifyIntervalMilliseconds = Int64(seconds * 1000)
+            case "--check-config":
+                options.checkConfig = true
+            default:
+                return .failure("unknown option \(arg); see --help")
+            }
+            i += 1
+        }
+        return .success(options)
+    }
+}
+
+/// Composes the daemon: client files, store, vault, HTTP, engine, RPC
+/// server, timers and signals; runs until SIGTERM or SIGINT.
+public enum BrokerDaemon {
+    public static func run(_ options: DaemonOptions, environment: [String: String]) async -> Int32 {
+        let logger = Logger(label: "browser-login-broker", minimum: options.logLevel)
+        let directories = options.clientDirectories ?? ClientFiles.directories(environment: environment)
+        let loaded = ClientFiles.load(directories: directories)
+        for problem in loaded.problems {
+            logger.log(
+                problem.severity == .error ? .error : .warning, "client file problem",
+                ["file": problem.file, "key": problem.key ?? "-", "problem": problem.message])
+        }
+        if options.checkConfig {
+            for problem in loaded.problems { print(problem.description) }
+            print("\(loaded.clients.count) client(s) valid in \(loaded.files.count) file(s)")
+            return loaded.problems.contains { $0.severity == .error } ? 78 : 0
+        }
+
+        let home = environment["HOME"] ?? NSHomeDirectory()
+        let stateDirectory =
+            options.stateDirectory
+            ?? ((environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.local/state")
+                + "/browser-login")
+        do {
+            try FileManager.default.createDirectory(
+                atPath: stateDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        } catch {
+            logger.error("cannot create the state directory", ["path": stateDirectory, "error": "\(error)"])
+            return 73
+        }
+
+        let listen: RPCServerConfiguration.Listen
+        let socketDescription: String
+        if let passed = Systemd.listenFileDescriptors().first {
+            listen = .fileDescriptor(passed.fd)
+            socketDescription = options.socketPath ?? socketPath(environment) ?? "fd:\(passed.fd)"
+        } else if let path = options.socketPath ?? socketPath(environment) {
+            listen = .path(path)
+            socketDescription = path
+        } else {
+            logger.error("XDG_RUNTIME_DIR is not set; pass --socket PATH")
+            return 78
+        }
+
+        let transport = CurlTransport()
+        let engine: BrokerEngine
+        do {
+            engine = try BrokerEngine(
+                storePath: stateDirectory + "/state.sqlite", clients: loaded.clients, vault: SecretServiceVault(),
+                makeServer: { LoginServerAdapter($0, transport: transport) },
+                launcher: ProcessBrowserLauncher(environment: environment, logger: logger), transport: transport,
+                logger: logger, socketPath: socketDescription, verifyIntervalMilliseconds: options.verifyIntervalMilliseconds)
+        } catch {
+            logger.error("cannot open the state database", ["path": stateDirectory, "error": "\(error)"])
+            return 74
+        }
+        let methods = MethodTable(engine: engine, logger: logger)
+        let server: RPCServer
+        do {
+            server = try RPCServer(
+                configuration: RPCServerConfiguration(listen: listen),
+                events: { event in logger.debug("rpc event", ["event": "\(event)"]) },
+                handler: { context, method, params async throws(RPCError) in
+                    try await methods.handle(context, method, params)
+                })
+        } catch {
+            logger.error("cannot listen on the socket", ["socket": socketDescription, "error": "\(error)"])
+            return 71
+        }
+
+        do { try await engine.recover() } catch {
+            logger.error("start-up recovery failed", ["error": "\(error)"])
+        }
+
+        let signals = SignalWatcher(signals: [SIGTERM, SIGINT]) { signal in
+            logger.notice("stopping", ["signal": signal == SIGTERM ? "SIGTERM" : "SIGINT"])
+            Systemd.notify("STOPPING=1")
+            server.shutdown()
+        }
+        let timer = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(nanoseconds: UInt64(options.tickMilliseconds) * 1_000_000)
+                await engine.tick()
+            }
+        }
+        let watchdog = Task {
+            guard let usec = Systemd.watchdogMicroseconds() else { return }
+            while !Task.isCancelled {
+                try? await Task.sleep(nanoseconds: usec * 1000 / 2)
+                Systemd.notify("WATCHDOG=1")
+            }
+        }
+        logger.notice(
+            "serving", ["socket": socketDescription, "clients": "\(loaded.clients.count)", "state": stateDirectory])
+        Systemd.notify("READY=1\nSTATUS=serving \(loaded.clients.count) client(s)")
+
+        do { try await server.run() } catch {
+            logger.error("the RPC server failed", ["error": "\(error)"])
+        }
+        timer.cancel()
+        watchdog.cancel()
+        await engine.releaseWaiters()
+        signals.cancel()
+        logger.notice("stopped")
+        return 0
+    }
+
+    static func socketPath(_ environment: [String: String]) -> String? {
+        guard let runtime = environment["XDG_RUNTIME_DIR"], !runtime.isEmpty else { return nil }
+        return runtime + "/browser-login/broker.sock"
+    }
+}
+
+/// Turns signals into a callback on a dispatch queue (the signals are ignored
+/// for their default action while watched).
+final class SignalWatcher: Sendable {
+    private let sources: [any DispatchSourceSignal]
+
+    init(signals: [Int32], handler: @escaping @Sendable (Int32) -> Void) {
+        let queue = DispatchQueue(label: "browser-login.signals")
+        sources = signals.map { number in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
+            source.setEventHandler { handler(number) }
+            source.resume()
+            return source
+        }
+    }
+
+    func cancel() { for source in sources { source.cancel() } }
+}

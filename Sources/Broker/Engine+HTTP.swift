@@ -1,0 +1,164 @@
+import BrokerCore
+import BrokerRPC
+import BrowserLoginProtocol
+import Foundation
+
+/// An `http.request` call after its params were checked.
+public struct AppRequest: Sendable {
+    public var client: String
+    public var method: String
+    public var path: String
+    public var query: [(String, String)]
+    public var headers: [HTTPHeader]
+    public var body: [UInt8]?
+    public var timeoutMilliseconds: Int
+}
+
+/// The answer of `http.request`.
+public struct AppResponse: Sendable {
+    public var status: Int
+    public var headers: [HTTPHeader]
+    public var body: [UInt8]
+}
+
+/// The checks of RPC.md `http.request` that need no state: method, path,
+/// query, headers, sizes. Each refusal is a `-32602` message.
+public enum AppRequestRules {
+    public static let methods: Set<String> = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
+    public static let refusedHeaders: Set<String> = [
+        "authorization", "cookie", "host", "content-length", "transfer-encoding", "connection", "upgrade", "te",
+        "trailer", "expect", "forwarded",
+    ]
+    public static let maximumRequestBody = 1 << 20
+    public static let maximumResponseBody = 8 << 20
+    public static let defaultTimeout = 30_000
+    public static let maximumTimeout = 120_000
+
+    /// Nil when the path is acceptable, else why not.
+    public static func pathProblem(_ path: String) -> String? {
+        guard path.hasPrefix("/") else { return "'path' must be an absolute path starting with '/'" }
+        if path.hasPrefix("//") { return "'path' may not start with '//'" }
+        for scalar in path.unicodeScalars {
+            if scalar.value < 0x21 || scalar.value == 0x7F || scalar.value > 0x7E {
+                return "'path' may not contain spaces, control or non-ASCII characters (percent-encode them)"
+            }
+            if scalar == "\\" || scalar == "#" || scalar == "?" {
+                return "'path' may not contain '\\\\', '#' or '?' (put the query in 'query')"
+            }
+        }
+        let lower = path.lowercased()
+        if lower.contains("%2e") || lower.contains("%2f") || lower.contains("%5c") {
+            return "'path' may not contain %2e, %2f or %5c"
+        }
+        for segment in path.split(separator: "/", omittingEmptySubsequences: false) where segment == ".." || segment == "." {
+            return "'path' may not contain '.' or '..' segments"
+        }
+        if path.contains(":") && path.split(separator: "/").first?.contains(":") == true {
+            return "'path' may not carry a scheme"
+        }
+        return nil
+    }
+
+    public static func isToken(_ name: String) -> Bool {
+        !name.isEmpty
+            && name.unicodeScalars.allSatisfy { s in
+                (s.value >= 0x30 && s.value <= 0x39) || (s.value >= 0x41 && s.value <= 0x5A)
+                    || (s.value >= 0x61 && s.value <= 0x7A) || "!#$%&'*+-.^_`|~".unicodeScalars.contains(s)
+            }
+    }
+
+    /// Nil when the header may be sent, else why not.
+    public static func headerProblem(name: String, value: String) -> String? {
+        guard isToken(name) else { return "header name '\(name)' is not a token" }
+        let lower = name.lowercased()
+        if refusedHeaders.contains(lower) || lower.hasPrefix("proxy-") {
+            return "the header '\(name)' may not be set by the caller"
+        }
+        if value.unicodeScalars.contains(where: { ($0.value < 0x20 && $0 != "\t") || $0.value == 0x7F }) {
+            return "the value of '\(name)' contains control characters"
+        }
+        return nil
+    }
+
+    /// The query string, encoded by the broker.
+    public static func encodeQuery(_ query: [(String, String)]) -> String {
+        query.map { percentEncode($0.0) + "=" + percentEncode($0.1) }.joined(separator: "&")
+    }
+}
+
+extension BrokerEngine {
+    /// `http.request`: the app's request to its API with the session's bearer
+    /// token, which never leaves the broker.
+    public func appRequest(_ request: AppRequest) async throws -> AppResponse {
+        let client = try client(request.client)
+        var url = client.apiOrigin.serialized + request.path
+        if !request.query.isEmpty { url += "?" + AppRequestRules.encodeQuery(request.query) }
+        // Parse the built URL again: its origin must be the API origin.
+        guard let parts = URLParts(splitting: url), let authority = parts.authority,
+            (try? Origin(parts.scheme + "://" + authority)) == client.apiOrigin, parts.fragment == nil
+        else {
+            throw RPCError.invalidParams("the request URL does not stay on the client's API origin")
+        }
+        if client.apiOrigin == client.server,
+            request.path == client.basePath || request.path.hasPrefix(client.basePath + "/")
+        {
+            throw RPCError.invalidParams(
+                "paths under the login server's base path (\(client.basePath)) belong to the broker, not the app")
+        }
+        var secrets = try await currentSession(client.id)
+        if let expiry = secrets.session.accessTokenExpiresAt as Timestamp?, now().adding(milliseconds: 15_000) >= expiry {
+            secrets = try await refreshSession(client.id, current: secrets)
+        }
+        var response = try await sendApp(request, url: url, token: secrets.session.accessToken)
+        if response.status == 401, serverCode(response) == .tokenExpired {
+            // The request was not processed: refresh and send it once more.
+            secrets = try await refreshSession(client.id, current: secrets)
+            response = try await sendApp(request, url: url, token: secrets.session.accessToken)
+        }
+        if let code = serverCode(response), response.status == 401 || response.status == 403 {
+            if code == .sessionRevoked || code == .sessionExpired || code == .authUserDisabled {
+                try await endSession(client.id, status: code == .sessionExpired ? .expired : .revoked, reason: code.rawValue)
+            }
+        }
+        response.headers.removeAll { $0.name.lowercased() == "set-cookie" }
+        return response
+    }
+
+    private func sendApp(_ request: AppRequest, url: String, token: String) async throws -> AppResponse {
+        let client = try client(request.client)
+        var headers = request.headers
+        headers.append(HTTPHeader("Authorization", "Bearer " + token))
+        let http = HTTPRequest(
+            method: request.method, url: url, headers: headers, body: request.body,
+            timeoutMilliseconds: request.timeoutMilliseconds,
+            connectTimeoutMilliseconds: min(10_000, request.timeoutMilliseconds),
+            maximumResponseBytes: AppRequestRules.maximumResponseBody, caFile: client.caFile,
+            changesState: !(request.method == "GET" || request.method == "HEAD"))
+        do {
+            let answer = try await transport.send(http)
+            return AppResponse(status: answer.status, headers: answer.headers, body: answer.body)
+        } catch {
+            switch error {
+            case .responseTooLarge:
+                throw BrokerError(
+                    .responseTooLarge,
+                    "the API's answer is larger than \(AppRequestRules.maximumResponseBody) bytes; request less (paging)")
+            case .notSent(let m):
+                throw BrokerError(.serverUnreachable, "the app's API could not be reached (\(m)); nothing was sent")
+            case .noAnswer(let m):
+                throw BrokerError(
+                    .serverUnreachable,
+                    "the app's API did not answer (\(m)); the request may have been processed, so it was not repeated")
+            case .invalidRequest(let m):
+                throw RPCError.invalidParams("the request could not be built: \(m)")
+            }
+        }
+    }
+
+    func serverCode(_ response: AppResponse) -> ServerErrorCode? {
+        guard response.body.count < 65_536,
+            let body = try? JSONDecoder().decode(ErrorBody.self, from: Data(response.body))
+        else { return nil }
+        return body.error.code
+    }
+}

@@ -1,0 +1,272 @@
+import BrokerRPC
+import BrowserLoginProtocol
+import Foundation
+import ScriptedBrowser
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The built executables: `$BL_BIN_DIR`, else `.build/debug` of this package.
+let binDirectory: String = {
+    if let dir = ProcessInfo.processInfo.environment["BL_BIN_DIR"], !dir.isEmpty { return dir }
+    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+    return root.appendingPathComponent(".build/debug").path
+}()
+
+struct HarnessError: Error, CustomStringConvertible {
+    var description: String
+    init(_ d: String) { description = d }
+}
+
+/// A running child process with its output in a log file.
+final class Child: @unchecked Sendable {
+    // Safe: `process` is only touched from the test that owns the child.
+    let process: Process
+    let log: String
+
+    init(_ executable: String, _ arguments: [String], environment: [String: String], log: String) throws {
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        process.environment = environment
+        FileManager.default.createFile(atPath: log, contents: nil)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
+        handle.seekToEndOfFile()
+        process.standardOutput = handle
+        process.standardError = handle
+        process.standardInput = FileHandle.nullDevice
+        self.log = log
+        try process.run()
+    }
+
+    var pid: Int32 { process.processIdentifier }
+    var isRunning: Bool { process.isRunning }
+
+    func stop(_ signal: Int32 = SIGTERM) {
+        guard process.isRunning else { return }
+        kill(process.processIdentifier, signal)
+        process.waitUntilExit()
+    }
+
+    var output: String { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
+}
+
+func waitUntil(_ seconds: Double = 10, _ what: String, _ condition: () throws -> Bool) throws {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if (try? condition()) == true { return }
+        usleep(20_000)
+    }
+    throw HarnessError("timed out waiting for \(what)")
+}
+
+/// One isolated world for an end-to-end test: temporary XDG directories, a
+/// reference server, client files, and the broker daemon — all real binaries
+/// talking over real sockets, with the session's real keyring.
+final class Harness: @unchecked Sendable {
+    // Safe: a harness belongs to one test, which uses it from one task.
+    let dir: String
+    var server: Child?
+    var broker: Child?
+    var serverOrigin = ""
+    var serverPort = 0
+    var serverArguments: [String] = []
+    let testEmail: String
+    var brokerEnvironment: [String: String] = [:]
+
+    static let baseEmail = "ada@example.com"
+
+    init() throws {
+        var template = Array("/tmp/ble-XXXXXX".utf8CString)
+        guard mkdtemp(&template) != nil else { throw HarnessError("mkdtemp failed") }
+        dir = String(cString: template)
+        for sub in ["config/browser-login/clients.d", "state", "run", "data", "server"] {
+            try FileManager.default.createDirectory(atPath: dir + "/" + sub, withIntermediateDirectories: true)
+        }
+        chmod(dir + "/run", 0o700)
+        testEmail = "ada+bltest\(UInt32.random(in: 0...UInt32.max))@example.com"
+    }
+
+    deinit { stopAll() }
+
+    func stopAll() {
+        broker?.stop(SIGKILL)
+        server?.stop(SIGKILL)
+    }
+
+    var socketPath: String { dir + "/run/browser-login/broker.sock" }
+    var databasePath: String { dir + "/state/browser-login/state.sqlite" }
+    var brokerLog: String { dir + "/broker.log" }
+
+    // MARK: Server
+
+    /// Starts the reference server on a free loopback port.
+    func startServer(
+        lifetimeMs: Int = 120_000, accessTokenMs: Int? = nil, sessionMs: Int? = nil, graceMs: Int? = nil,
+        exchangeDelayMs: Int? = nil, clients: [(id: String, name: String, returnURL: String)] = [
+            ("com.example.notes", "Example Notes", "com.example.notes:/callback")
+        ], port: Int = 0
+    ) throws {
+        let config: [String: Any] = [
+            "clients": clients.map {
+                ["clientId": $0.id, "appName": $0.name, "returnUrls": [$0.returnURL], "policy": "confirm"]
+            },
+            "testAccounts": [Harness.baseEmail],
+            "rateLimits": [
+                "create": ["burst": 1000, "perMinute": 6000], "exchange": ["burst": 1000, "perMinute": 6000],
+                "codeEntry": ["burst": 1000, "perMinute": 6000],
+            ],
+        ]
+        let data = try JSONSerialization.data(withJSONObject: config)
+        FileManager.default.createFile(atPath: dir + "/server/server.json", contents: data)
+        var args = [
+            "serve", "--config", dir + "/server/server.json", "--listen", "127.0.0.1", "--port", "\(port)",
+            "--database", dir + "/server/server.sqlite", "--outbox", dir + "/server/outbox",
+            "--ready-file", dir + "/server/ready", "--lifetime-ms", "\(lifetimeMs)",
+        ]
+        if let accessTokenMs { args += ["--access-token-lifetime-ms", "\(accessTokenMs)"] }
+        if let sessionMs { args += ["--session-lifetime-ms", "\(sessionMs)"] }
+        if let graceMs { args += ["--refresh-grace-ms", "\(graceMs)"] }
+        if let exchangeDelayMs { args += ["--test-exchange-delay-ms", "\(exchangeDelayMs)"] }
+        serverArguments = args
+        try launchServer()
+    }
+
+    func launchServer() throws {
+        try? FileManager.default.removeItem(atPath: dir + "/server/ready")
+        server = try Child(
+            binDirectory + "/browser-login-server", serverArguments, environment: ProcessInfo.processInfo.environment,
+            log: dir + "/server.log")
+        try waitUntil(15, "the reference server to be ready") {
+            FileManager.default.fileExists(atPath: dir + "/server/ready")
+        }
+        let ready = try String(contentsOfFile: dir + "/server/ready", encoding: .utf8)
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        serverOrigin = ready
+        serverPort = Int(ready.split(separator: ":").last ?? "") ?? 0
+        if let i = serverArguments.firstIndex(of: "--port") { serverArguments[i + 1] = "\(serverPort)" }
+    }
+
+    /// Stops the server (it can be started again on the same port).
+    func stopServer() { server?.stop() }
+
+    // MARK: Clients and broker
+
+    func writeClient(
+        file: String = "notes.conf", id: String = "com.example.notes", appName: String = "Example Notes",
+        returnURL: String = "com.example.notes:/callback", extra: String = ""
+    ) {
+        let text = """
+            [Client]
+            Id=\(id)
+            AppName=\(appName)
+            Server=\(serverOrigin)
+            ReturnUrl=\(returnURL)
+            \(extra)
+            """
+        FileManager.default.createFile(
+            atPath: dir + "/config/browser-login/clients.d/" + file, contents: Data(text.utf8))
+    }
+
+    func environment() -> [String: String] {
+        var env = ProcessInfo.processInfo.environment
+        env["XDG_CONFIG_HOME"] = dir + "/config"
+        env["XDG_STATE_HOME"] = dir + "/state"
+        env["XDG_RUNTIME_DIR"] = dir + "/run"
+        env["XDG_DATA_DIRS"] = dir + "/data"
+        env["BROWSER"] = "/bin/true"
+        for (k, v) in brokerEnvironment { env[k] = v }
+        return env
+    }
+
+    func startBroker(arguments: [String] = ["--log-level", "debug"]) throws {
+        broker = try Child(binDirectory + "/browser-login-broker", arguments, environment: environment(), log: brokerLog)
+        try waitUntil(15, "the broker socket") {
+            guard broker?.isRunning == true else { throw HarnessError("broker exited:\n\(broker?.output ?? "")") }
+            let client = try RPCClient(socketPath: socketPath, timeout: .seconds(2))
+            _ = try client.call("broker.info")
+            return true
+        }
+    }
+
+    func restartBroker() throws {
+        broker?.stop()
+        try startBroker()
+    }
+
+    func rpc(timeout: Duration = .seconds(60)) throws -> RPCClient {
+        try RPCClient(socketPath: socketPath, timeout: timeout)
+    }
+
+    /// Runs the CLI against this broker.
+    func cli(_ args: [String]) throws -> (status: Int32, out: String, err: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binDirectory + "/browser-login")
+        process.arguments = ["--socket", socketPath] + args
+        process.environment = environment()
+        let out = Pipe()
+        let err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let outData = out.fileHandleForReading.readDataToEndOfFile()
+        let errData = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self))
+    }
+
+    // MARK: Sign-in
+
+    func browser() throws -> ScriptedBrowser { try ScriptedBrowser(serverOrigin: serverOrigin) }
+
+    /// Starts a login and plays the user on the hosted page; answers the
+    /// broker's attempt and the callback URL the browser was sent to.
+    func startAndAuthorize(client: String = "com.example.notes", rpc: RPCClient? = nil) throws -> (
+        attempt: JSONValue, callback: String
+    ) {
+        let rpc = try rpc ?? self.rpc()
+        let attempt = try rpc.call("login.start", params: ["client": .string(client), "openBrowser": false])
+        guard let url = attempt["authorizeUrl"]?.stringValue else { throw HarnessError("no authorizeUrl") }
+        let callback = try browser().signInAndAuthorize(authorizeURL: url, email: testEmail, code: "000000")
+        return (attempt, callback)
+    }
+
+    /// A complete sign-in through `browser-login finish`.
+    @discardableResult
+    func signIn(client: String = "com.example.notes") throws -> JSONValue {
+        let (attempt, callback) = try startAndAuthorize(client: client)
+        let result = try cli(["finish", callback])
+        guard result.status == 0 else { throw HarnessError("finish failed: \(result.err)") }
+        return attempt
+    }
+
+    /// The server's attempt id, from an authorize URL (`…?attempt=ID`).
+    static func serverAttemptId(_ authorizeURL: String) -> String {
+        String(authorizeURL.split(separator: "=").last ?? "")
+    }
+
+    /// Every byte of the broker's SQLite files.
+    func databaseBytes() -> String {
+        ["", "-wal", "-shm"].map {
+            (try? Data(contentsOf: URL(fileURLWithPath: databasePath + $0))).map { String(decoding: $0, as: UTF8.self) }
+                ?? ""
+        }.joined()
+    }
+}
+
+/// `secret-tool lookup` for a broker item (the test reads the real keyring).
+func keyringLookup(_ attributes: [String: String]) -> String? {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/secret-tool")
+    process.arguments = ["lookup"] + attributes.sorted { $0.key < $1.key }.flatMap { [$0.key, $0.value] }
+    let out = Pipe()
+    process.standardOutput = out
+    process.standardError = FileHandle.nullDevice
+    guard (try? process.run()) != nil else { return nil }
+    let data = out.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return process.terminationStatus == 0 ? String(decoding: data, as: UTF8.self) : nil
+}
