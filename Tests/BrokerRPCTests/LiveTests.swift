@@ -242,24 +242,24 @@ final class LiveServer: Sendable {
     @Test func slowCallStallsNeitherOtherConnectionsNorTheSameOne() async throws {
         let live = try LiveServer()
         let path = live.path
+        let slowDone = Counter()
+        // Timing is judged by order, not by absolute times: the machine may be busy.
         async let slow: JSONValue = onThread {
-            try RPCClient(socketPath: path).call("sleep", params: ["ms": 1500])
+            defer { slowDone.increment() }
+            return try RPCClient(socketPath: path).call("sleep", params: ["ms": 3000])
         }
-        try await Task.sleep(for: .milliseconds(50))
+        #expect(await live.log.wait { $0.contains { if case .connectionOpened = $0 { true } else { false } } })
         try await onThread {
-            let start = ContinuousClock.now
             let other = try RPCClient(socketPath: path)
             #expect(try other.call("echo", params: ["fast": true]) == ["fast": true])
-            #expect(ContinuousClock.now - start < .milliseconds(700))
+            #expect(slowDone.count == 0, "the fast call on another connection waited for the slow one")
 
             // Same connection: the fast call's reply overtakes the slow one's.
             let same = try RPCClient(socketPath: path)
-            try same.send(RPCRequest(id: .integer(1), method: "sleep", params: ["ms": 1000]))
+            try same.send(RPCRequest(id: .integer(1), method: "sleep", params: ["ms": 1500]))
             try same.send(RPCRequest(id: .integer(2), method: "echo", params: ["n": 2]))
-            let begin = ContinuousClock.now
             guard case .response(let first) = try same.nextMessage() else { throw RPCClientError.invalidMessage }
             #expect(first.id == .integer(2))
-            #expect(ContinuousClock.now - begin < .milliseconds(700))
             guard case .response(let second) = try same.nextMessage() else { throw RPCClientError.invalidMessage }
             #expect(second.id == .integer(1))
         }
@@ -417,6 +417,43 @@ final class LiveServer: Sendable {
         try await live.stop()
     }
 
+    @Test func aConnectionPastItsInFlightBoundIsPausedNotDropped() async throws {
+        let live = try LiveServer(configure: { $0.maxInFlightPerConnection = 4 })
+        let path = live.path
+        try await onThread {
+            let client = try RPCClient(socketPath: path)
+            for n in 0..<40 {
+                try client.send(RPCRequest(id: .integer(Int64(n)), method: "sleep", params: ["ms": 20]))
+            }
+            var seen = Set<RPCID>()
+            for _ in 0..<40 {
+                guard case .response(let response) = try client.nextMessage() else { throw RPCClientError.invalidMessage }
+                seen.insert(response.id)
+            }
+            #expect(seen.count == 40)
+        }
+        try await live.stop()
+    }
+
+    @Test func clientsVanishingMidRequestHarmNobody() async throws {
+        let live = try LiveServer()
+        let path = live.path
+        try await onThread {
+            for n in 0..<30 {
+                let client = try RPCClient(socketPath: path)
+                try client.send(RPCRequest(id: .integer(1), method: n % 2 == 0 ? "sleep" : "big", params: ["ms": 30, "size": 300_000]))
+                try client.sendRaw(Array("{\"jsonrpc\":\"2.0\",\"id\":2,\"meth".utf8))
+                client.close()
+            }
+            let survivor = try RPCClient(socketPath: path)
+            #expect(try survivor.call("echo", params: ["alive": true]) == ["alive": true])
+        }
+        #expect(await live.log.wait { _ in live.server.statistics.open == 0 || live.server.statistics.open == 1 })
+        try await live.stop()
+        #expect(live.server.statistics.open == 0)
+        #expect(live.server.statistics.accepted == 31)
+    }
+
     @Test func refusesAPeerOfAnotherUIDBeforeReading() async throws {
         let otherUID = getuid() == 4242 ? 4243 : 4242
         let live = try LiveServer(configure: { $0.allowedUID = UInt32(otherUID) })
@@ -460,8 +497,11 @@ final class LiveServer: Sendable {
         let pipe = Pipe()
         process.standardOutput = pipe
         try process.run()
-        let output = try await onThread { pipe.fileHandleForReading.readDataToEndOfFile() }
-        process.waitUntilExit()
+        let output = try await onThread {
+            let data = pipe.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return data
+        }
         #expect(String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) == "EOF")
         #expect(await live.log.wait { $0.contains(where: { if case .peerRefused(let peer) = $0 { peer.uid == 65534 } else { false } }) })
         #expect(live.calls.count == 0)
@@ -531,7 +571,21 @@ final class LiveServer: Sendable {
         }
     }
 
-    /// Root passes every permission check, so this one runs only as another user.
+    @Test(arguments: [
+        (Errno.noSuchFile, RPCClientError.socketMissing),
+        (.notDirectory, .socketMissing),
+        (.connectionRefused, .connectionRefused),
+        (.permissionDenied, .permissionDenied),
+        (.notPermitted, .permissionDenied),
+        (.nameTooLong, .pathTooLong),
+        (.addressInUse, .io(.addressInUse)),
+    ])
+    func connectFailures(errno: Errno, expected: RPCClientError) {
+        #expect(RPCClientError(connectFailure: errno) == expected)
+    }
+
+    /// Root passes every permission check, so this one runs only as another user
+    /// (`connectFailures` covers the mapping of EACCES everywhere).
     @Test(.enabled(if: geteuid() != 0)) func permissionDenied() async throws {
         let live = try LiveServer()
         chmod(live.path, 0o000)
@@ -546,7 +600,7 @@ final class LiveServer: Sendable {
             let client = try RPCClient(socketPath: path, timeout: .milliseconds(200))
             let start = ContinuousClock.now
             #expect(throws: RPCClientError.timedOut) { try client.call("sleep", params: ["ms": 2000]) }
-            #expect(ContinuousClock.now - start < .seconds(1))
+            #expect(ContinuousClock.now - start < .milliseconds(1800))
             #expect(throws: RPCClientError.timedOut) { try client.nextMessage(timeout: .milliseconds(50)) }
         }
         try await live.stop()
