@@ -342,9 +342,11 @@ final class ConnectionIO: @unchecked Sendable {
         disarmWriteSource()
         output = []
         outputStart = 0
-        closeDescriptorIfUnused()
+        // Reported before the descriptor goes, so that whoever sees the end
+        // of the stream also finds the connection closed here.
         onClosed?(reason)
         onClosed = nil
+        closeDescriptorIfUnused()
     }
 
     /// On `queue` at shutdown: tries once more to write what is queued, then closes.

@@ -508,6 +508,44 @@ final class LiveServer: Sendable {
         try await live.stop()
     }
 
+    @Test func aHalfClosedClientStillGetsItsReplies() async throws {
+        // What `socat - UNIX-CONNECT:…` does when its input ends.
+        let live = try LiveServer()
+        let path = live.path
+        let received = try await onThread { () -> String in
+            let fd = try Syscalls.unixStreamSocket()
+            defer { close(fd) }
+            try Syscalls.connect(fd, path: path)
+            let requests = Array(#"{"jsonrpc":"2.0","id":1,"method":"sleep","params":{"ms":100}}\#n{"jsonrpc":"2.0","id":2,"method":"echo","params":[2]}\#n"#.utf8)
+            _ = try Syscalls.send(fd, requests, from: 0)
+            Syscalls.shutdownWrite(fd)
+            var all: [UInt8] = []
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let count = try Syscalls.read(fd, into: &chunk)
+                if count == 0 { break }
+                all += chunk[0..<count]
+            }
+            return String(decoding: all, as: UTF8.self)
+        }
+        #expect(received == #"{"id":2,"jsonrpc":"2.0","result":[2]}"# + "\n" + #"{"id":1,"jsonrpc":"2.0","result":"slept"}"# + "\n")
+        try await live.stop()
+    }
+
+    @Test func shutdownClosesIdleConnections() async throws {
+        let live = try LiveServer()
+        let path = live.path
+        let log = live.log
+        try await onThread {
+            let client = try RPCClient(socketPath: path)
+            #expect(try client.call("echo", params: [1]) == [1])
+            live.server.shutdown()
+            #expect(throws: RPCClientError.connectionClosed) { try client.nextMessage(timeout: .seconds(5)) }
+            #expect(log.all.contains { if case .connectionClosed(_, .serverShutdown) = $0 { true } else { false } })
+        }
+        try await live.stop()
+    }
+
     @Test func shutdownLetsInFlightRequestsFinish() async throws {
         let live = try LiveServer()
         let path = live.path
