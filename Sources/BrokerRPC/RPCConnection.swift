@@ -61,6 +61,8 @@ public final class RPCConnection: Sendable {
     }
 
     /// Runs `body` once when the connection closes (at once if it already has).
+    /// It runs on the connection's I/O queue: keep it short (drop a
+    /// subscription, do not await anything).
     public func onClose(_ body: @escaping @Sendable () -> Void) {
         let runNow = hooks.withLock { state -> Bool in
             if state.closed { return true }

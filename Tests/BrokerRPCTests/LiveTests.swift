@@ -313,6 +313,21 @@ final class LiveServer: Sendable {
         try await live.stop()
     }
 
+    @Test func onCloseRunsWhenOnlyTheHookIsKept() async throws {
+        let closed = Counter()
+        let live = try LiveServer(handler: { context, _, _ throws(RPCError) in
+            context.onClose { closed.increment() }
+            return true
+        })
+        let path = live.path
+        try await onThread {
+            let client = try RPCClient(socketPath: path)
+            #expect(try client.call("events.subscribe") == true)
+        }
+        #expect(await live.log.wait { _ in closed.count == 1 })
+        try await live.stop()
+    }
+
     @Test func bothFramingsFromOneServer() async throws {
         let live = try LiveServer()
         let path = live.path
@@ -572,15 +587,23 @@ final class LiveServer: Sendable {
         #expect(try await reply == "slept")
     }
 
-    @Test func cancellingRunStopsTheServer() async throws {
+    @Test func cancellingRunIsAHardStop() async throws {
         let base = try makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: base) }
-        let server = try RPCServer(configuration: .init(listen: .path(base + "/s.sock"))) { _, _, _ throws(RPCError) in nil }
+        let path = base + "/s.sock"
+        let log = EventLog()
+        let server = try RPCServer(configuration: .init(listen: .path(path)), events: { log.record($0) }, handler: LiveServer.standardHandler)
         let task = Task { try await server.run() }
-        try await Task.sleep(for: .milliseconds(50))
+        async let reply: JSONValue = onThread { try RPCClient(socketPath: path).call("sleep", params: ["ms": 60_000]) }
+        #expect(await log.wait { $0.contains { if case .connectionOpened = $0 { true } else { false } } })
+        try await Task.sleep(for: .milliseconds(100))
+        let start = ContinuousClock.now
         task.cancel()
         try await task.value
-        #expect(!FileManager.default.fileExists(atPath: base + "/s.sock"))
+        // Not the 5 s grace period: the handler was cancelled at once (and still answered).
+        #expect(ContinuousClock.now - start < .seconds(3))
+        #expect(try await reply == "slept")
+        #expect(!FileManager.default.fileExists(atPath: path))
         await #expect(throws: RPCServerError.alreadyRunning) { try await server.run() }
     }
 }
