@@ -383,7 +383,8 @@ final class LiveServer: Sendable {
             let big = try RPCClient(socketPath: path)
             let chunk = [UInt8](repeating: UInt8(ascii: " "), count: 65_536)
             try big.sendRaw(Array("[".utf8))
-            for _ in 0..<17 { try big.sendRaw(chunk) }
+            // More than the limit: the server stops reading with bytes still unread.
+            for _ in 0..<40 { try? big.sendRaw(chunk) }
             guard case .response(let response) = try big.nextMessage() else { throw RPCClientError.invalidMessage }
             #expect(response.id == .null)
             #expect(response.outcome == .failure(RPCError(code: .invalidRequest, message: "Invalid Request: message over 1048576 bytes")))
