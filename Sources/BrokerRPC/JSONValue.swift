@@ -170,13 +170,27 @@ extension JSONValue {
     private static let hexDigits = Array("0123456789abcdef".utf8)
 
     private static func writeString(_ value: String, to out: inout [UInt8]) {
-        writeString(utf8: value.utf8, to: &out)
+        var value = value
+        value.withUTF8 { writeString(utf8: $0, to: &out) }
     }
 
-    /// Swift strings are always valid UTF-8, so bytes at or above 0x80 are copied as they are.
-    private static func writeString(utf8: some Sequence<UInt8>, to out: inout [UInt8]) {
+    private static func writeString(utf8 key: [UInt8], to out: inout [UInt8]) {
+        key.withUnsafeBufferPointer { writeString(utf8: $0, to: &out) }
+    }
+
+    /// Swift strings are always valid UTF-8, so bytes at or above 0x80 are
+    /// copied as they are. Runs that need no escape are copied in one piece.
+    private static func writeString(utf8 bytes: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
-        for byte in utf8 {
+        var runStart = 0
+        var index = 0
+        while index < bytes.count {
+            let byte = bytes[index]
+            guard byte < 0x20 || byte == 0x22 || byte == 0x5C || byte == 0x7F else {
+                index += 1
+                continue
+            }
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<index]))
             switch byte {
             case UInt8(ascii: "\""): out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
             case UInt8(ascii: "\\"): out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
@@ -185,13 +199,15 @@ extension JSONValue {
             case 0x09: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
             case 0x08: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "b")])
             case 0x0C: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "f")])
-            case 0x00..<0x20, 0x7F:
+            default:
                 out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0")])
                 out.append(hexDigits[Int(byte >> 4)])
                 out.append(hexDigits[Int(byte & 0x0F)])
-            default: out.append(byte)
             }
+            index += 1
+            runStart = index
         }
+        out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<index]))
         out.append(UInt8(ascii: "\""))
     }
 }

@@ -34,6 +34,17 @@ public enum RPCClientError: Error, Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// The error for a failed `connect`.
+    init(connectFailure error: Errno) {
+        switch error {
+        case .noSuchFile, .notDirectory: self = .socketMissing
+        case .connectionRefused: self = .connectionRefused
+        case .permissionDenied, .notPermitted: self = .permissionDenied
+        case .nameTooLong: self = .pathTooLong
+        default: self = .io(error)
+        }
+    }
+
     /// Whether the CLI should say "the daemon is not running".
     public var meansNotRunning: Bool { self == .socketMissing || self == .connectionRefused }
 }
@@ -78,13 +89,7 @@ public final class RPCClient {
             try Syscalls.makeNonBlockingCloseOnExec(fd)
         } catch {
             Syscalls.close(fd)
-            switch error {
-            case .noSuchFile, .notDirectory: throw .socketMissing
-            case .connectionRefused: throw .connectionRefused
-            case .permissionDenied, .notPermitted: throw .permissionDenied
-            case .nameTooLong: throw .pathTooLong
-            default: throw .io(error)
-            }
+            throw RPCClientError(connectFailure: error)
         }
         self.fd = fd
     }

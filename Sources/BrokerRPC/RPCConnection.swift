@@ -61,6 +61,8 @@ public final class RPCConnection: Sendable {
     }
 
     /// Runs `body` once when the connection closes (at once if it already has).
+    /// It runs on the connection's I/O queue: keep it short (drop a
+    /// subscription, do not await anything).
     public func onClose(_ body: @escaping @Sendable () -> Void) {
         let runNow = hooks.withLock { state -> Bool in
             if state.closed { return true }
@@ -344,9 +346,11 @@ final class ConnectionIO: @unchecked Sendable {
         disarmWriteSource()
         output = []
         outputStart = 0
-        closeDescriptorIfUnused()
+        // Reported before the descriptor goes, so that whoever sees the end
+        // of the stream also finds the connection closed here.
         onClosed?(reason)
         onClosed = nil
+        closeDescriptorIfUnused()
     }
 
     /// On `queue` at shutdown: tries once more to write what is queued, then closes.

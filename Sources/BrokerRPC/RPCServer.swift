@@ -260,7 +260,14 @@ public final class RPCServer: Sendable {
 
     // MARK: Running
 
-    /// Serves until `shutdown()` or cancellation, then stops gracefully and returns.
+    /// Serves until `shutdown()` or cancellation, then stops and returns.
+    ///
+    /// `shutdown()` is the graceful stop: accepting and reading end at once,
+    /// requests in flight get up to `shutdownGracePeriod` to finish (then they
+    /// are cancelled), their replies are written, and every connection is
+    /// closed. Cancelling the task that runs `run()` is the hard stop: the
+    /// handlers are cancelled at once (they still answer, if they do), then the
+    /// same steps follow.
     public func run() async throws {
         let alreadyRunning = state.withLock { state -> Bool in
             defer { state.running = true }
@@ -277,7 +284,9 @@ public final class RPCServer: Sendable {
             } onCancel: {
                 self.shutdown()
             }
-            // The stream ended: shutdown() was called. New requests are no longer taken.
+            // The stream ended: shutdown() was called (or the task was cancelled,
+            // which also cancels the handlers). New requests are no longer taken.
+            shutdown()
             await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
                 acceptQueue.async {
                     self.stopAccepting()
@@ -286,7 +295,7 @@ public final class RPCServer: Sendable {
             }
             await eachConnection { $0.stopReading() }
             let deadline = ContinuousClock.now + configuration.shutdownGracePeriod
-            while state.withLock({ $0.inFlight }) > 0 && ContinuousClock.now < deadline {
+            while state.withLock({ $0.inFlight }) > 0 && ContinuousClock.now < deadline && !Task.isCancelled {
                 try? await Task.sleep(for: .milliseconds(5))
             }
             group.cancelAll()
@@ -436,13 +445,15 @@ public final class RPCServer: Sendable {
         }
         events(.connectionOpened(connectionID: id, peer: peer))
         queue.async { [weak self] in
-            io.onClosed = { [weak self, weak connection] reason in
-                self?.state.withLock { state in
-                    state.connections[id] = nil
+            io.onClosed = { [weak self] reason in
+                // Taken out of the registry strongly, so that its onClose hooks
+                // run even when nobody else holds the connection.
+                let removed = self?.state.withLock { state -> RPCConnection? in
                     state.statistics.open -= 1
+                    return state.connections.removeValue(forKey: id)
                 }
                 events(.connectionClosed(connectionID: id, reason: reason))
-                connection?.didClose()
+                removed?.didClose()
             }
             if self == nil || self?.state.withLock({ $0.stopping }) == true {
                 io.close(.serverShutdown)

@@ -198,15 +198,6 @@ enum Syscalls {
             device: UInt64(status.st_dev), inode: UInt64(status.st_ino))
     }
 
-    static func fstat(_ fd: Int32) throws(Errno) -> FileStatus {
-        var status = stat()
-        _ = try retrying { Glibc.fstat(fd, &status) }
-        let type = status.st_mode & S_IFMT
-        return FileStatus(
-            isSocket: type == S_IFSOCK, isDirectory: type == S_IFDIR,
-            device: UInt64(status.st_dev), inode: UInt64(status.st_ino))
-    }
-
     static func mkdir(_ path: String, mode: mode_t) throws(Errno) {
         _ = try retrying { Glibc.mkdir(path, mode) }
     }
