@@ -40,6 +40,7 @@ let package = Package(
         .executableTarget(name: "browser-login", dependencies: ["BrokerRPC", "BrowserLoginProtocol"]),
 
         .testTarget(name: "BrowserLoginProtocolTests", dependencies: ["BrowserLoginProtocol"]),
+        .testTarget(name: "BrokerRPCTests", dependencies: ["BrokerRPC"]),
         .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrowserLoginProtocol"]),
     ],
     swiftLanguageModes: [.v6]
