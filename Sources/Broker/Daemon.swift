@@ -121,8 +121,9 @@ public enum BrokerDaemon {
         }
 
         let home = environment["HOME"] ?? NSHomeDirectory()
+        // systemd's StateDirectory= passes the directory in STATE_DIRECTORY.
         let stateDirectory =
-            options.stateDirectory
+            options.stateDirectory ?? environment["STATE_DIRECTORY"].flatMap { $0.isEmpty ? nil : $0 }
             ?? ((environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.local/state")
                 + "/browser-login")
         do {
