@@ -394,13 +394,8 @@ extension LoginService {
             guard let user else { return .failure(APIError(.internalError, "the user could not be created")) }
             if user.disabled { return .failure(APIError(.authUserDisabled, "the account is disabled")) }
             let method = test ? "test" : "email"
-            // Signing in again replaces this browser's previous session.
-            if let old = request.cookies[Self.sessionCookie],
-                let row = try db.queryOne("SELECT id FROM browser_sessions WHERE secret_hash = ?", Records.hash(old)),
-                row.text("id") != sessionId
-            {
-                try Records.revokeBrowserSession(db, id: row.text("id"), now: now)
-            }
+            // Signing in again replaces this browser's cookie; the previous
+            // session (and what it issued) ends at its own expiry or sign-out.
             try db.run(
                 """
                 INSERT INTO browser_sessions (id, secret_hash, user_id, auth_method, authenticated_at, expires_at)

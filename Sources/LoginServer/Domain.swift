@@ -167,14 +167,18 @@ enum Records {
         try db.run("UPDATE sessions SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", now, id)
     }
 
-    /// Revokes a browser session and every native session issued from it,
-    /// and cancels the attempts it authorized that were not yet exchanged.
-    static func revokeBrowserSession(_ db: Database, id: String, now: Int64) throws {
+    /// Revokes a browser session and every native session issued from it.
+    /// On sign-out it also cancels the attempts it authorized that were not
+    /// yet exchanged; when a user is disabled those stay, so that their
+    /// exchange answers AUTH_USER_DISABLED (and cancels them then).
+    static func revokeBrowserSession(_ db: Database, id: String, now: Int64, cancelAttempts: Bool = true) throws {
         try db.run("UPDATE browser_sessions SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", now, id)
         try db.run("UPDATE sessions SET revoked_at = ? WHERE browser_session_id = ? AND revoked_at IS NULL", now, id)
-        try db.run(
-            "UPDATE attempts SET state = 'cancelled', ended_at = ? WHERE browser_session_id = ? AND state = 'authorized'",
-            now, id)
+        if cancelAttempts {
+            try db.run(
+                "UPDATE attempts SET state = 'cancelled', ended_at = ? WHERE browser_session_id = ? AND state = 'authorized'",
+                now, id)
+        }
     }
 
     /// Disables a user: revokes all their browser and native sessions at once.
@@ -186,7 +190,7 @@ enum Records {
             for row in try db.query(
                 "SELECT id FROM browser_sessions WHERE user_id = ? AND revoked_at IS NULL", user.id)
             {
-                try revokeBrowserSession(db, id: row.text("id"), now: now)
+                try revokeBrowserSession(db, id: row.text("id"), now: now, cancelAttempts: false)
             }
             try db.run("UPDATE sessions SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL", now, user.id)
         } else {

@@ -39,7 +39,14 @@ final class LoginService: Sendable {
         case native, browser, api, other
     }
 
-    func handle(_ request: HTTPServerRequest) -> HTTPServerResponse {
+    func handle(_ incoming: HTTPServerRequest) -> HTTPServerResponse {
+        var request = incoming
+        // Behind a trusted reverse proxy, the client is the last hop it appended.
+        if configuration.trustForwardedFor, let forwarded = request.header("x-forwarded-for"),
+            let last = forwarded.split(separator: ",").last?.trimmingCharacters(in: .whitespaces), !last.isEmpty
+        {
+            request.remoteAddress = last
+        }
         let started = clock()
         let base = configuration.basePath
         var route = "unknown"
