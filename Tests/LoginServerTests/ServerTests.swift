@@ -259,3 +259,36 @@ import Testing
         #expect(mode == 0o600)
     }
 }
+
+@Suite struct TLSTests {
+    static let openssl = "/usr/bin/openssl"
+
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: openssl)))
+    func theServerSpeaksHTTPSWithGnuTLS() throws {
+        let directory = TemporaryDirectory()
+        let key = directory.path + "/key.pem"
+        let certificate = directory.path + "/cert.pem"
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Self.openssl)
+        process.arguments = [
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key,
+            "-out", certificate, "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+        ]
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        let server = try TestServer {
+            $0.tlsCertificatePath = certificate
+            $0.tlsKeyPath = key
+        }
+        #expect(server.origin.hasPrefix("https://127.0.0.1:"))
+        let attempt = try NativeAttempt.create(server, client: confirmClient, returnUrl: confirmReturn)
+        let browser = try ScriptedBrowser(serverOrigin: server.origin, caFile: certificate)
+        let callback = try browser.signInAndAuthorize(authorizeURL: attempt.created.authorizeUrl, email: testBase, code: "000000")
+        #expect(try Callback(parsing: callback).issuer == server.origin)
+        // Without trusting the certificate, curl refuses the connection.
+        #expect(throws: ScriptedBrowserError.self) { try RawHTTP.send("GET", server.base + "/health") }
+        #expect(try RawHTTP.send("GET", server.base + "/health", caFile: certificate).status == 200)
+    }
+}

@@ -77,16 +77,18 @@ final class TestServer: Sendable {
     var origin: String { server.origin }
     var base: String { server.origin + server.configuration.basePath }
     var outbox: String { server.configuration.resolvedOutboxPath }
+    /// The self-signed certificate to trust when the server speaks TLS.
+    var caFile: String? { server.configuration.tlsCertificatePath }
 
     func browser() throws -> ScriptedBrowser { try ScriptedBrowser(serverOrigin: origin) }
 
     /// A native host's request: JSON, no cookies.
     func native(_ path: String, _ json: String, headers: [(String, String)] = []) throws -> HTTPAnswer {
-        try RawHTTP.postJSON(base + "/native" + path, json, headers: headers)
+        try RawHTTP.postJSON(base + "/native" + path, json, headers: headers, caFile: caFile)
     }
 
     func get(_ url: String, headers: [(String, String)] = []) throws -> HTTPAnswer {
-        try RawHTTP.send("GET", url, headers: headers)
+        try RawHTTP.send("GET", url, headers: headers, caFile: caFile)
     }
 }
 
