@@ -13,6 +13,7 @@ let package = Package(
     products: [
         .executable(name: "browser-login", targets: ["browser-login"]),
         .library(name: "BrowserLoginProtocol", targets: ["BrowserLoginProtocol"]),
+        .executable(name: "browser-login-server", targets: ["browser-login-server"]),
     ],
     targets: [
         cLibrary("CSQLite", pkgConfig: "sqlite3", apt: ["libsqlite3-dev"]),
@@ -27,6 +28,11 @@ let package = Package(
         // Shared by the broker and the reference server.
         .target(name: "BrowserLoginProtocol", dependencies: ["CCrypto", "CJansson"]),
         .target(name: "SQLiteSupport", dependencies: ["CSQLite"]),
+        // The reference login server.
+        .target(name: "LoginServer", dependencies: ["BrowserLoginProtocol", "SQLiteSupport", "CMicroHTTPD", "CCrypto"]),
+        .executableTarget(name: "browser-login-server", dependencies: ["LoginServer"]),
+        .target(name: "ScriptedBrowser", dependencies: ["BrowserLoginProtocol", "CCurl"]),
+        .testTarget(name: "LoginServerTests", dependencies: ["LoginServer", "ScriptedBrowser", "BrowserLoginProtocol"]),
 
         // The broker.
         .target(name: "BrokerCore", dependencies: ["BrowserLoginProtocol"]),

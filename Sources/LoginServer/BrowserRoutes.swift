@@ -1,0 +1,413 @@
+import BrowserLoginProtocol
+import Foundation
+import SQLiteSupport
+
+/// Sign-in bodies of the hosted page's own routes (docs/server.md).
+struct SignInStartRequest: Decodable {
+    var email: String
+}
+
+struct SignInVerifyRequest: Decodable {
+    var email: String
+    var code: String
+}
+
+/// `GET browser/session` and `POST browser/signin/verify`: the browser
+/// session's public id (never its cookie secret) and the account.
+struct BrowserSessionResponse: Encodable {
+    var sessionId: String
+    var account: Account
+    var authMethod: String
+    var expiresAt: Timestamp
+}
+
+/// PROTOCOL.md §6 and the hosted page's sign-in routes.
+extension LoginService {
+    func browser(_ request: HTTPServerRequest, _ rest: String, _ route: inout String) throws(APIError)
+        -> HTTPServerResponse
+    {
+        let segments = rest.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        switch segments {
+        case ["login"]:
+            route = "browser.page"
+            try requireMethod(request, "GET")
+            return try loginPage(request)
+        case ["login.js"]:
+            route = "browser.script"
+            try requireMethod(request, "GET")
+            return HostedPage.asset(HostedPage.script, type: "text/javascript; charset=utf-8")
+        case ["login.css"]:
+            route = "browser.style"
+            try requireMethod(request, "GET")
+            return HostedPage.asset(HostedPage.style, type: "text/css; charset=utf-8")
+        case ["session"]:
+            route = "browser.session"
+            try requireMethod(request, "GET")
+            return try currentBrowserSession(request)
+        case ["signin", "start"]:
+            route = "browser.signin.start"
+            try browserPOST(request)
+            return try signInStart(request)
+        case ["signin", "verify"]:
+            route = "browser.signin.verify"
+            try browserPOST(request)
+            return try signInVerify(request)
+        case ["signout"]:
+            route = "browser.signout"
+            try browserPOST(request)
+            return try signOut(request)
+        default: break
+        }
+        if segments.count == 2, segments[0] == "attempts", !segments[1].isEmpty {
+            route = "browser.describe"
+            try requireMethod(request, "GET")
+            return try describe(attemptId: segments[1])
+        }
+        if segments.count == 3, segments[0] == "attempts", !segments[1].isEmpty {
+            switch segments[2] {
+            case "authorize":
+                route = "browser.authorize"
+                try browserPOST(request)
+                return try authorize(request, attemptId: segments[1])
+            case "decline":
+                route = "browser.decline"
+                try browserPOST(request)
+                return try decline(request, attemptId: segments[1])
+            default: break
+            }
+        }
+        throw APIError(.notFound, "no such browser route")
+    }
+
+    /// A state-changing browser request: POST, `Origin` equal to the server
+    /// origin, `Sec-Fetch-Site: same-origin` when present, a JSON body.
+    func browserPOST(_ request: HTTPServerRequest) throws(APIError) {
+        try requireMethod(request, "POST")
+        guard request.header("origin") == issuer else {
+            throw APIError(.originMismatch, "the request's Origin is not this server's origin")
+        }
+        if let site = request.header("sec-fetch-site"), site != "same-origin" {
+            throw APIError(.originMismatch, "the request is not same-origin (Sec-Fetch-Site)")
+        }
+        try requireJSONBody(request)
+    }
+
+    // MARK: Cookies
+
+    /// The binding cookie's name for one attempt: `__Host-bl_bind_` and a
+    /// digest of the attempt id (so the id itself is never a cookie name).
+    func bindingCookieName(attemptId: String) -> String {
+        "__Host-bl_bind_" + String(Crypto.digest("binding\u{0}" + attemptId).prefix(16))
+    }
+
+    func cookieHeader(name: String, value: String, maxAgeSeconds: Int64) -> (name: String, value: String) {
+        ("Set-Cookie", "\(name)=\(value); Path=/; Max-Age=\(max(0, maxAgeSeconds)); Secure; HttpOnly; SameSite=Lax")
+    }
+
+    /// The live browser session named by the request's session cookie.
+    /// Throws 403 AUTH_USER_DISABLED for a disabled user's cookie (even
+    /// though disabling revoked the session); nil when there is none.
+    func browserSession(_ db: Database, _ request: HTTPServerRequest, now: Int64) throws -> Result<
+        (BrowserSessionRecord, UserRecord)?, APIError
+    > {
+        guard let secret = request.cookies[Self.sessionCookie], !secret.isEmpty else { return .success(nil) }
+        guard let row = try db.queryOne("SELECT * FROM browser_sessions WHERE secret_hash = ?", Records.hash(secret)) else {
+            return .success(nil)
+        }
+        let session = BrowserSessionRecord(row)
+        guard let user = try Records.user(db, id: session.userId) else { return .success(nil) }
+        if user.disabled { return .failure(APIError(.authUserDisabled, "the account is disabled")) }
+        if session.revokedAt != nil || now >= session.expiresAt { return .success(nil) }
+        return .success((session, user))
+    }
+
+    // MARK: The page
+
+    func loginPage(_ request: HTTPServerRequest) throws(APIError) -> HTTPServerResponse {
+        var headers: [(name: String, value: String)] = []
+        if let attemptId = request.query["attempt"], !attemptId.isEmpty {
+            let now = clock()
+            let cookieName = bindingCookieName(attemptId: attemptId)
+            // The first load binds the attempt to this browser; later loads
+            // (a reload here, or the id opened elsewhere) do not rebind it.
+            let binding: (secret: String, maxAge: Int64)? = try store.perform { db in
+                guard let attempt = try Records.attempt(db, id: attemptId, now: now), attempt.state == .pending,
+                    attempt.bindingHash == nil
+                else { return .success(nil) }
+                let secret = try Crypto.randomToken(bytes: 32)
+                try db.run("UPDATE attempts SET binding_hash = ? WHERE id_hash = ?", Records.hash(secret), attempt.idHash)
+                return .success((secret, (attempt.expiresAt - now) / 1000 + 60))
+            }
+            if let binding {
+                headers.append(cookieHeader(name: cookieName, value: binding.secret, maxAgeSeconds: binding.maxAge))
+            }
+        }
+        return HostedPage.page(basePath: configuration.basePath, extraHeaders: headers)
+    }
+
+    // MARK: §6 Describe
+
+    func describe(attemptId: String) throws(APIError) -> HTTPServerResponse {
+        let now = clock()
+        let attempt: AttemptRecord = try store.perform { db in
+            guard let attempt = try Records.attempt(db, id: attemptId, now: now) else {
+                return .failure(APIError(.attemptUnknown, "no such attempt"))
+            }
+            return .success(attempt)
+        }
+        guard let client = clients[attempt.clientId] else { throw APIError(.attemptUnknown, "no such attempt") }
+        return json(
+            200,
+            DescribeResponse(
+                attemptId: attemptId, appName: client.appName, clientId: client.clientId,
+                policy: appliedPolicy(client: client, returnUrl: attempt.returnUrl), state: attempt.state,
+                expiresAt: Timestamp(millisecondsSince1970: attempt.expiresAt)))
+    }
+
+    /// §1: `automatic` applies only to an https return URL.
+    func appliedPolicy(client: ClientRegistration, returnUrl: String) -> ClientPolicy {
+        client.policy == .automatic && returnUrl.hasPrefix("https://") ? .automatic : .confirm
+    }
+
+    // MARK: §6 Authorize
+
+    func authorize(_ request: HTTPServerRequest, attemptId: String) throws(APIError) -> HTTPServerResponse {
+        let body = try decode(AuthorizeRequest.self, request)
+        let now = clock()
+        let cookieName = bindingCookieName(attemptId: attemptId)
+        let callback: String = try store.perform { db in
+            guard let attempt = try Records.attempt(db, id: attemptId, now: now),
+                let client = clients[attempt.clientId]
+            else {
+                return .failure(APIError(.attemptUnknown, "no such attempt"))
+            }
+            guard let binding = request.cookies[cookieName], let bindingHash = attempt.bindingHash,
+                Crypto.constantTimeEquals(Records.hash(binding), bindingHash)
+            else {
+                return .failure(
+                    APIError(.originMismatch, "this attempt was opened in another browser; open it from the app again"))
+            }
+            switch attempt.state {
+            case .expired: return .failure(APIError(.attemptExpired, "the attempt has expired"))
+            case .cancelled: return .failure(APIError(.attemptCancelled, "the attempt was cancelled"))
+            case .completed:
+                return .failure(APIError(.attemptAlreadyExchanged, "the attempt was already completed"))
+            case .pending, .authorized: break
+            }
+            let current: (BrowserSessionRecord, UserRecord)
+            switch try browserSession(db, request, now: now) {
+            case .failure(let e): return .failure(e)
+            case .success(nil): return .failure(APIError(.loginRequired, "sign in first"))
+            case .success(let s?): current = s
+            }
+            let session = current.0
+            if body.decision == .automatic && appliedPolicy(client: client, returnUrl: attempt.returnUrl) != .automatic {
+                return .failure(APIError(.policyMismatch, "this attempt needs the user's confirmation"))
+            }
+            guard body.expectedSessionId == session.id else {
+                return .failure(APIError(.sessionChanged, "the browser session changed; confirm again"))
+            }
+            if attempt.state == .authorized && attempt.browserSessionId != session.id {
+                return .failure(APIError(.sessionChanged, "the attempt was authorized by another session"))
+            }
+            let code = derive("code", attemptId, session.id)
+            if attempt.state == .pending {
+                try db.run(
+                    """
+                    UPDATE attempts SET state = 'authorized', browser_session_id = ?, code_hash = ?, authorized_at = ?
+                    WHERE id_hash = ?
+                    """, session.id, Records.hash(code), now, attempt.idHash)
+                Log.info("attempt authorized", ["client.id": client.clientId, "user.id": current.1.id])
+            }
+            return .success(
+                Callback.url(returnURL: attempt.returnUrl, outcome: .code(code), attempt: attemptId, issuer: issuer))
+        }
+        return json(200, AuthorizeResponse(callbackUrl: callback))
+    }
+
+    // MARK: Decline (Cancel on the page)
+
+    func decline(_ request: HTTPServerRequest, attemptId: String) throws(APIError) -> HTTPServerResponse {
+        _ = try objectMembers(request)
+        let now = clock()
+        let cookieName = bindingCookieName(attemptId: attemptId)
+        let callback: String = try store.perform { db in
+            guard let attempt = try Records.attempt(db, id: attemptId, now: now) else {
+                return .failure(APIError(.attemptUnknown, "no such attempt"))
+            }
+            guard let binding = request.cookies[cookieName], let bindingHash = attempt.bindingHash,
+                Crypto.constantTimeEquals(Records.hash(binding), bindingHash)
+            else {
+                return .failure(
+                    APIError(.originMismatch, "this attempt was opened in another browser; open it from the app again"))
+            }
+            switch attempt.state {
+            case .expired: return .failure(APIError(.attemptExpired, "the attempt has expired"))
+            case .completed: return .failure(APIError(.attemptAlreadyExchanged, "the attempt was already completed"))
+            case .pending, .authorized:
+                try Records.cancel(db, attempt, now: now)
+                Log.info("attempt declined in the browser", ["client.id": attempt.clientId])
+            case .cancelled: break
+            }
+            return .success(
+                Callback.url(
+                    returnURL: attempt.returnUrl, outcome: .error("access_denied"), attempt: attemptId, issuer: issuer))
+        }
+        return json(200, AuthorizeResponse(callbackUrl: callback))
+    }
+
+    // MARK: Browser session
+
+    func currentBrowserSession(_ request: HTTPServerRequest) throws(APIError) -> HTTPServerResponse {
+        let now = clock()
+        let current: (BrowserSessionRecord, UserRecord)? = try store.perform { db in try browserSession(db, request, now: now) }
+        guard let (session, user) = current else { throw APIError(.loginRequired, "not signed in") }
+        return json(
+            200,
+            BrowserSessionResponse(
+                sessionId: session.id, account: user.account, authMethod: session.authMethod,
+                expiresAt: Timestamp(millisecondsSince1970: session.expiresAt)))
+    }
+
+    func signOut(_ request: HTTPServerRequest) throws(APIError) -> HTTPServerResponse {
+        _ = try objectMembers(request)
+        let now = clock()
+        try store.perform { db in
+            if let secret = request.cookies[Self.sessionCookie],
+                let row = try db.queryOne("SELECT id FROM browser_sessions WHERE secret_hash = ?", Records.hash(secret))
+            {
+                try Records.revokeBrowserSession(db, id: row.text("id"), now: now)
+                Log.info("browser session signed out", ["browser_session.id": row.text("id")])
+            }
+            return .success(())
+        }
+        return json(200, ["signedOut": true], headers: [cookieHeader(name: Self.sessionCookie, value: "", maxAgeSeconds: 0)])
+    }
+
+    // MARK: Sign-in with an emailed code
+
+    /// A test account: a configured base address, or `local+bltest<suffix>@domain`
+    /// of one (suffix `[A-Za-z0-9._-]*`, one `+`).
+    func isTestAccount(_ email: EmailAddress) -> Bool {
+        testAccounts.contains { base in
+            guard email.domain == base.domain else { return false }
+            if email.local == base.local { return true }
+            let prefix = base.local + "+bltest"
+            guard email.local.hasPrefix(prefix) else { return false }
+            return email.local.dropFirst(prefix.count).unicodeScalars.allSatisfy {
+                ($0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0))) || "._-".unicodeScalars.contains($0)
+            }
+        }
+    }
+
+    static let testAccountCode = "000000"
+
+    func signInStart(_ request: HTTPServerRequest) throws(APIError) -> HTTPServerResponse {
+        let body = try decode(SignInStartRequest.self, request)
+        guard let email = EmailAddress(body.email) else { throw APIError(.invalidRequest, "enter a valid email address") }
+        try limit("signin.address", request.remoteAddress, configuration.rateLimits.codeEntry)
+        try limit("signin.email", email.text, configuration.rateLimits.codeEntry)
+        if isTestAccount(email) { return json(200, ["codeSent": true]) }
+        let code = try newSignInCode()
+        let now = clock()
+        try store.perform { db in
+            try db.run(
+                """
+                INSERT INTO sign_in_codes (email, code_hash, created_at, expires_at, wrong_count) VALUES (?, ?, ?, ?, 0)
+                ON CONFLICT(email) DO UPDATE SET code_hash = excluded.code_hash, created_at = excluded.created_at,
+                    expires_at = excluded.expires_at, wrong_count = 0
+                """, email.text, Records.hash(code), now, now + configuration.signInCodeLifetimeMillis)
+            return .success(())
+        }
+        let minutes = configuration.signInCodeLifetimeMillis / 60_000
+        do {
+            try mailer.send(
+                MailMessage(
+                    to: email.text, subject: "Your sign-in code",
+                    body: "Your sign-in code is \(code). It is valid for \(minutes) minutes and works once.\n"))
+        } catch {
+            Log.error("cannot send the sign-in email", ["error": "\(type(of: error))"])
+            throw APIError(.internalError, "the sign-in email could not be sent")
+        }
+        return json(200, ["codeSent": true])
+    }
+
+    /// Six uniformly random digits, never `000000` (the test accounts' code).
+    func newSignInCode() throws(APIError) -> String {
+        while true {
+            let bytes: [UInt8]
+            do { bytes = try Crypto.randomBytes(4) } catch { throw APIError(.internalError, "randomness unavailable") }
+            let value = bytes.reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+            guard value < 4_294_000_000 else { continue }
+            let code = value % 1_000_000
+            if code == 0 { continue }
+            let text = String(code)
+            return String(repeating: "0", count: 6 - text.count) + text
+        }
+    }
+
+    func signInVerify(_ request: HTTPServerRequest) throws(APIError) -> HTTPServerResponse {
+        let body = try decode(SignInVerifyRequest.self, request)
+        guard let email = EmailAddress(body.email) else { throw APIError(.invalidRequest, "enter a valid email address") }
+        try limit("code.address", request.remoteAddress, configuration.rateLimits.codeEntry)
+        try limit("code.email", email.text, configuration.rateLimits.codeEntry)
+        let now = clock()
+        let test = isTestAccount(email)
+        let secret = try randomToken(bytes: 32)
+        let sessionId = try randomToken(bytes: 16)
+        let userId = try randomToken(bytes: 16)
+        let lifetime = configuration.sessionLifetimeMillis
+        let answer: BrowserSessionResponse = try store.perform { db in
+            if test {
+                guard Crypto.constantTimeEquals(body.code, Self.testAccountCode) else {
+                    return .failure(APIError(.otpInvalid, "the code is wrong"))
+                }
+            } else {
+                guard let row = try db.queryOne("SELECT * FROM sign_in_codes WHERE email = ?", email.text) else {
+                    return .failure(APIError(.otpExpired, "no valid code for this address; ask for a new one"))
+                }
+                let wrong = Int(row.int("wrong_count") ?? 0)
+                if wrong >= Self.maximumWrongCodes {
+                    return .failure(APIError(.otpMaxAttempts, "too many wrong codes; ask for a new email"))
+                }
+                if now >= row.millis("expires_at") {
+                    try db.run("DELETE FROM sign_in_codes WHERE email = ?", email.text)
+                    return .failure(APIError(.otpExpired, "the code has expired; ask for a new one"))
+                }
+                guard Crypto.constantTimeEquals(Records.hash(body.code), row.text("code_hash")) else {
+                    try db.run("UPDATE sign_in_codes SET wrong_count = ? WHERE email = ?", wrong + 1, email.text)
+                    if wrong + 1 >= Self.maximumWrongCodes {
+                        return .failure(APIError(.otpMaxAttempts, "too many wrong codes; ask for a new email"))
+                    }
+                    return .failure(APIError(.otpInvalid, "the code is wrong"))
+                }
+                try db.run("DELETE FROM sign_in_codes WHERE email = ?", email.text)
+            }
+            var user = try Records.user(db, email: email.text)
+            if user == nil {
+                try db.run(
+                    "INSERT INTO users (id, email, display_name, disabled, created_at) VALUES (?, ?, ?, 0, ?)",
+                    userId, email.text, email.local, now)
+                user = try Records.user(db, id: userId)
+                Log.info("user created", ["user.id": userId])
+            }
+            guard let user else { return .failure(APIError(.internalError, "the user could not be created")) }
+            if user.disabled { return .failure(APIError(.authUserDisabled, "the account is disabled")) }
+            let method = test ? "test" : "email"
+            // Signing in again replaces this browser's cookie; the previous
+            // session (and what it issued) ends at its own expiry or sign-out.
+            try db.run(
+                """
+                INSERT INTO browser_sessions (id, secret_hash, user_id, auth_method, authenticated_at, expires_at)
+                VALUES (?, ?, ?, ?, ?, ?)
+                """, sessionId, Records.hash(secret), user.id, method, now, now + lifetime)
+            Log.info("browser session started", ["user.id": user.id, "auth.method": method])
+            return .success(
+                BrowserSessionResponse(
+                    sessionId: sessionId, account: user.account, authMethod: method,
+                    expiresAt: Timestamp(millisecondsSince1970: now + lifetime)))
+        }
+        return json(
+            200, answer, headers: [cookieHeader(name: Self.sessionCookie, value: secret, maxAgeSeconds: lifetime / 1000)])
+    }
+}

@@ -1,0 +1,277 @@
+/// The hosted page (PROTOCOL.md §6): one HTML document, one script and one
+/// style sheet, all served by this server; no external assets, no inline
+/// script or style, so the Content-Security-Policy can forbid both.
+enum HostedPage {
+    static let contentSecurityPolicy =
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
+        + "frame-ancestors 'none'; form-action 'none'; base-uri 'none'"
+
+    static func securityHeaders() -> [(name: String, value: String)] {
+        [
+            ("Content-Security-Policy", contentSecurityPolicy),
+            ("X-Frame-Options", "DENY"),
+            ("Cross-Origin-Opener-Policy", "same-origin"),
+        ]
+    }
+
+    static func page(basePath: String, extraHeaders: [(name: String, value: String)]) -> HTTPServerResponse {
+        let base = escapeHTML(basePath)
+        let html = """
+            <!doctype html>
+            <html lang="en">
+            <head>
+            <meta charset="utf-8">
+            <meta name="viewport" content="width=device-width, initial-scale=1">
+            <meta name="referrer" content="no-referrer">
+            <title>Sign in</title>
+            <link rel="stylesheet" href="\(base)/browser/login.css">
+            </head>
+            <body>
+            <main id="app" data-base="\(base)">
+            <h1 id="title">Sign in</h1>
+            <p id="status" role="status">Loading…</p>
+            <section id="signin" hidden>
+            <form id="email-form">
+            <label for="email">Email address</label>
+            <input id="email" name="email" type="email" autocomplete="email" required>
+            <button type="submit">Send me a code</button>
+            </form>
+            <form id="code-form" hidden>
+            <label for="code">The 6-digit code from the email</label>
+            <input id="code" name="code" inputmode="numeric" autocomplete="one-time-code" pattern="[0-9]{6}" maxlength="6" required>
+            <button type="submit">Sign in</button>
+            </form>
+            </section>
+            <section id="confirm" hidden>
+            <p>Continue to <strong id="app-name"></strong> as <strong id="account"></strong>?</p>
+            <button id="continue" type="button">Continue</button>
+            <button id="switch" type="button" class="secondary">Use another account</button>
+            </section>
+            <p><button id="cancel" type="button" class="secondary" hidden>Cancel</button></p>
+            <p id="return" hidden><a id="return-link" href="">Return to the app</a></p>
+            <noscript><p>This page needs JavaScript to sign you in.</p></noscript>
+            </main>
+            <script src="\(base)/browser/login.js"></script>
+            </body>
+            </html>
+
+            """
+        return HTTPServerResponse(
+            status: 200,
+            headers: [("Content-Type", "text/html; charset=utf-8")] + securityHeaders() + extraHeaders,
+            body: Array(html.utf8))
+    }
+
+    static func asset(_ text: String, type: String) -> HTTPServerResponse {
+        HTTPServerResponse(status: 200, headers: [("Content-Type", type)] + securityHeaders(), body: Array(text.utf8))
+    }
+
+    static func escapeHTML(_ text: String) -> String {
+        var out = ""
+        for c in text {
+            switch c {
+            case "&": out += "&amp;"
+            case "<": out += "&lt;"
+            case ">": out += "&gt;"
+            case "\"": out += "&quot;"
+            case "'": out += "&#39;"
+            default: out.append(c)
+            }
+        }
+        return out
+    }
+
+    static let style = """
+        body { font-family: system-ui, sans-serif; margin: 0; background: #f4f5f7; color: #1d1f23; }
+        main { max-width: 26rem; margin: 4rem auto; background: #fff; padding: 2rem; border-radius: 0.75rem;
+               box-shadow: 0 1px 4px rgba(0, 0, 0, 0.12); }
+        h1 { font-size: 1.4rem; margin-top: 0; }
+        label { display: block; margin: 0.75rem 0 0.25rem; }
+        input { width: 100%; box-sizing: border-box; padding: 0.5rem; font-size: 1rem; }
+        button { margin-top: 0.75rem; padding: 0.5rem 1rem; font-size: 1rem; border-radius: 0.4rem;
+                 border: 1px solid #2456c7; background: #2456c7; color: #fff; cursor: pointer; }
+        button.secondary { background: #fff; color: #2456c7; }
+        [hidden] { display: none !important; }
+
+        """
+
+    /// The page's script. It keeps the callback URL only in memory (a
+    /// variable and the manual link), never in storage, the URL or the history.
+    static let script = #"""
+        "use strict";
+        (function () {
+          const $ = (id) => document.getElementById(id);
+          const base = $("app").dataset.base;
+          const attemptId = new URLSearchParams(window.location.search).get("attempt");
+          let attempt = null;
+          let shownSessionId = null;
+          let automaticSessionId = null;
+          let leaving = false;
+
+          const stateMessages = {
+            completed: "This sign-in is already complete. You can close this page.",
+            cancelled: "This sign-in was cancelled. Start again from the app.",
+            expired: "This sign-in link has expired. Start again from the app."
+          };
+          const errorMessages = {
+            ATTEMPT_UNKNOWN: "This sign-in link is not valid. Start again from the app.",
+            ATTEMPT_EXPIRED: stateMessages.expired,
+            ATTEMPT_CANCELLED: stateMessages.cancelled,
+            ATTEMPT_ALREADY_EXCHANGED: stateMessages.completed,
+            ORIGIN_MISMATCH: "This sign-in was opened in another browser. Start again from the app.",
+            AUTH_USER_DISABLED: "This account is disabled.",
+            OTP_INVALID: "That code is not right. Try again.",
+            OTP_EXPIRED: "That code has expired. Ask for a new one.",
+            OTP_MAX_ATTEMPTS: "Too many wrong codes. Ask for a new email.",
+            RATE_LIMITED: "Too many tries. Wait a moment and try again.",
+            INVALID_REQUEST: "Enter a valid email address."
+          };
+
+          function show(id, visible) { $(id).hidden = !visible; }
+          function say(text) { $("status").textContent = text; }
+          function codeOf(answer) {
+            return answer.data && answer.data.error ? answer.data.error.code : "HTTP_" + answer.status;
+          }
+          function sayError(answer) {
+            say(errorMessages[codeOf(answer)] || "Something went wrong. Try again.");
+          }
+
+          async function call(method, path, body) {
+            const init = { method: method, credentials: "same-origin", cache: "no-store", redirect: "error",
+                           headers: {} };
+            if (body !== undefined) {
+              init.headers["Content-Type"] = "application/json";
+              init.body = JSON.stringify(body);
+            }
+            try {
+              const response = await fetch(base + path, init);
+              let data = null;
+              try { data = await response.json(); } catch (e) { data = null; }
+              return { status: response.status, data: data };
+            } catch (e) {
+              return { status: 0, data: null };
+            }
+          }
+
+          function leave(callbackUrl) {
+            leaving = true;
+            ["signin", "confirm", "cancel"].forEach((id) => show(id, false));
+            $("return-link").href = callbackUrl;
+            show("return", true);
+            say("Returning to " + (attempt ? attempt.appName : "the app") + "…");
+            window.location.assign(callbackUrl);
+          }
+
+          async function authorize(decision, sessionId) {
+            const answer = await call("POST", "/browser/attempts/" + encodeURIComponent(attemptId) + "/authorize",
+                                      { decision: decision, expectedSessionId: sessionId });
+            if (answer.status === 200 && answer.data && answer.data.callbackUrl) {
+              leave(answer.data.callbackUrl);
+              return;
+            }
+            const code = codeOf(answer);
+            if (code === "SESSION_CHANGED") {
+              say("You signed in with another account in the meantime. Check the account and continue.");
+              automaticSessionId = null;
+              await withSession();
+            } else if (code === "LOGIN_REQUIRED") {
+              showSignIn();
+            } else {
+              sayError(answer);
+              show("confirm", false);
+            }
+          }
+
+          function showSignIn() {
+            show("confirm", false);
+            show("signin", true);
+            show("email-form", true);
+            show("code-form", false);
+            say("Sign in to continue to " + attempt.appName + ".");
+          }
+
+          async function withSession() {
+            const answer = await call("GET", "/browser/session");
+            if (answer.status !== 200) {
+              if (codeOf(answer) === "LOGIN_REQUIRED") { showSignIn(); } else { sayError(answer); }
+              return;
+            }
+            const session = answer.data;
+            show("signin", false);
+            if (attempt.policy === "automatic") {
+              // Captured once: a later session refresh never approves again.
+              if (automaticSessionId === null) { automaticSessionId = session.sessionId; }
+              say("Signing you in to " + attempt.appName + "…");
+              await authorize("automatic", automaticSessionId);
+              return;
+            }
+            shownSessionId = session.sessionId;
+            $("account").textContent = session.account.email;
+            show("confirm", true);
+            say("");
+          }
+
+          $("email-form").addEventListener("submit", async (event) => {
+            event.preventDefault();
+            const email = $("email").value.trim();
+            const answer = await call("POST", "/browser/signin/start", { email: email });
+            if (answer.status !== 200) { sayError(answer); return; }
+            show("code-form", true);
+            say("We sent a code to " + email + ".");
+            $("code").focus();
+          });
+
+          $("code-form").addEventListener("submit", async (event) => {
+            event.preventDefault();
+            const answer = await call("POST", "/browser/signin/verify",
+                                      { email: $("email").value.trim(), code: $("code").value.trim() });
+            if (answer.status !== 200) {
+              sayError(answer);
+              if (codeOf(answer) === "OTP_MAX_ATTEMPTS" || codeOf(answer) === "OTP_EXPIRED") {
+                show("code-form", false);
+              }
+              return;
+            }
+            $("code").value = "";
+            await withSession();
+          });
+
+          $("continue").addEventListener("click", () => authorize("continue", shownSessionId));
+
+          $("switch").addEventListener("click", async () => {
+            await call("POST", "/browser/signout", {});
+            shownSessionId = null;
+            automaticSessionId = null;
+            showSignIn();
+          });
+
+          $("cancel").addEventListener("click", async () => {
+            const answer = await call("POST", "/browser/attempts/" + encodeURIComponent(attemptId) + "/decline", {});
+            if (answer.status === 200 && answer.data && answer.data.callbackUrl) {
+              leave(answer.data.callbackUrl);
+            } else {
+              sayError(answer);
+            }
+          });
+
+          async function start() {
+            if (!attemptId) { say("This sign-in link is incomplete. Start again from the app."); return; }
+            const answer = await call("GET", "/browser/attempts/" + encodeURIComponent(attemptId));
+            if (answer.status !== 200) { sayError(answer); return; }
+            attempt = answer.data;
+            $("app-name").textContent = attempt.appName;
+            $("title").textContent = "Sign in to " + attempt.appName;
+            if (attempt.state !== "pending" && attempt.state !== "authorized") {
+              say(stateMessages[attempt.state] || "This sign-in cannot continue.");
+              return;
+            }
+            show("cancel", true);
+            await withSession();
+          }
+
+          window.addEventListener("pageshow", (event) => { if (event.persisted && leaving) { say(""); } });
+          start();
+        })();
+
+        """#
+}

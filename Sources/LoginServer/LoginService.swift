@@ -1,0 +1,222 @@
+import BrowserLoginProtocol
+import Foundation
+import SQLiteSupport
+
+/// The request handler of the reference server: routing, the common rules
+/// of PROTOCOL.md §4 and the helpers the routes share. Called concurrently
+/// from libmicrohttpd's connection threads; every piece of state it holds is
+/// immutable, or behind a mutex (the store, the rate limiter).
+final class LoginService: Sendable {
+    static let maximumBody = 64 * 1024
+    static let maximumWrongCodes = 5
+    static let sessionCookie = "__Host-bl_session"
+
+    let configuration: ServerConfiguration
+    let clients: [String: ClientRegistration]
+    let issuer: String
+    let store: Store
+    let secret: [UInt8]
+    let clock: ServerClock
+    let rateLimiter = RateLimiter()
+    let mailer: any MailSender
+    let testAccounts: [EmailAddress]
+
+    init(configuration: ServerConfiguration, issuer: String, store: Store, secret: [UInt8], clock: @escaping ServerClock,
+         mailer: any MailSender) {
+        self.configuration = configuration
+        self.clients = Dictionary(configuration.clients.map { ($0.clientId, $0) }, uniquingKeysWith: { a, _ in a })
+        self.issuer = issuer
+        self.store = store
+        self.secret = secret
+        self.clock = clock
+        self.mailer = mailer
+        self.testAccounts = configuration.testAccounts.compactMap(EmailAddress.init)
+    }
+
+    // MARK: Routing
+
+    private enum Area {
+        case native, browser, api, other
+    }
+
+    func handle(_ incoming: HTTPServerRequest) -> HTTPServerResponse {
+        var request = incoming
+        // Behind a trusted reverse proxy, the client is the last hop it appended.
+        if configuration.trustForwardedFor, let forwarded = request.header("x-forwarded-for"),
+            let last = forwarded.split(separator: ",").last?.trimmingCharacters(in: .whitespaces), !last.isEmpty
+        {
+            request.remoteAddress = last
+        }
+        let started = clock()
+        let base = configuration.basePath
+        var route = "unknown"
+        var response: HTTPServerResponse
+        var area = Area.other
+        do throws(APIError) {
+            if request.path.hasPrefix(base + "/native/") {
+                area = .native
+                let rest = String(request.path.dropFirst(base.count + "/native/".count))
+                response = try native(request, rest, &route)
+            } else if request.path.hasPrefix(base + "/browser/") {
+                area = .browser
+                let rest = String(request.path.dropFirst(base.count + "/browser/".count))
+                response = try browser(request, rest, &route)
+            } else if request.path.hasPrefix("/api/") {
+                area = .api
+                response = try demoAPI(request, String(request.path.dropFirst("/api/".count)), &route)
+            } else if request.path == base + "/health" {
+                route = "health"
+                try requireMethod(request, "GET")
+                response = json(200, ["ok": true])
+            } else {
+                throw APIError(.notFound, "no such route")
+            }
+        } catch {
+            response = errorResponse(error)
+        }
+        response.headers.append(("Cache-Control", "no-store"))
+        response.headers.append(("X-Content-Type-Options", "nosniff"))
+        if area != .native && area != .api { response.headers.append(("Referrer-Policy", "no-referrer")) }
+        Log.info(
+            "request",
+            [
+                "http.method": request.method, "http.route": route, "http.status": "\(response.status)",
+                "duration.ms": "\(clock() - started)",
+            ])
+        return response
+    }
+
+    private func native(_ request: HTTPServerRequest, _ rest: String, _ route: inout String) throws(APIError)
+        -> HTTPServerResponse
+    {
+        // §4: a native route refuses browsers, before anything else.
+        for name in ["cookie", "origin", "sec-fetch-site"] where request.hasHeader(name) {
+            route = "native"
+            throw APIError(.nativeOnly, "native routes refuse requests with Cookie, Origin or Sec-Fetch-Site")
+        }
+        let segments = rest.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        switch segments.count {
+        case 1 where segments[0] == "attempts":
+            route = "native.create"
+            try nativePOST(request)
+            return try create(request)
+        case 1 where segments[0] == "session":
+            route = "native.session"
+            try requireMethod(request, "GET")
+            return try nativeSession(request)
+        case 2 where segments[0] == "sessions" && segments[1] == "refresh":
+            route = "native.refresh"
+            try nativePOST(request)
+            return try refresh(request)
+        case 2 where segments[0] == "sessions" && segments[1] == "revoke":
+            route = "native.revoke"
+            try nativePOST(request)
+            return try revoke(request)
+        case 3 where segments[0] == "attempts" && !segments[1].isEmpty:
+            let id = segments[1]
+            switch segments[2] {
+            case "exchange":
+                route = "native.exchange"
+                try nativePOST(request)
+                return try exchange(request, attemptId: id)
+            case "status":
+                route = "native.status"
+                try nativePOST(request)
+                return try status(request, attemptId: id)
+            case "cancel":
+                route = "native.cancel"
+                try nativePOST(request)
+                return try cancel(request, attemptId: id)
+            case "acknowledge":
+                route = "native.acknowledge"
+                try nativePOST(request)
+                return try acknowledge(request, attemptId: id)
+            default: break
+            }
+        default: break
+        }
+        throw APIError(.notFound, "no such native route")
+    }
+
+    /// POST, a JSON content type and at most 64 KiB.
+    func nativePOST(_ request: HTTPServerRequest) throws(APIError) {
+        try requireMethod(request, "POST")
+        try requireJSONBody(request)
+    }
+
+    func requireJSONBody(_ request: HTTPServerRequest) throws(APIError) {
+        if request.bodyTooLarge { throw APIError(.payloadTooLarge, "the body is larger than 64 KiB") }
+        let type = (request.header("content-type") ?? "").split(separator: ";").first.map {
+            $0.trimmingCharacters(in: .whitespaces).lowercased()
+        }
+        guard type == "application/json" else {
+            throw APIError(.invalidRequest, "send the body as Content-Type: application/json")
+        }
+    }
+
+    func requireMethod(_ request: HTTPServerRequest, _ methods: String...) throws(APIError) {
+        guard methods.contains(request.method) else {
+            var error = APIError(.methodNotAllowed, "this route answers \(methods.joined(separator: ", "))")
+            error.extraHeaders = [("Allow", methods.joined(separator: ", "))]
+            throw error
+        }
+    }
+
+    // MARK: Helpers
+
+    func decode<T: Decodable>(_ type: T.Type, _ request: HTTPServerRequest) throws(APIError) -> T {
+        do {
+            return try StrictJSON.decode(T.self, from: Data(request.body))
+        } catch {
+            throw APIError(.invalidRequest, error.description)
+        }
+    }
+
+    /// The members of a strict JSON object body, to tell the forms of revoke apart.
+    func objectMembers(_ request: HTTPServerRequest) throws(APIError) -> [String: Any] {
+        let data = Data(request.body)
+        do { try StrictJSON.validateObject(data) } catch { throw APIError(.invalidRequest, error.description) }
+        guard let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
+            throw APIError(.invalidRequest, "the body is not one JSON object")
+        }
+        return object
+    }
+
+    func json<T: Encodable>(_ status: Int, _ value: T, headers: [(name: String, value: String)] = []) -> HTTPServerResponse {
+        let body = (try? JSONEncoder.protocolEncoder.encode(value)) ?? Data("{}".utf8)
+        return HTTPServerResponse(
+            status: status, headers: [("Content-Type", "application/json")] + headers, body: [UInt8](body))
+    }
+
+    func errorResponse(_ error: APIError) -> HTTPServerResponse {
+        var response = json(error.code.httpStatus, ErrorBody(code: error.code, message: error.message))
+        if let retry = error.retryAfterSeconds { response.headers.append(("Retry-After", "\(retry)")) }
+        response.headers += error.extraHeaders
+        return response
+    }
+
+    /// Takes a token from the bucket for `key`, or throws 429 RATE_LIMITED.
+    func limit(_ kind: String, _ key: String, _ limit: RateLimit) throws(APIError) {
+        if let retry = rateLimiter.take(kind + ":" + key, limit: limit, now: clock()) {
+            throw APIError(.rateLimited, "too many requests; retry later", retryAfterSeconds: retry)
+        }
+    }
+
+    func randomToken(bytes: Int) throws(APIError) -> String {
+        do { return try Crypto.randomToken(bytes: bytes) } catch {
+            Log.error("randomness unavailable")
+            throw APIError(.internalError, "the server could not complete the request")
+        }
+    }
+
+    /// HMAC-SHA-256 under the server secret, base64url: lets the server
+    /// repeat a refresh successor or a callback code without storing it.
+    func derive(_ purpose: String, _ parts: String...) -> String {
+        let message = ([purpose] + parts).joined(separator: "\u{0}")
+        return Base64URL.encode(Crypto.hmacSHA256(key: secret, message: Array(message.utf8)))
+    }
+
+    func tokenPair(sessionId: String, generation: Int64) -> (access: String, refresh: String) {
+        (derive("access-token", sessionId, "\(generation)"), derive("refresh-token", sessionId, "\(generation)"))
+    }
+}

@@ -1,0 +1,367 @@
+import BrowserLoginProtocol
+import Foundation
+import SQLiteSupport
+
+/// PROTOCOL.md §5: the native routes.
+extension LoginService {
+    // MARK: §5.1 Create
+
+    func create(_ request: HTTPServerRequest) throws(APIError) -> HTTPServerResponse {
+        let body = try decode(CreateAttemptRequest.self, request)
+        guard ProofSecret.isWellFormed(body.codeChallenge) else {
+            throw APIError(.invalidRequest, "codeChallenge is 43 base64url characters")
+        }
+        guard ProofSecret.isWellFormed(body.recoveryChallenge) else {
+            throw APIError(.invalidRequest, "recoveryChallenge is 43 base64url characters")
+        }
+        guard let client = clients[body.clientId] else {
+            throw APIError(.clientUnknown, "no client is registered with this client id")
+        }
+        guard client.returnUrls.contains(where: { $0.text == body.returnUrl }) else {
+            throw APIError(.returnURLNotRegistered, "the return URL is not registered for this client (matched exactly)")
+        }
+        try limit("create.client", client.clientId, configuration.rateLimits.create)
+        try limit("create.address", request.remoteAddress, configuration.rateLimits.create)
+
+        let attemptId = try randomToken(bytes: 16)
+        let now = clock()
+        let expiresAt = now + configuration.lifetimeMillis
+        try store.perform { db in
+            try db.run(
+                """
+                INSERT INTO attempts (id_hash, client_id, return_url, code_challenge, recovery_challenge, ephemeral,
+                    state, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?)
+                """, Records.hash(attemptId), client.clientId, body.returnUrl, body.codeChallenge,
+                body.recoveryChallenge, body.ephemeral, now, expiresAt)
+            return .success(())
+        }
+        let answer = CreateAttemptResponse(
+            attemptId: attemptId,
+            authorizeUrl: issuer + configuration.basePath + "/browser/login?attempt=" + attemptId,
+            expiresAt: Timestamp(millisecondsSince1970: expiresAt), issuer: issuer)
+        Log.info("attempt created", ["client.id": client.clientId])
+        return json(201, answer)
+    }
+
+    // MARK: §5.2 Exchange
+
+    func exchange(_ request: HTTPServerRequest, attemptId: String) throws(APIError) -> HTTPServerResponse {
+        try limit("exchange.address", request.remoteAddress, configuration.rateLimits.exchange)
+        let body = try decode(ExchangeRequest.self, request)
+        let now = clock()
+        let exchangeLimit = configuration.rateLimits.exchange
+        let answer: ExchangeResponse = try store.perform { db in
+            guard var attempt = try Records.attempt(db, id: attemptId, now: now) else {
+                return .failure(APIError(.attemptUnknown, "no such attempt"))
+            }
+            if let retry = rateLimiter.take("exchange.client:" + attempt.clientId, limit: exchangeLimit, now: now) {
+                return .failure(APIError(.rateLimited, "too many exchanges for this client", retryAfterSeconds: retry))
+            }
+            guard ProofSecret.isWellFormed(body.codeVerifier),
+                ProofSecret(value: body.codeVerifier).verifies(challenge: attempt.codeChallenge)
+            else {
+                return .failure(APIError(.invalidGrant, "the code or the code verifier is wrong"))
+            }
+            switch attempt.state {
+            case .pending: return .failure(APIError(.attemptNotAuthorized, "the attempt has not been authorized yet"))
+            case .completed:
+                if let sessionId = attempt.sessionId { try Records.revokeSession(db, id: sessionId, now: now) }
+                Log.warning("replayed exchange; the issued session is revoked", ["client.id": attempt.clientId])
+                return .failure(
+                    APIError(.attemptAlreadyExchanged, "the code was already exchanged; the session it issued is revoked"))
+            case .expired: return .failure(APIError(.attemptExpired, "the attempt has expired"))
+            case .cancelled: return .failure(APIError(.attemptCancelled, "the attempt was cancelled"))
+            case .authorized: break
+            }
+            guard let codeHash = attempt.codeHash, Crypto.constantTimeEquals(Records.hash(body.code), codeHash) else {
+                attempt.wrongCodes += 1
+                if attempt.wrongCodes >= Self.maximumWrongCodes {
+                    try db.run(
+                        "UPDATE attempts SET wrong_codes = ?, state = 'cancelled', ended_at = ? WHERE id_hash = ?",
+                        attempt.wrongCodes, now, attempt.idHash)
+                    Log.warning("attempt cancelled after wrong codes", ["client.id": attempt.clientId])
+                } else {
+                    try db.run("UPDATE attempts SET wrong_codes = ? WHERE id_hash = ?", attempt.wrongCodes, attempt.idHash)
+                }
+                return .failure(APIError(.invalidGrant, "the code or the code verifier is wrong"))
+            }
+            guard let browserSessionId = attempt.browserSessionId,
+                let browser = try Records.browserSession(db, id: browserSessionId),
+                let user = try Records.user(db, id: browser.userId)
+            else {
+                try Records.cancel(db, attempt, now: now)
+                return .failure(APIError(.attemptCancelled, "the browser session that authorized the attempt is gone"))
+            }
+            if user.disabled {
+                try Records.cancel(db, attempt, now: now)
+                return .failure(APIError(.authUserDisabled, "the account is disabled"))
+            }
+            if browser.revokedAt != nil || now >= browser.expiresAt {
+                try Records.cancel(db, attempt, now: now)
+                return .failure(APIError(.attemptCancelled, "the browser session that authorized the attempt has ended"))
+            }
+            let sessionId = try randomToken(bytes: 16)
+            let tokens = tokenPair(sessionId: sessionId, generation: 0)
+            let accessExpiresAt = min(now + configuration.accessTokenLifetimeMillis, browser.expiresAt)
+            try db.run(
+                """
+                INSERT INTO sessions (id, user_id, browser_session_id, client_id, created_at, expires_at,
+                    authenticated_at, auth_method, generation, rotated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?)
+                """, sessionId, user.id, browser.id, attempt.clientId, now, browser.expiresAt, browser.authenticatedAt,
+                browser.authMethod, now)
+            try db.run(
+                "INSERT INTO refresh_tokens (hash, session_id, generation) VALUES (?, ?, 0)",
+                Records.hash(tokens.refresh), sessionId)
+            try db.run(
+                "INSERT INTO access_tokens (hash, session_id, expires_at) VALUES (?, ?, ?)",
+                Records.hash(tokens.access), sessionId, accessExpiresAt)
+            let digest = Crypto.digest(tokens.access)
+            try db.run(
+                """
+                UPDATE attempts SET state = 'completed', session_id = ?, issued_at = ?, token_digest = ?, code_hash = NULL
+                WHERE id_hash = ?
+                """, sessionId, now, digest, attempt.idHash)
+            let session = IssuedSession(
+                sessionId: sessionId, accessToken: tokens.access,
+                accessTokenExpiresAt: Timestamp(millisecondsSince1970: accessExpiresAt), refreshToken: tokens.refresh,
+                expiresAt: Timestamp(millisecondsSince1970: browser.expiresAt),
+                authenticatedAt: Timestamp(millisecondsSince1970: browser.authenticatedAt),
+                authMethod: browser.authMethod, account: user.account)
+            let receipt = Receipt(
+                attemptId: attemptId, sessionId: sessionId, issuedAt: Timestamp(millisecondsSince1970: now),
+                tokenDigest: digest)
+            Log.info("session issued", ["client.id": attempt.clientId, "session.id": sessionId, "user.id": user.id])
+            return .success(ExchangeResponse(session: session, receipt: receipt))
+        }
+        if configuration.testExchangeDelayMillis > 0 {
+            // FOR TESTS ONLY: the exchange is committed; hold the answer back.
+            usleep(UInt32(min(configuration.testExchangeDelayMillis * 1000, Int64(UInt32.max))))
+        }
+        return json(200, answer)
+    }
+
+    // MARK: §5.3–5.5 Status, cancel, acknowledge
+
+    /// Loads the attempt and checks the recovery key: 404 first, then 403.
+    private func provenAttempt(_ db: Database, id: String, recoveryKey: String, now: Int64) throws -> Result<
+        AttemptRecord, APIError
+    > {
+        guard let attempt = try Records.attempt(db, id: id, now: now) else {
+            return .failure(APIError(.attemptUnknown, "no such attempt"))
+        }
+        guard ProofSecret.isWellFormed(recoveryKey),
+            ProofSecret(value: recoveryKey).verifies(challenge: attempt.recoveryChallenge)
+        else {
+            return .failure(APIError(.proofInvalid, "the recovery key does not prove this attempt"))
+        }
+        return .success(attempt)
+    }
+
+    func status(_ request: HTTPServerRequest, attemptId: String) throws(APIError) -> HTTPServerResponse {
+        let body = try decode(RecoveryRequest.self, request)
+        let now = clock()
+        let answer: StatusResponse = try store.perform { db in
+            let attempt: AttemptRecord
+            switch try provenAttempt(db, id: attemptId, recoveryKey: body.recoveryKey, now: now) {
+            case .failure(let e): return .failure(e)
+            case .success(let a): attempt = a
+            }
+            var answer = StatusResponse(state: attempt.state, expiresAt: Timestamp(millisecondsSince1970: attempt.expiresAt))
+            if attempt.state == .completed, let sessionId = attempt.sessionId,
+                let session = try Records.session(db, id: sessionId)
+            {
+                let user = try Records.user(db, id: session.userId)
+                answer.receipt = Receipt(
+                    attemptId: attemptId, sessionId: sessionId,
+                    issuedAt: Timestamp(millisecondsSince1970: attempt.issuedAt ?? 0), tokenDigest: attempt.tokenDigest ?? "")
+                answer.sessionExpiresAt = Timestamp(millisecondsSince1970: session.expiresAt)
+                answer.sessionRevoked = session.revokedAt != nil || (user?.disabled ?? true)
+            }
+            return .success(answer)
+        }
+        return json(200, answer)
+    }
+
+    func cancel(_ request: HTTPServerRequest, attemptId: String) throws(APIError) -> HTTPServerResponse {
+        let body = try decode(RecoveryRequest.self, request)
+        let now = clock()
+        let state: String = try store.perform { db in
+            let attempt: AttemptRecord
+            switch try provenAttempt(db, id: attemptId, recoveryKey: body.recoveryKey, now: now) {
+            case .failure(let e): return .failure(e)
+            case .success(let a): attempt = a
+            }
+            switch attempt.state {
+            case .pending, .authorized:
+                try Records.cancel(db, attempt, now: now)
+                Log.info("attempt cancelled by the native host", ["client.id": attempt.clientId])
+                return .success("cancelled")
+            case .cancelled, .expired: return .success(attempt.state.rawValue)
+            case .completed:
+                return .failure(APIError(.attemptAlreadyExchanged, "the attempt was already exchanged; reconcile it"))
+            }
+        }
+        return json(200, StateResponse(state: state))
+    }
+
+    func acknowledge(_ request: HTTPServerRequest, attemptId: String) throws(APIError) -> HTTPServerResponse {
+        let body = try decode(RecoveryRequest.self, request)
+        let now = clock()
+        try store.perform { db -> Result<Void, APIError> in
+            let attempt: AttemptRecord
+            switch try provenAttempt(db, id: attemptId, recoveryKey: body.recoveryKey, now: now) {
+            case .failure(let e): return .failure(e)
+            case .success(let a): attempt = a
+            }
+            switch attempt.state {
+            case .pending, .authorized:
+                return .failure(APIError(.attemptActive, "the attempt is still active; cancel it first"))
+            case .completed, .cancelled, .expired:
+                try db.run("DELETE FROM attempts WHERE id_hash = ?", attempt.idHash)
+                return .success(())
+            }
+        }
+        return json(200, StateResponse(state: "acknowledged"))
+    }
+
+    // MARK: §5.6 Session
+
+    func nativeSession(_ request: HTTPServerRequest) throws(APIError) -> HTTPServerResponse {
+        let (session, user) = try authenticate(request)
+        return json(
+            200,
+            SessionInfoResponse(
+                sessionId: session.id, expiresAt: Timestamp(millisecondsSince1970: session.expiresAt),
+                account: user.account))
+    }
+
+    /// The bearer token of `request`: nil when there is no `Authorization`
+    /// header; throws UNAUTHENTICATED when it is malformed.
+    func bearerToken(_ request: HTTPServerRequest) throws(APIError) -> String? {
+        guard let header = request.header("authorization") else { return nil }
+        let parts = header.split(separator: " ", omittingEmptySubsequences: true)
+        guard parts.count == 2, parts[0].lowercased() == "bearer", Base64URL.isEncoded(String(parts[1]), length: parts[1].utf8.count),
+            !parts[1].isEmpty
+        else {
+            throw APIError(.unauthenticated, "the Authorization header is not 'Bearer <token>'")
+        }
+        return String(parts[1])
+    }
+
+    /// §5.6 / §8: checks an access token. Order: disabled user, revoked
+    /// session (also an unknown token), expired session, expired token.
+    func authenticate(_ request: HTTPServerRequest) throws(APIError) -> (SessionRecord, UserRecord) {
+        guard let token = try bearerToken(request) else {
+            throw APIError(.unauthenticated, "send 'Authorization: Bearer <accessToken>'")
+        }
+        let now = clock()
+        return try store.perform { db in
+            guard let row = try db.queryOne("SELECT * FROM access_tokens WHERE hash = ?", Records.hash(token)),
+                let session = try Records.session(db, id: row.text("session_id")),
+                let user = try Records.user(db, id: session.userId)
+            else {
+                return .failure(APIError(.sessionRevoked, "the session is not known or was revoked"))
+            }
+            if user.disabled { return .failure(APIError(.authUserDisabled, "the account is disabled")) }
+            if session.revokedAt != nil { return .failure(APIError(.sessionRevoked, "the session was revoked")) }
+            if now >= session.expiresAt { return .failure(APIError(.sessionExpired, "the session has expired")) }
+            if now >= row.millis("expires_at") {
+                return .failure(APIError(.tokenExpired, "the access token has expired; refresh it"))
+            }
+            return .success((session, user))
+        }
+    }
+
+    // MARK: §5.7 Refresh
+
+    func refresh(_ request: HTTPServerRequest) throws(APIError) -> HTTPServerResponse {
+        let body = try decode(RefreshRequest.self, request)
+        let now = clock()
+        let answer: RefreshResponse = try store.perform { db in
+            guard let row = try db.queryOne("SELECT * FROM refresh_tokens WHERE hash = ?", Records.hash(body.refreshToken)),
+                let session = try Records.session(db, id: row.text("session_id")),
+                let user = try Records.user(db, id: session.userId)
+            else {
+                return .failure(APIError(.sessionRevoked, "the refresh token is not known"))
+            }
+            if user.disabled { return .failure(APIError(.authUserDisabled, "the account is disabled")) }
+            if session.revokedAt != nil { return .failure(APIError(.sessionRevoked, "the session was revoked")) }
+            if now >= session.expiresAt { return .failure(APIError(.sessionExpired, "the session has expired")) }
+            let generation = row.int("generation") ?? -1
+            if generation == session.generation {
+                let next = generation + 1
+                let tokens = tokenPair(sessionId: session.id, generation: next)
+                let accessExpiresAt = min(now + configuration.accessTokenLifetimeMillis, session.expiresAt)
+                try db.run("UPDATE sessions SET generation = ?, rotated_at = ? WHERE id = ?", next, now, session.id)
+                try db.run(
+                    "INSERT INTO refresh_tokens (hash, session_id, generation) VALUES (?, ?, ?)",
+                    Records.hash(tokens.refresh), session.id, next)
+                try db.run(
+                    "INSERT INTO access_tokens (hash, session_id, expires_at) VALUES (?, ?, ?)",
+                    Records.hash(tokens.access), session.id, accessExpiresAt)
+                return .success(
+                    RefreshResponse(
+                        accessToken: tokens.access, accessTokenExpiresAt: Timestamp(millisecondsSince1970: accessExpiresAt),
+                        refreshToken: tokens.refresh, expiresAt: Timestamp(millisecondsSince1970: session.expiresAt)))
+            }
+            if generation == session.generation - 1 && now < session.rotatedAt + configuration.refreshGraceMillis {
+                // The immediate predecessor inside its grace window: the same successor again.
+                let tokens = tokenPair(sessionId: session.id, generation: session.generation)
+                let accessExpiresAt = min(session.rotatedAt + configuration.accessTokenLifetimeMillis, session.expiresAt)
+                return .success(
+                    RefreshResponse(
+                        accessToken: tokens.access, accessTokenExpiresAt: Timestamp(millisecondsSince1970: accessExpiresAt),
+                        refreshToken: tokens.refresh, expiresAt: Timestamp(millisecondsSince1970: session.expiresAt)))
+            }
+            try Records.revokeSession(db, id: session.id, now: now)
+            Log.warning("refresh token reused; session revoked", ["session.id": session.id])
+            return .failure(APIError(.sessionRevoked, "an old refresh token was reused; the session is revoked"))
+        }
+        return json(200, answer)
+    }
+
+    // MARK: §5.8 Revoke
+
+    func revoke(_ request: HTTPServerRequest) throws(APIError) -> HTTPServerResponse {
+        let bearer: String?
+        do { bearer = try bearerToken(request) } catch {
+            throw APIError(.invalidRequest, "the Authorization header is not 'Bearer <token>'")
+        }
+        let members = try objectMembers(request)
+        let now = clock()
+        if let bearer {
+            guard members.isEmpty || (members["attemptId"] == nil && members["recoveryKey"] == nil) else {
+                throw APIError(.invalidRequest, "send either a bearer token with {} or {attemptId, recoveryKey}, not both")
+            }
+            try store.perform { db in
+                if let row = try db.queryOne("SELECT session_id FROM access_tokens WHERE hash = ?", Records.hash(bearer)) {
+                    try Records.revokeSession(db, id: row.text("session_id"), now: now)
+                    Log.info("session signed out", ["session.id": row.text("session_id")])
+                }
+                return .success(())
+            }
+            return json(200, RevokeResponse(revoked: true))
+        }
+        let body = try decode(RevokeByProofRequest.self, request)
+        try store.perform { db -> Result<Void, APIError> in
+            let attempt: AttemptRecord
+            switch try provenAttempt(db, id: body.attemptId, recoveryKey: body.recoveryKey, now: now) {
+            case .failure(let e): return .failure(e)
+            case .success(let a): attempt = a
+            }
+            switch attempt.state {
+            case .pending, .authorized:
+                return .failure(APIError(.attemptActive, "the attempt is still active; cancel it instead"))
+            case .completed:
+                if let sessionId = attempt.sessionId {
+                    try Records.revokeSession(db, id: sessionId, now: now)
+                    Log.info("session revoked by attempt proof", ["session.id": sessionId])
+                }
+                return .success(())
+            case .cancelled, .expired:
+                return .success(())
+            }
+        }
+        return json(200, RevokeResponse(revoked: true))
+    }
+}

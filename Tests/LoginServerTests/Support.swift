@@ -1,0 +1,231 @@
+import BrowserLoginProtocol
+import Foundation
+import LoginServer
+import ScriptedBrowser
+import Synchronization
+import Testing
+
+/// A clock the test moves by hand.
+final class ManualClock: Sendable {
+    private let now = Mutex<Int64>(Timestamp.now().millisecondsSince1970)
+    var clock: ServerClock { { [self] in now.withLock { $0 } } }
+    func advance(_ milliseconds: Int64) { now.withLock { $0 += milliseconds } }
+}
+
+/// Every log line of every in-process server, to prove secrets never appear.
+enum CapturedLogs {
+    static let lines = Mutex<[String]>([])
+    static let installed: Bool = {
+        Log.configure(level: .debug) { line in lines.withLock { $0.append(line) } }
+        return true
+    }()
+    static var all: String { lines.withLock { $0.joined(separator: "\n") } }
+}
+
+let confirmClient = "com.example.notes"
+let confirmReturn = "com.example.notes:/callback"
+let httpsClient = "web.example"
+let httpsReturn = "https://app.example.com/auth/callback"
+let autoCustomClient = "com.example.auto"
+let autoCustomReturn = "com.example.auto:/done"
+let testBase = "dev@example.com"
+
+/// A temporary directory, removed at deinit.
+final class TemporaryDirectory: Sendable {
+    let path: String
+    init() {
+        let base = ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp"
+        path = base + "/login-server-test-" + UUID().uuidString
+        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    }
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+}
+
+func baseConfiguration(directory: String) -> ServerConfiguration {
+    var c = ServerConfiguration()
+    c.port = 0
+    c.databasePath = directory + "/server.sqlite"
+    c.outboxPath = directory + "/outbox"
+    c.testAccounts = [testBase]
+    c.clients = [
+        ClientRegistration(
+            clientId: confirmClient, appName: "Notes", returnUrls: [try! ReturnURL(confirmReturn)], policy: .confirm),
+        ClientRegistration(
+            clientId: httpsClient, appName: "Web App", returnUrls: [try! ReturnURL(httpsReturn)], policy: .automatic),
+        ClientRegistration(
+            clientId: autoCustomClient, appName: "Auto", returnUrls: [try! ReturnURL(autoCustomReturn)],
+            policy: .automatic),
+    ]
+    return c
+}
+
+/// An in-process server on a free loopback port, with its own database and a manual clock.
+final class TestServer: Sendable {
+    let directory = TemporaryDirectory()
+    let time = ManualClock()
+    let server: LoginServer
+
+    init(_ adjust: (inout ServerConfiguration) -> Void = { _ in }) throws {
+        _ = CapturedLogs.installed
+        var c = baseConfiguration(directory: directory.path)
+        adjust(&c)
+        server = try LoginServer(configuration: c, clock: time.clock)
+    }
+
+    deinit { server.stop() }
+
+    var origin: String { server.origin }
+    var base: String { server.origin + server.configuration.basePath }
+    var outbox: String { server.configuration.resolvedOutboxPath }
+    /// The self-signed certificate to trust when the server speaks TLS.
+    var caFile: String? { server.configuration.tlsCertificatePath }
+
+    func browser() throws -> ScriptedBrowser { try ScriptedBrowser(serverOrigin: origin) }
+
+    /// A native host's request: JSON, no cookies.
+    func native(_ path: String, _ json: String, headers: [(String, String)] = []) throws -> HTTPAnswer {
+        try RawHTTP.postJSON(base + "/native" + path, json, headers: headers, caFile: caFile)
+    }
+
+    func get(_ url: String, headers: [(String, String)] = []) throws -> HTTPAnswer {
+        try RawHTTP.send("GET", url, headers: headers, caFile: caFile)
+    }
+}
+
+/// One native host attempt: its proofs and the create answer.
+struct NativeAttempt {
+    let verifier: ProofSecret
+    let recovery: ProofSecret
+    let created: CreateAttemptResponse
+    var id: String { created.attemptId }
+    var recoveryJSON: String { #"{"recoveryKey":"\#(recovery.value)"}"# }
+
+    static func create(_ server: TestServer, client: String = confirmClient, returnUrl: String = confirmReturn) throws
+        -> NativeAttempt
+    {
+        let verifier = try ProofSecret.generate()
+        let recovery = try ProofSecret.generate()
+        let body = try JSONEncoder().encode(
+            CreateAttemptRequest(
+                clientId: client, returnUrl: returnUrl, codeChallenge: verifier.challenge,
+                recoveryChallenge: recovery.challenge))
+        let answer = try server.native("/attempts", String(decoding: body, as: UTF8.self))
+        #expect(answer.status == 201, "\(answer.text)")
+        return NativeAttempt(verifier: verifier, recovery: recovery, created: try answer.decode(CreateAttemptResponse.self))
+    }
+
+    func exchangeJSON(code: String, verifier: String? = nil) -> String {
+        #"{"code":"\#(code)","codeVerifier":"\#(verifier ?? self.verifier.value)"}"#
+    }
+
+    func exchange(_ server: TestServer, code: String, verifier: String? = nil) throws -> HTTPAnswer {
+        try server.native("/attempts/\(id)/exchange", exchangeJSON(code: code, verifier: verifier))
+    }
+
+    func status(_ server: TestServer) throws -> HTTPAnswer { try server.native("/attempts/\(id)/status", recoveryJSON) }
+}
+
+/// The code of a callback URL (and checks its attempt and issuer).
+func code(of callbackURL: String, attempt: NativeAttempt, issuer: String) throws -> String {
+    let callback = try Callback(parsing: callbackURL)
+    #expect(callback.attempt == attempt.id)
+    #expect(callback.issuer == issuer)
+    guard case .code(let code) = callback.outcome else {
+        Issue.record("not a code callback")
+        return ""
+    }
+    return code
+}
+
+/// Runs the whole login: create, the browser signs in and authorizes, exchange.
+func login(_ server: TestServer, email: String = testBase, browser: ScriptedBrowser? = nil) throws -> (
+    NativeAttempt, ExchangeResponse
+) {
+    let attempt = try NativeAttempt.create(server)
+    let b = try browser ?? server.browser()
+    let callback = try b.signInAndAuthorize(authorizeURL: attempt.created.authorizeUrl, email: email, code: "000000")
+    let answer = try attempt.exchange(server, code: try code(of: callback, attempt: attempt, issuer: server.origin))
+    #expect(answer.status == 200, "\(answer.text)")
+    return (attempt, try answer.decode(ExchangeResponse.self))
+}
+
+func bearer(_ token: String) -> [(String, String)] { [("Authorization", "Bearer " + token)] }
+
+/// Expects an error answer with this code (and its status).
+func expectError(
+    _ answer: HTTPAnswer, _ code: ServerErrorCode, sourceLocation: SourceLocation = #_sourceLocation
+) {
+    #expect(answer.status == code.httpStatus, "\(answer.text)", sourceLocation: sourceLocation)
+    #expect(answer.errorCode == code.rawValue, "\(answer.text)", sourceLocation: sourceLocation)
+    #expect(answer.header("cache-control") == "no-store", sourceLocation: sourceLocation)
+}
+
+/// The built `browser-login-server`, next to the test bundle.
+enum ServerBinary {
+    static var path: String {
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        var dir = URL(fileURLWithPath: exe).deletingLastPathComponent()
+        while dir.path != "/" {
+            let candidate = dir.appendingPathComponent("browser-login-server").path
+            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+            dir = dir.deletingLastPathComponent()
+        }
+        return ".build/debug/browser-login-server"
+    }
+
+    /// Runs the binary to completion: exit status, stdout, stderr.
+    static func run(_ arguments: [String]) throws -> (status: Int32, out: String, err: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = arguments
+        let out = Pipe()
+        let err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        // A run that should end but starts serving instead must not hang the suite.
+        let watchdog = DispatchWorkItem { [process] in if process.isRunning { process.terminate() } }
+        DispatchQueue.global().asyncAfter(deadline: .now() + 20, execute: watchdog)
+        defer { watchdog.cancel() }
+        let outData = out.fileHandleForReading.readDataToEndOfFile()
+        let errData = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self))
+    }
+}
+
+/// A `browser-login-server` process; reads the ready line to find its URL.
+final class ServerProcess {
+    let process = Process()
+    let listenURL: String
+
+    init(_ arguments: [String]) throws {
+        process.executableURL = URL(fileURLWithPath: ServerBinary.path)
+        process.arguments = arguments
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        var line = Data()
+        while true {
+            let byte = out.fileHandleForReading.readData(ofLength: 1)
+            if byte.isEmpty || byte == Data("\n".utf8) { break }
+            line.append(byte)
+        }
+        let text = String(decoding: line, as: UTF8.self)
+        let prefix = "browser-login-server: listening on "
+        guard text.hasPrefix(prefix) else { throw ScriptedBrowserError.transport("no ready line: \(text)") }
+        listenURL = String(text.dropFirst(prefix.count))
+    }
+
+    /// SIGTERM, then waits.
+    func stop() -> Int32 {
+        if process.isRunning {
+            process.terminate()
+            process.waitUntilExit()
+        }
+        return process.terminationStatus
+    }
+
+    deinit { _ = stop() }
+}
