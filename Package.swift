@@ -29,8 +29,14 @@ let package = Package(
 
         // The broker.
         .target(name: "BrokerCore", dependencies: ["BrowserLoginProtocol"]),
+        .target(name: "BrokerVault", dependencies: ["BrokerCore", "CSecret"]),
+        .target(name: "BrokerHTTP", dependencies: ["BrokerCore", "BrowserLoginProtocol", "CCurl"]),
+        // Test support: runs one vault operation in a child process (private bus, locked keyring).
+        .executableTarget(name: "vault-probe", dependencies: ["BrokerVault", "BrokerCore"], path: "Tests/Support/vault-probe"),
 
         .testTarget(name: "BrowserLoginProtocolTests", dependencies: ["BrowserLoginProtocol"]),
+        .testTarget(name: "BrokerVaultTests", dependencies: ["BrokerVault", "BrokerCore", "vault-probe"]),
+        .testTarget(name: "BrokerHTTPTests", dependencies: ["BrokerHTTP", "BrokerCore", "BrowserLoginProtocol"]),
     ],
     swiftLanguageModes: [.v6]
 )
