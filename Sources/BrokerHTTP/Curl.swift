@@ -1,6 +1,7 @@
 import BrokerCore
 import BrowserLoginProtocol
 import CCurl
+import Synchronization
 
 // Every call into libcurl goes through this file.
 
@@ -40,6 +41,9 @@ final class EasyHandle {
     }
     func set(_ option: CURLoption, offset value: Int64) -> Bool {
         bl_curl_setopt_off(pointer, option, curl_off_t(value)) == CURLE_OK
+    }
+    func setProgress(_ callback: bl_curl_xferinfo_callback) -> Bool {
+        bl_curl_setopt_xferinfofn(pointer, callback) == CURLE_OK
     }
     func set(_ option: CURLoption, callback: bl_curl_write_callback) -> Bool {
         bl_curl_setopt_writefn(pointer, option, callback) == CURLE_OK
@@ -85,11 +89,15 @@ final class HeaderList {
 /// user-data pointer.
 final class TransferSink {
     let limit: Int
+    let cancellation: CancellationFlag
     var body: [UInt8] = []
     var headers: [HTTPHeader] = []
     var tooLarge = false
 
-    init(limit: Int) { self.limit = limit }
+    init(limit: Int, cancellation: CancellationFlag) {
+        self.limit = limit
+        self.cancellation = cancellation
+    }
 
     func receiveBody(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
         if body.count + bytes.count > limit {
@@ -152,6 +160,19 @@ let writeHeaderCallback: bl_curl_write_callback = { data, size, count, user in
     sink.receiveHeaderLine(
         UnsafeBufferPointer(start: UnsafeRawPointer(data).assumingMemoryBound(to: UInt8.self), count: total))
     return total
+}
+
+/// Set when the task that sent a request is cancelled; libcurl's progress
+/// callback then aborts the transfer (within about a second).
+final class CancellationFlag: Sendable {
+    private let flag = Atomic<Bool>(false)
+    func cancel() { flag.store(true, ordering: .relaxed) }
+    var isCancelled: Bool { flag.load(ordering: .relaxed) }
+}
+
+let progressCallback: bl_curl_xferinfo_callback = { user, _, _, _, _ in
+    guard let user else { return 0 }
+    return Unmanaged<TransferSink>.fromOpaque(user).takeUnretainedValue().cancellation.isCancelled ? 1 : 0
 }
 
 /// libcurl's generic text for a code (static strings: no URL, no header, no body).

@@ -17,8 +17,8 @@ import Synchronization
 ///   the caller's thread. Each worker owns one easy handle and runs one
 ///   transfer at a time; a request waits for a free worker (that wait does
 ///   not count against its timeout).
-/// - A cancelled task still waits for its transfer to end; every transfer
-///   ends by its own timeout at the latest.
+/// - Cancelling the sending task aborts its transfer (within about a
+///   second): `notSent` if no request byte had been written, else `noAnswer`.
 public final class CurlTransport: HTTPTransport {
     /// Configuration of the transport. Requests carry their own timeouts,
     /// size limit and CA file.
@@ -76,11 +76,17 @@ public final class CurlTransport: HTTPTransport {
         defer { load.withLock { $0[index] -= 1 } }
         let worker = workers[index]
         let configuration = configuration
-        let result = await withCheckedContinuation {
-            (continuation: CheckedContinuation<Result<HTTPResponse, HTTPTransportError>, Never>) in
-            worker.queue.async {
-                continuation.resume(returning: worker.perform(plan, configuration: configuration))
+        let cancellation = CancellationFlag()
+        let result = await withTaskCancellationHandler {
+            await withCheckedContinuation {
+                (continuation: CheckedContinuation<Result<HTTPResponse, HTTPTransportError>, Never>) in
+                worker.queue.async {
+                    continuation.resume(
+                        returning: worker.perform(plan, configuration: configuration, cancellation: cancellation))
+                }
             }
+        } onCancel: {
+            cancellation.cancel()
         }
         return try result.get()
     }
@@ -181,14 +187,15 @@ final class Worker: @unchecked Sendable {
     }
 
     /// Runs one transfer. Only on `queue`.
-    func perform(_ plan: TransferPlan, configuration: CurlTransport.Configuration) -> Result<
-        HTTPResponse, HTTPTransportError
-    > {
+    func perform(_ plan: TransferPlan, configuration: CurlTransport.Configuration, cancellation: CancellationFlag)
+        -> Result<HTTPResponse, HTTPTransportError>
+    {
         dispatchPrecondition(condition: .onQueue(queue))
+        if cancellation.isCancelled { return .failure(.notSent("the request was cancelled before it was sent")) }
         if handle == nil { handle = EasyHandle() }
         guard let handle else { return .failure(.notSent("libcurl could not start a transfer")) }
         handle.reset()
-        let sink = TransferSink(limit: plan.request.maximumResponseBytes)
+        let sink = TransferSink(limit: plan.request.maximumResponseBytes, cancellation: cancellation)
         let headers = HeaderList()
         var errorBuffer = [CChar](repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
         let code: CURLcode = withExtendedLifetime(sink) {
@@ -201,6 +208,7 @@ final class Worker: @unchecked Sendable {
                 _ = handle.set(CURLOPT_ERRORBUFFER, pointer: nil)
                 _ = handle.set(CURLOPT_WRITEDATA, pointer: nil)
                 _ = handle.set(CURLOPT_HEADERDATA, pointer: nil)
+                _ = handle.set(CURLOPT_XFERINFODATA, pointer: nil)
                 _ = handle.set(CURLOPT_HTTPHEADER, list: nil)
                 return code
             }
@@ -243,6 +251,9 @@ final class Worker: @unchecked Sendable {
             && handle.set(CURLOPT_HEADERFUNCTION, callback: writeHeaderCallback)
             && handle.set(CURLOPT_HEADERDATA, pointer: sinkPointer)
             && handle.set(CURLOPT_SUPPRESS_CONNECT_HEADERS, 1)
+            && handle.setProgress(progressCallback)
+            && handle.set(CURLOPT_XFERINFODATA, pointer: sinkPointer)
+            && handle.set(CURLOPT_NOPROGRESS, 0)
         if let caFile = request.caFile { ok = ok && handle.set(CURLOPT_CAINFO, caFile) }
         if request.changesState {
             ok = ok && handle.set(CURLOPT_FRESH_CONNECT, 1) && handle.set(CURLOPT_FORBID_REUSE, 1)
@@ -314,6 +325,11 @@ enum TransferFailure {
         }
         if beforeSending.contains(raw) {
             return .notSent("the connection to \(authority) could not be set up (\(curlText(code)))")
+        }
+        if raw == CURLE_ABORTED_BY_CALLBACK.rawValue {
+            return reachedTransfer
+                ? .noAnswer("the request to \(authority) was cancelled after sending; it may have been processed")
+                : .notSent("the request to \(authority) was cancelled before it was sent")
         }
         if raw == CURLE_OPERATION_TIMEDOUT.rawValue {
             return reachedTransfer

@@ -139,8 +139,25 @@ enum LibSecret {
         return count > 0
     }
 
+    /// Runs `body` with the shared connection. When the service turns out to
+    /// be gone (the keyring restarted, the bus went away), libsecret's cached
+    /// connection is dropped so that the next call connects afresh.
+    static func withService<T>(_ body: (GObjectRef<SecretService>) throws(VaultError) -> T) throws(VaultError) -> T {
+        do {
+            return try body(try connect())
+        } catch {
+            if case .unavailable = error { secret_service_disconnect() }
+            throw error
+        }
+    }
+
     static func store(_ secret: [UInt8], label: String, attributes: [String: String]) throws(VaultError) {
-        let service = try connect()
+        try withService { service throws(VaultError) in try store(secret, label: label, attributes: attributes, service) }
+    }
+
+    private static func store(
+        _ secret: [UInt8], label: String, attributes: [String: String], _ service: GObjectRef<SecretService>
+    ) throws(VaultError) {
         guard let collection = try defaultCollection(service) else {
             throw .failed(VaultMessages.noDefaultCollection)
         }
@@ -196,7 +213,12 @@ enum LibSecret {
     }
 
     static func lookup(attributes: [String: String]) throws(VaultError) -> [UInt8]? {
-        let service = try connect()
+        try withService { service throws(VaultError) in try lookup(attributes: attributes, service) }
+    }
+
+    private static func lookup(attributes: [String: String], _ service: GObjectRef<SecretService>) throws(VaultError)
+        -> [UInt8]?
+    {
         let items = try search(service, attributes, loadSecrets: true)
         // Duplicates can only come from another collection: take the newest.
         guard let item = items.max(by: { secret_item_get_modified($0.pointer) < secret_item_get_modified($1.pointer) })
@@ -211,7 +233,10 @@ enum LibSecret {
     }
 
     static func remove(attributes: [String: String]) throws(VaultError) {
-        let service = try connect()
+        try withService { service throws(VaultError) in try remove(attributes: attributes, service) }
+    }
+
+    private static func remove(attributes: [String: String], _ service: GObjectRef<SecretService>) throws(VaultError) {
         for item in try search(service, attributes, loadSecrets: false) {
             var error: UnsafeMutablePointer<GError>? = nil
             _ = secret_item_delete_sync(item.pointer, nil, &error)

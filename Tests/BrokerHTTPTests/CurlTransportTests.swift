@@ -245,6 +245,26 @@ import Testing
         }
     }
 
+    @Test func cancellingTheTaskAbortsTheTransfer() async throws {
+        let server = try TestHTTPServer { _ in .hang }
+        defer { server.stop() }
+        let transport = transport
+        let start = ContinuousClock.now
+        let task = Task {
+            try await transport.send(
+                HTTPRequest(method: "POST", url: server.url + "/slow", body: [1], timeoutMilliseconds: 20_000,
+                    changesState: true))
+        }
+        try await Task.sleep(for: .milliseconds(200))
+        task.cancel()
+        let result = await task.result
+        guard case .failure(let error as HTTPTransportError) = result, case .noAnswer = error else {
+            Issue.record("expected noAnswer, got \(result)")
+            return
+        }
+        #expect(ContinuousClock.now - start < .seconds(5))
+    }
+
     @Test func runsRequestsConcurrently() async throws {
         let server = try TestHTTPServer { request in
             if request.target == "/slow" { Thread.sleep(forTimeInterval: 0.5) }
