@@ -203,6 +203,7 @@ import Testing
 
     @Test func trustsAPrivateCAOnlyWhenGiven() async throws {
         let pki = try TestPKI()
+        defer { try? FileManager.default.removeItem(at: pki.directory) }
         let server = try TestTLSServer(pki: pki)
         defer { server.stop() }
         let url = "https://127.0.0.1:\(server.port)/"
