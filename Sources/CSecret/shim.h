@@ -9,4 +9,26 @@ static inline GHashTable *bl_secret_attributes_new(void) {
 static inline void bl_secret_attributes_insert(GHashTable *t, const char *k, const char *v) {
     g_hash_table_insert(t, g_strdup(k), g_strdup(v));
 }
+
+/// The broker's schema (secret_schema_new is variadic and allocates; this
+/// one is static and never freed). Every item carries all three attributes
+/// (absent ones as ""), so a search by all three matches exactly one set.
+static inline const SecretSchema *bl_broker_schema(void) {
+    static const SecretSchema schema = {
+        "org.browserlogin.Broker",
+        SECRET_SCHEMA_NONE,
+        {
+            { "client", SECRET_SCHEMA_ATTRIBUTE_STRING },
+            { "attempt", SECRET_SCHEMA_ATTRIBUTE_STRING },
+            { "kind", SECRET_SCHEMA_ATTRIBUTE_STRING },
+            { NULL, 0 },
+        },
+    };
+    return &schema;
+}
+
+/// Frees a GList of GObjects that the list owns (one reference each).
+static inline void bl_secret_free_object_list(GList *list) {
+    g_list_free_full(list, g_object_unref);
+}
 #endif

@@ -1,0 +1,301 @@
+import BrokerCore
+import BrowserLoginProtocol
+import Foundation
+
+/// Where a client's login server is, and how to talk to it.
+public struct LoginServerConfiguration: Sendable, Equatable {
+    /// The server origin (also the expected `issuer`).
+    public var origin: Origin
+    /// The server's `basePath` (PROTOCOL.md §1), default `/browser-login`.
+    public var basePath: String
+    /// A PEM file of CAs to trust instead of the system's (a private or test CA).
+    public var caFile: String?
+    /// Total time allowed per request, connect included.
+    public var timeoutMilliseconds: Int
+    public var connectTimeoutMilliseconds: Int
+    /// The largest answer accepted from a native route.
+    public var maximumResponseBytes: Int
+
+    /// Fails when `basePath` does not match `^(/[A-Za-z0-9._~-]+)+$`.
+    public init?(
+        origin: Origin, basePath: String = "/browser-login", caFile: String? = nil,
+        timeoutMilliseconds: Int = 15_000, connectTimeoutMilliseconds: Int = 5_000,
+        maximumResponseBytes: Int = 256 * 1024
+    ) {
+        guard LoginServerConfiguration.isValidBasePath(basePath) else { return nil }
+        self.origin = origin
+        self.basePath = basePath
+        self.caFile = caFile
+        self.timeoutMilliseconds = timeoutMilliseconds
+        self.connectTimeoutMilliseconds = connectTimeoutMilliseconds
+        self.maximumResponseBytes = maximumResponseBytes
+    }
+
+    public static func isValidBasePath(_ path: String) -> Bool {
+        guard path.hasPrefix("/"), !path.hasSuffix("/") else { return false }
+        return path.dropFirst().split(separator: "/", omittingEmptySubsequences: false).allSatisfy { segment in
+            !segment.isEmpty
+                && segment.utf8.allSatisfy { b in
+                    (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A)
+                        || b == UInt8(ascii: ".") || b == UInt8(ascii: "_") || b == UInt8(ascii: "~")
+                        || b == UInt8(ascii: "-")
+                }
+        }
+    }
+
+    /// `{origin}{basePath}/native`.
+    var nativeBase: String { origin.serialized + basePath + "/native" }
+}
+
+/// Why a call to the login server did not succeed. Messages never hold a
+/// token, a proof, a code or the server's attempt id.
+public enum LoginServerError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The request certainly never reached the server (unreachable, TLS failed).
+    case notSent(String)
+    /// The request may have been processed, but no answer came.
+    case noAnswer(String)
+    /// A 3xx: servers never redirect on native routes (the broker's `SERVER_PROTOCOL_ERROR`).
+    case redirected(status: Int)
+    /// An answer that is not one of this protocol: a 2xx whose body does not
+    /// decode strictly, a 4xx without a well-formed error body, or an
+    /// unexpected status.
+    case malformed(status: Int, String)
+    /// A 5xx.
+    case serverFailure(status: Int)
+    /// A well-formed 4xx error.
+    case refused(status: Int, code: ServerErrorCode, message: String, retryAfterSeconds: Int?)
+    /// The answer was larger than the configured limit.
+    case responseTooLarge
+
+    /// PROTOCOL.md §7: only a success or a well-formed 4xx error body is a
+    /// definite answer. Everything else (nothing sent excepted) may hide a
+    /// processed request. A failure is definite only when it is `.refused`.
+    public var isDefinite: Bool {
+        if case .refused = self { return true }
+        return false
+    }
+
+    /// True when the request certainly did not reach the server.
+    public var certainlyNotSent: Bool {
+        if case .notSent = self { return true }
+        return false
+    }
+
+    /// The server's code for a well-formed refusal.
+    public var serverCode: ServerErrorCode? {
+        if case .refused(_, let code, _, _) = self { return code }
+        return nil
+    }
+
+    public var description: String {
+        switch self {
+        case .notSent(let m): "the login server was not reached: \(m)"
+        case .noAnswer(let m): "the login server gave no answer: \(m)"
+        case .redirected(let status): "the login server answered a redirect (\(status)) on a native route"
+        case .malformed(let status, let m): "the login server's answer (\(status)) is not valid: \(m)"
+        case .serverFailure(let status): "the login server failed (\(status)); try again later"
+        case .refused(let status, let code, _, _): "the login server refused the request (\(status) \(code))"
+        case .responseTooLarge: "the login server's answer is too large"
+        }
+    }
+}
+
+/// Typed calls of PROTOCOL.md §5 over any `HTTPTransport`. Requests carry
+/// no cookie and no `Origin`; state-changing calls are marked so and are
+/// never repeated.
+public struct LoginServerClient: Sendable {
+    public let configuration: LoginServerConfiguration
+    public let transport: any HTTPTransport
+
+    public init(configuration: LoginServerConfiguration, transport: any HTTPTransport) {
+        self.configuration = configuration
+        self.transport = transport
+    }
+
+    // MARK: §5 routes
+
+    /// §5.1 `POST {base}/native/attempts` → 201.
+    public func create(_ body: CreateAttemptRequest) async throws(LoginServerError) -> CreateAttemptResponse {
+        try await post(path: "/attempts", body: body, expect: 201, as: CreateAttemptResponse.self)
+    }
+
+    /// §5.2 `POST {base}/native/attempts/{attemptId}/exchange` → 200. A
+    /// success is also checked for consistency: the receipt names this
+    /// attempt and the session, and its `tokenDigest` is the digest of this
+    /// access token.
+    public func exchange(attemptId: String, _ body: ExchangeRequest) async throws(LoginServerError)
+        -> ExchangeResponse
+    {
+        let answer = try await post(
+            path: "/attempts/\(percentEncode(attemptId))/exchange", body: body, expect: 200, as: ExchangeResponse.self)
+        guard answer.receipt.attemptId == attemptId, answer.receipt.sessionId == answer.session.sessionId,
+            Crypto.constantTimeEquals(answer.receipt.tokenDigest, Crypto.digest(answer.session.accessToken))
+        else {
+            throw .malformed(status: 200, "the receipt does not match the attempt or the issued session")
+        }
+        return answer
+    }
+
+    /// §5.3 `POST {base}/native/attempts/{attemptId}/status` → 200 (safe to repeat).
+    public func status(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> StatusResponse {
+        let answer = try await post(
+            path: "/attempts/\(percentEncode(attemptId))/status", body: RecoveryRequest(recoveryKey: recoveryKey),
+            expect: 200, as: StatusResponse.self, changesState: false)
+        guard answer.isWellFormed else {
+            throw .malformed(status: 200, "receipt, sessionExpiresAt and sessionRevoked must be present exactly when completed")
+        }
+        return answer
+    }
+
+    /// §5.4 `POST {base}/native/attempts/{attemptId}/cancel` → 200 `{"state"}`
+    /// (`cancelled`, or `expired` when it had already expired).
+    public func cancel(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> ServerAttemptState {
+        let answer = try await post(
+            path: "/attempts/\(percentEncode(attemptId))/cancel", body: RecoveryRequest(recoveryKey: recoveryKey),
+            expect: 200, as: StateResponse.self)
+        guard let state = ServerAttemptState(rawValue: answer.state), state == .cancelled || state == .expired else {
+            throw .malformed(status: 200, "a cancel answers the state cancelled or expired")
+        }
+        return state
+    }
+
+    /// §5.5 `POST {base}/native/attempts/{attemptId}/acknowledge` → 200 `{"state": "acknowledged"}`.
+    public func acknowledge(attemptId: String, recoveryKey: String) async throws(LoginServerError) {
+        let answer = try await post(
+            path: "/attempts/\(percentEncode(attemptId))/acknowledge", body: RecoveryRequest(recoveryKey: recoveryKey),
+            expect: 200, as: StateResponse.self)
+        guard answer.state == "acknowledged" else {
+            throw .malformed(status: 200, "an acknowledge answers the state acknowledged")
+        }
+    }
+
+    /// §5.8, recovery form: `{"attemptId", "recoveryKey"}`.
+    public func revokeByProof(attemptId: String, recoveryKey: String) async throws(LoginServerError)
+        -> RevokeResponse
+    {
+        try await post(
+            path: "/sessions/revoke", body: RevokeByProofRequest(attemptId: attemptId, recoveryKey: recoveryKey),
+            expect: 200, as: RevokeResponse.self)
+    }
+
+    /// §5.8, sign-out form: `Authorization: Bearer` and body `{}`.
+    public func revokeByToken(accessToken: String) async throws(LoginServerError) -> RevokeResponse {
+        try await post(
+            path: "/sessions/revoke", body: EmptyObject(), expect: 200, as: RevokeResponse.self,
+            bearer: accessToken)
+    }
+
+    /// §5.6 `GET {base}/native/session` with `Authorization: Bearer` (safe to repeat).
+    public func session(accessToken: String) async throws(LoginServerError) -> SessionInfoResponse {
+        let request = makeRequest(
+            method: "GET", path: "/session", body: nil, bearer: accessToken, changesState: false)
+        return try await perform(request, expect: 200, as: SessionInfoResponse.self)
+    }
+
+    /// §5.7 `POST {base}/native/sessions/refresh`. Rotates the tokens, so it
+    /// is sent as a state-changing request (the caller may repeat it inside
+    /// the grace window; the transport never does).
+    public func refresh(refreshToken: String) async throws(LoginServerError) -> RefreshResponse {
+        try await post(
+            path: "/sessions/refresh", body: RefreshRequest(refreshToken: refreshToken), expect: 200,
+            as: RefreshResponse.self)
+    }
+
+    /// Sends a request the caller built (the daemon's `http.request`) as it is:
+    /// no header added, no redirect followed, no retry.
+    public func send(_ request: HTTPRequest) async throws(HTTPTransportError) -> HTTPResponse {
+        try await transport.send(request)
+    }
+
+    // MARK: Plumbing
+
+    struct EmptyObject: Encodable {}
+
+    func makeRequest(method: String, path: String, body: [UInt8]?, bearer: String?, changesState: Bool)
+        -> HTTPRequest
+    {
+        var headers = [HTTPHeader("Accept", "application/json")]
+        if body != nil { headers.append(HTTPHeader("Content-Type", "application/json")) }
+        if let bearer { headers.append(HTTPHeader("Authorization", "Bearer \(bearer)")) }
+        return HTTPRequest(
+            method: method, url: configuration.nativeBase + path, headers: headers, body: body,
+            timeoutMilliseconds: configuration.timeoutMilliseconds,
+            connectTimeoutMilliseconds: configuration.connectTimeoutMilliseconds,
+            maximumResponseBytes: configuration.maximumResponseBytes, caFile: configuration.caFile,
+            changesState: changesState)
+    }
+
+    private func post<Body: Encodable, Answer: Decodable>(
+        path: String, body: Body, expect: Int, as: Answer.Type, changesState: Bool = true, bearer: String? = nil
+    ) async throws(LoginServerError) -> Answer {
+        let encoded: [UInt8]
+        do {
+            encoded = Array(try JSONEncoder.protocolEncoder.encode(body))
+        } catch {
+            throw .notSent("the request body could not be encoded")
+        }
+        let request = makeRequest(method: "POST", path: path, body: encoded, bearer: bearer, changesState: changesState)
+        return try await perform(request, expect: expect, as: Answer.self)
+    }
+
+    private func perform<Answer: Decodable>(_ request: HTTPRequest, expect: Int, as: Answer.Type)
+        async throws(LoginServerError) -> Answer
+    {
+        let response: HTTPResponse
+        do {
+            response = try await transport.send(request)
+        } catch {
+            switch error {
+            case .notSent(let m): throw .notSent(m)
+            case .invalidRequest(let m): throw .notSent("the request could not be built: \(m)")
+            case .noAnswer(let m): throw .noAnswer(m)
+            case .responseTooLarge: throw .responseTooLarge
+            }
+        }
+        return try LoginServerClient.interpret(response, expect: expect, as: Answer.self)
+    }
+
+    /// Maps one answer of a native route to its body or a `LoginServerError`.
+    static func interpret<Answer: Decodable>(_ response: HTTPResponse, expect: Int, as: Answer.Type)
+        throws(LoginServerError) -> Answer
+    {
+        let status = response.status
+        switch status {
+        case 200...299:
+            guard status == expect else {
+                throw .malformed(status: status, "expected the status \(expect)")
+            }
+            do {
+                return try StrictJSON.decode(Answer.self, from: Data(response.body))
+            } catch {
+                throw .malformed(status: status, error.description)
+            }
+        case 300...399:
+            throw .redirected(status: status)
+        case 400...499:
+            let body: ErrorBody
+            do {
+                body = try StrictJSON.decode(ErrorBody.self, from: Data(response.body))
+            } catch {
+                throw .malformed(status: status, "the error body is not {\"error\": {\"code\", \"message\"}} (\(error))")
+            }
+            throw .refused(
+                status: status, code: body.error.code, message: body.error.message,
+                retryAfterSeconds: response.header("Retry-After").flatMap(parseRetryAfter))
+        case 500...599:
+            throw .serverFailure(status: status)
+        default:
+            throw .malformed(status: status, "the status is not one of HTTP's")
+        }
+    }
+
+    /// `Retry-After` as delta-seconds (RFC 9110 §10.2.3); an HTTP-date or
+    /// anything else is nil.
+    static func parseRetryAfter(_ text: String) -> Int? {
+        let trimmed = text.trimmingSpaces()
+        guard !trimmed.isEmpty, trimmed.count <= 9, trimmed.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
+            return nil
+        }
+        return Int(trimmed)
+    }
+}

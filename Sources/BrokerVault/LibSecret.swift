@@ -1,0 +1,271 @@
+import BrokerCore
+import CSecret
+
+// Every call into libsecret goes through this file. All of it is
+// synchronous and may block on a keyring prompt: it runs only on the
+// vault's own queue (`SecretServiceVault`).
+
+/// The attribute names of the broker's schema (`bl_broker_schema`).
+let schemaAttributeNames = ["client", "attempt", "kind"]
+
+/// A GObject reference with one owner, released in `deinit`.
+final class GObjectRef<T> {
+    let pointer: UnsafeMutablePointer<T>
+    init(taking pointer: UnsafeMutablePointer<T>) { self.pointer = pointer }
+    deinit { g_object_unref(UnsafeMutableRawPointer(pointer)) }
+}
+
+/// The attributes as a GHashTable that owns its strings; one owner.
+final class AttributeTable {
+    let table: OpaquePointer
+
+    init(_ attributes: [String: String]) {
+        table = bl_secret_attributes_new()
+        for name in schemaAttributeNames {
+            bl_secret_attributes_insert(table, name, attributes[name] ?? "")
+        }
+    }
+
+    var raw: OpaquePointer { table }
+
+    deinit { g_hash_table_unref(table) }
+}
+
+/// A GError taken over from a libsecret call; freed here, once.
+struct CapturedError: Sendable {
+    enum Kind: Sendable { case unavailable, locked, other }
+    let kind: Kind
+    let detail: String
+
+    /// Takes ownership of `error` and frees it.
+    init(taking error: UnsafeMutablePointer<GError>, whileConnecting: Bool) {
+        defer { g_error_free(error) }
+        let domain = error.pointee.domain
+        let code = error.pointee.code
+        detail = error.pointee.message.map { String(cString: $0) } ?? "unknown error"
+        if whileConnecting {
+            kind = .unavailable
+        } else if domain == secret_error_get_quark() && code == Int32(SECRET_ERROR_IS_LOCKED.rawValue) {
+            kind = .locked
+        } else if domain == g_dbus_error_quark() && CapturedError.missingService.contains(code) {
+            kind = .unavailable
+        } else if domain == g_io_error_quark() && CapturedError.lostConnection.contains(code) {
+            kind = .unavailable
+        } else if detail.contains("is locked") || detail.contains("locked collection") {
+            kind = .locked
+        } else {
+            kind = .other
+        }
+    }
+
+    static let missingService: Set<Int32> = [
+        G_DBUS_ERROR_SERVICE_UNKNOWN, G_DBUS_ERROR_NAME_HAS_NO_OWNER, G_DBUS_ERROR_NO_SERVER,
+        G_DBUS_ERROR_DISCONNECTED, G_DBUS_ERROR_SPAWN_EXEC_FAILED, G_DBUS_ERROR_SPAWN_FAILED,
+        G_DBUS_ERROR_SPAWN_CHILD_EXITED, G_DBUS_ERROR_SPAWN_SERVICE_NOT_FOUND, G_DBUS_ERROR_UNKNOWN_OBJECT,
+        G_DBUS_ERROR_UNKNOWN_INTERFACE, G_DBUS_ERROR_UNKNOWN_METHOD, G_DBUS_ERROR_ADDRESS_IN_USE,
+    ].reduce(into: []) { $0.insert(Int32($1.rawValue)) }
+
+    static let lostConnection: Set<Int32> = [G_IO_ERROR_CLOSED, G_IO_ERROR_NOT_CONNECTED, G_IO_ERROR_NOT_FOUND]
+        .reduce(into: []) { $0.insert(Int32($1.rawValue)) }
+
+    var vaultError: VaultError {
+        switch kind {
+        case .unavailable: .unavailable(VaultMessages.unavailable(detail))
+        case .locked: .locked(VaultMessages.locked)
+        case .other: .failed(VaultMessages.failed(detail))
+        }
+    }
+}
+
+enum VaultMessages {
+    static func unavailable(_ detail: String) -> String {
+        "The Secret Service is not available (\(detail)). Start gnome-keyring-daemon or another Secret Service "
+            + "provider (KeePassXC, KWallet) in this desktop session, and check that DBUS_SESSION_BUS_ADDRESS "
+            + "names the session bus."
+    }
+    static let locked =
+        "The login keyring is locked. Unlock it (for example with Seahorse, or with `secret-tool lookup` in a "
+        + "terminal that can show the unlock prompt) and try again."
+    static func failed(_ detail: String) -> String {
+        "The Secret Service failed (\(detail)). Try again; if it keeps failing, check gnome-keyring-daemon "
+            + "(journalctl --user) or restart the keyring."
+    }
+    static let noDefaultCollection =
+        "The Secret Service has no default keyring. Create one and make it the default (Seahorse: "
+        + "\"+\" → Password keyring, then \"Set as default\") and try again."
+    static let itemUnreadable = "The keyring item could not be read. Unlock the login keyring and try again."
+}
+
+/// Synchronous libsecret operations. Only ever used on the vault's queue.
+enum LibSecret {
+    private static var schema: UnsafePointer<SecretSchema> { bl_broker_schema() }
+
+    /// The process's shared Secret Service connection, with a session open.
+    static func connect() throws(VaultError) -> GObjectRef<SecretService> {
+        var error: UnsafeMutablePointer<GError>? = nil
+        let service = secret_service_get_sync(SECRET_SERVICE_OPEN_SESSION, nil, &error)
+        if let error { throw CapturedError(taking: error, whileConnecting: true).vaultError }
+        guard let service else {
+            throw .unavailable(VaultMessages.unavailable("no Secret Service answered"))
+        }
+        return GObjectRef(taking: service)
+    }
+
+    /// The default collection, or nil when there is none.
+    static func defaultCollection(_ service: GObjectRef<SecretService>) throws(VaultError)
+        -> GObjectRef<SecretCollection>?
+    {
+        var error: UnsafeMutablePointer<GError>? = nil
+        let collection = secret_collection_for_alias_sync(
+            service.pointer, "default", SECRET_COLLECTION_NONE, nil, &error)
+        if let error { throw CapturedError(taking: error, whileConnecting: false).vaultError }
+        return collection.map { GObjectRef(taking: $0) }
+    }
+
+    static func isLocked(_ collection: GObjectRef<SecretCollection>) -> Bool {
+        secret_collection_get_locked(collection.pointer) != 0
+    }
+
+    /// Asks the service to unlock the collection (a prompt on a desktop,
+    /// which blocks until the user answers); true when it is unlocked.
+    static func unlock(_ collection: GObjectRef<SecretCollection>, service: GObjectRef<SecretService>)
+        throws(VaultError) -> Bool
+    {
+        var error: UnsafeMutablePointer<GError>? = nil
+        let objects = g_list_append(nil, UnsafeMutableRawPointer(collection.pointer))
+        defer { g_list_free(objects) }  // the list only borrows `collection`
+        let count = secret_service_unlock_sync(service.pointer, objects, nil, nil, &error)
+        if let error { throw CapturedError(taking: error, whileConnecting: false).vaultError }
+        return count > 0
+    }
+
+    /// Runs `body` with the shared connection. When the service turns out to
+    /// be gone (the keyring restarted, the bus went away), libsecret's cached
+    /// connection is dropped so that the next call connects afresh.
+    static func withService<T>(_ body: (GObjectRef<SecretService>) throws(VaultError) -> T) throws(VaultError) -> T {
+        do {
+            return try body(try connect())
+        } catch {
+            if case .unavailable = error { secret_service_disconnect() }
+            throw error
+        }
+    }
+
+    static func store(_ secret: [UInt8], label: String, attributes: [String: String]) throws(VaultError) {
+        try withService { service throws(VaultError) in try store(secret, label: label, attributes: attributes, service) }
+    }
+
+    private static func store(
+        _ secret: [UInt8], label: String, attributes: [String: String], _ service: GObjectRef<SecretService>
+    ) throws(VaultError) {
+        guard let collection = try defaultCollection(service) else {
+            throw .failed(VaultMessages.noDefaultCollection)
+        }
+        if isLocked(collection) {
+            guard try unlock(collection, service: service) else { throw .locked(VaultMessages.locked) }
+        }
+        let table = AttributeTable(attributes)
+        // Binary: the value is copied by secret_value_new, with its length, so NUL bytes are kept.
+        // An empty secret still needs a valid pointer (with length 0).
+        let storage = secret.isEmpty ? [0] : secret
+        let created: OpaquePointer? = storage.withUnsafeBufferPointer { bytes in
+            bytes.withMemoryRebound(to: CChar.self) { chars in
+                secret_value_new(chars.baseAddress, secret.count, "application/octet-stream")
+            }
+        }
+        guard let value = created else { throw .failed(VaultMessages.failed("the secret could not be copied")) }
+        defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
+        var error: UnsafeMutablePointer<GError>? = nil
+        let item = secret_item_create_sync(
+            collection.pointer, schema, table.raw, label, value, SECRET_ITEM_CREATE_REPLACE,
+            nil, &error)
+        if let item { g_object_unref(UnsafeMutableRawPointer(item)) }
+        if let error { throw CapturedError(taking: error, whileConnecting: false).vaultError }
+        guard item != nil else { throw .failed(VaultMessages.failed("the item was not created")) }
+    }
+
+    /// The items matching all three attributes exactly, unlocked where the
+    /// service can (a prompt on a desktop). Throws `.locked` if any stays locked.
+    private static func search(
+        _ service: GObjectRef<SecretService>, _ attributes: [String: String], loadSecrets: Bool
+    ) throws(VaultError) -> [GObjectRef<SecretItem>] {
+        let table = AttributeTable(attributes)
+        var flags = SECRET_SEARCH_ALL.rawValue | SECRET_SEARCH_UNLOCK.rawValue
+        if loadSecrets { flags |= SECRET_SEARCH_LOAD_SECRETS.rawValue }
+        var error: UnsafeMutablePointer<GError>? = nil
+        let list = secret_service_search_sync(
+            service.pointer, schema, table.raw, SecretSearchFlags(rawValue: flags), nil, &error)
+        // Take one reference per item out of the list, then free the list alone.
+        var items: [GObjectRef<SecretItem>] = []
+        var node = list
+        while let current = node {
+            if let data = current.pointee.data {
+                items.append(GObjectRef(taking: data.assumingMemoryBound(to: SecretItem.self)))
+            }
+            node = current.pointee.next
+        }
+        g_list_free(list)
+        if let error { throw CapturedError(taking: error, whileConnecting: false).vaultError }
+        if items.contains(where: { secret_item_get_locked($0.pointer) != 0 }) {
+            throw .locked(VaultMessages.locked)
+        }
+        return items
+    }
+
+    static func lookup(attributes: [String: String]) throws(VaultError) -> [UInt8]? {
+        try withService { service throws(VaultError) in try lookup(attributes: attributes, service) }
+    }
+
+    private static func lookup(attributes: [String: String], _ service: GObjectRef<SecretService>) throws(VaultError)
+        -> [UInt8]?
+    {
+        let items = try search(service, attributes, loadSecrets: true)
+        // Duplicates can only come from another collection: take the newest.
+        guard let item = items.max(by: { secret_item_get_modified($0.pointer) < secret_item_get_modified($1.pointer) })
+        else { return nil }
+        guard let value = secret_item_get_secret(item.pointer) else {
+            throw .failed(VaultMessages.itemUnreadable)
+        }
+        defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
+        var length = 0
+        guard let bytes = secret_value_get(value, &length) else { return [] }
+        return Array(UnsafeRawBufferPointer(start: bytes, count: length).bindMemory(to: UInt8.self))
+    }
+
+    static func remove(attributes: [String: String]) throws(VaultError) {
+        try withService { service throws(VaultError) in try remove(attributes: attributes, service) }
+    }
+
+    private static func remove(attributes: [String: String], _ service: GObjectRef<SecretService>) throws(VaultError) {
+        for item in try search(service, attributes, loadSecrets: false) {
+            var error: UnsafeMutablePointer<GError>? = nil
+            _ = secret_item_delete_sync(item.pointer, nil, &error)
+            if let error { throw CapturedError(taking: error, whileConnecting: false).vaultError }
+        }
+    }
+
+    static func health() -> VaultHealth {
+        let service: GObjectRef<SecretService>
+        do {
+            service = try connect()
+        } catch {
+            return VaultHealth(available: false, locked: false, detail: error.message)
+        }
+        do {
+            guard let collection = try defaultCollection(service) else {
+                return VaultHealth(available: true, locked: false, detail: VaultMessages.noDefaultCollection)
+            }
+            if isLocked(collection) {
+                return VaultHealth(available: true, locked: true, detail: VaultMessages.locked)
+            }
+            return VaultHealth(
+                available: true, locked: false, detail: "The Secret Service is running and the default keyring is unlocked.")
+        } catch {
+            switch error {
+            case .unavailable(let m): return VaultHealth(available: false, locked: false, detail: m)
+            case .locked(let m): return VaultHealth(available: true, locked: true, detail: m)
+            case .failed(let m): return VaultHealth(available: true, locked: false, detail: m)
+            }
+        }
+    }
+}

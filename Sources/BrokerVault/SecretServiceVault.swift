@@ -1,0 +1,82 @@
+import BrokerCore
+import Dispatch
+
+/// A `SecretVault` over libsecret (the freedesktop Secret Service:
+/// gnome-keyring, KeePassXC, KWallet).
+///
+/// - Items use the schema `org.browserlogin.Broker` with the attributes
+///   `client`, `attempt` and `kind`. Every item carries all three (an
+///   attribute the caller leaves out is stored as ""), so a lookup, a
+///   replace or a removal matches exactly the attributes given, never an
+///   item that merely has more of them.
+/// - Secrets are stored as the bytes given, with the content type
+///   `application/octet-stream` (libsecret's binary API): NUL bytes and
+///   non-UTF-8 bytes survive, and nothing is asked of the caller's encoding.
+/// - Items are stored in the default collection (the login keyring); a
+///   locked one is unlocked first, which on a desktop shows the keyring's
+///   prompt and waits for the user.
+/// - Every libsecret call runs on the vault's own serial queue, never on the
+///   caller's, because a prompt blocks the call until the user answers. The
+///   queue is one per process, shared by all instances: libsecret keeps one
+///   `SecretService` connection per process, and its sync calls are
+///   serialised rather than trusted to run side by side.
+public final class SecretServiceVault: SecretVault {
+    private static let sharedQueue = DispatchQueue(label: "browser-login.vault")
+    private var queue: DispatchQueue { Self.sharedQueue }
+
+    public init() {}
+
+    public func store(_ secret: [UInt8], label: String, attributes: [String: String]) async throws(VaultError) {
+        try Self.validate(attributes)
+        guard !label.isEmpty, !label.utf8.contains(0) else {
+            throw .failed("A keyring item needs a label without NUL characters (a programming error in the broker).")
+        }
+        try await run { () throws(VaultError) in try LibSecret.store(secret, label: label, attributes: attributes) }
+    }
+
+    public func lookup(attributes: [String: String]) async throws(VaultError) -> [UInt8]? {
+        try Self.validate(attributes)
+        return try await run { () throws(VaultError) in try LibSecret.lookup(attributes: attributes) }
+    }
+
+    public func remove(attributes: [String: String]) async throws(VaultError) {
+        try Self.validate(attributes)
+        try await run { () throws(VaultError) in try LibSecret.remove(attributes: attributes) }
+    }
+
+    public func health() async -> VaultHealth {
+        await withCheckedContinuation { (continuation: CheckedContinuation<VaultHealth, Never>) in
+            queue.async { continuation.resume(returning: LibSecret.health()) }
+        }
+    }
+
+    private func run<T: Sendable>(_ body: @escaping @Sendable () throws(VaultError) -> T) async throws(VaultError)
+        -> T
+    {
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<T, VaultError>, Never>) in
+            queue.async {
+                do throws(VaultError) {
+                    continuation.resume(returning: .success(try body()))
+                } catch {
+                    continuation.resume(returning: .failure(error))
+                }
+            }
+        }
+        return try result.get()
+    }
+
+    /// Attributes are the schema's (`client`, `attempt`, `kind`), at least one
+    /// non-empty, and free of NUL characters.
+    static func validate(_ attributes: [String: String]) throws(VaultError) {
+        if let unknown = attributes.keys.first(where: { !schemaAttributeNames.contains($0) }) {
+            throw .failed(
+                "The vault has no attribute '\(unknown)'; use client, attempt and kind (a programming error in the broker).")
+        }
+        guard attributes.values.contains(where: { !$0.isEmpty }) else {
+            throw .failed("A keyring item needs at least one non-empty attribute (a programming error in the broker).")
+        }
+        guard !attributes.values.contains(where: { $0.utf8.contains(0) }) else {
+            throw .failed("A keyring attribute may not contain NUL (a programming error in the broker).")
+        }
+    }
+}

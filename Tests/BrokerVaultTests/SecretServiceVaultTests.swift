@@ -1,0 +1,166 @@
+import BrokerCore
+import Foundation
+import Testing
+
+@testable import BrokerVault
+
+/// Fails (never skips) when the session has no unlocked Secret Service: CI
+/// runs these under `dbus-run-session` with gnome-keyring unlocked.
+func requireUnlockedKeyring(_ vault: SecretServiceVault) async throws {
+    let health = await vault.health()
+    try #require(
+        health.available && !health.locked,
+        """
+        These tests need an unlocked Secret Service on the session bus (\(health.detail)). Run them as: \
+        dbus-run-session -- bash -c 'export XDG_DATA_HOME=$(mktemp -d) XDG_RUNTIME_DIR=$(mktemp -d); \
+        chmod 700 $XDG_RUNTIME_DIR; printf %s test-keyring-pass | gnome-keyring-daemon --daemonize --unlock \
+        --components=secrets >/dev/null; gdbus wait --session --timeout 10 org.freedesktop.secrets; \
+        swift test --filter BrokerVaultTests'
+        """)
+}
+
+/// A client id no other test (or earlier run) uses.
+func uniqueClient() -> String { "test.\(UUID().uuidString.lowercased())" }
+
+@Suite struct SecretServiceVaultTests {
+    let vault = SecretServiceVault()
+
+    @Test func healthReportsAnAvailableUnlockedKeyring() async throws {
+        let health = await vault.health()
+        #expect(health.available, "\(health.detail)")
+        #expect(!health.locked, "\(health.detail)")
+    }
+
+    @Test func storesLooksUpReplacesAndRemoves() async throws {
+        try await requireUnlockedKeyring(vault)
+        let attributes = ["client": uniqueClient(), "attempt": "att-1"]
+        #expect(try await vault.lookup(attributes: attributes) == nil)
+        try await vault.store(Array(#"{"v":1}"#.utf8), label: "test item", attributes: attributes)
+        #expect(try await vault.lookup(attributes: attributes) == Array(#"{"v":1}"#.utf8))
+        try await vault.store(Array(#"{"v":2}"#.utf8), label: "test item", attributes: attributes)
+        #expect(try await vault.lookup(attributes: attributes) == Array(#"{"v":2}"#.utf8))
+        let listed = try secretTool(["search", "--all", "client", attributes["client"]!])
+        #expect(listed.components(separatedBy: "[/").count - 1 == 1, "a replace leaves one item")
+        try await vault.remove(attributes: attributes)
+        #expect(try await vault.lookup(attributes: attributes) == nil)
+        // Removing what is not there is no error.
+        try await vault.remove(attributes: attributes)
+    }
+
+    @Test func attributesScopeItemsExactly() async throws {
+        try await requireUnlockedKeyring(vault)
+        let (a, b) = (uniqueClient(), uniqueClient())
+        let keys: [[String: String]] = [
+            ["client": a, "attempt": "1"], ["client": a, "attempt": "2"], ["client": b, "attempt": "1"],
+            ["client": b, "attempt": "2"], ["client": a, "kind": "session"], ["client": a, "attempt": "1", "kind": "session"],
+        ]
+        for (index, key) in keys.enumerated() {
+            try await vault.store([UInt8(index)], label: "scope \(index)", attributes: key)
+        }
+        for (index, key) in keys.enumerated() {
+            #expect(try await vault.lookup(attributes: key) == [UInt8(index)], "\(key)")
+        }
+        // `{client}` alone names no item: matching is exact, not "has these too".
+        #expect(try await vault.lookup(attributes: ["client": a]) == nil)
+        try await vault.remove(attributes: ["client": a])
+        try await vault.remove(attributes: ["client": a, "attempt": "1"])
+        #expect(try await vault.lookup(attributes: ["client": a, "attempt": "1"]) == nil)
+        #expect(try await vault.lookup(attributes: ["client": a, "attempt": "1", "kind": "session"]) == [5])
+        #expect(try await vault.lookup(attributes: ["client": b, "attempt": "1"]) == [2])
+        for key in keys { try await vault.remove(attributes: key) }
+        for key in keys { #expect(try await vault.lookup(attributes: key) == nil) }
+    }
+
+    @Test func theLabelIsForPeople() async throws {
+        try await requireUnlockedKeyring(vault)
+        let client = uniqueClient()
+        let attributes = ["client": client, "kind": "session"]
+        let label = "Sign-in for Example Notes (ada@example.com)"
+        try await vault.store(Array("{}".utf8), label: label, attributes: attributes)
+        let listed = try secretTool(["search", "--all", "client", client])
+        #expect(listed.contains("label = \(label)"))
+        #expect(listed.contains("attribute.kind = session"))
+        #expect(listed.contains("schema = org.browserlogin.Broker"))
+        #expect(listed.contains("attribute.attempt = \n"), "an absent attribute is stored as empty")
+        try await vault.remove(attributes: attributes)
+    }
+
+    /// The decision: secrets are bytes (libsecret's binary API, content type
+    /// application/octet-stream), so NUL and non-UTF-8 bytes round-trip.
+    @Test func secretsAreBinarySafe() async throws {
+        try await requireUnlockedKeyring(vault)
+        let client = uniqueClient()
+        let samples: [[UInt8]] = [[], [0], [0x7B, 0, 0x7D], [0xFF, 0xFE, 0x00, 0x80], Array("héllo ✓".utf8)]
+        for (index, secret) in samples.enumerated() {
+            let attributes = ["client": client, "attempt": "\(index)"]
+            try await vault.store(secret, label: "binary \(index)", attributes: attributes)
+            #expect(try await vault.lookup(attributes: attributes) == secret)
+            try await vault.remove(attributes: attributes)
+        }
+        let big = (0..<65_536).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+        try await vault.store(big, label: "big", attributes: ["client": client])
+        #expect(try await vault.lookup(attributes: ["client": client]) == big)
+        try await vault.remove(attributes: ["client": client])
+    }
+
+    @Test func refusesAttributesOutsideTheSchema() async throws {
+        for attributes in [["client": "c", "user": "u"], [:], ["client": ""], ["client": "a\u{0}b"]] {
+            await #expect(throws: VaultError.self) { try await vault.lookup(attributes: attributes) }
+        }
+        let error = await #expect(throws: VaultError.self) {
+            try await vault.store([1], label: "x", attributes: ["client": "c", "user": "u"])
+        }
+        guard case .failed(let message) = error else {
+            Issue.record("expected failed, got \(String(describing: error))")
+            return
+        }
+        #expect(message.contains("client, attempt and kind"))
+    }
+
+    @Test func manyConcurrentCallersAreServedInTurn() async throws {
+        try await requireUnlockedKeyring(vault)
+        let client = uniqueClient()
+        let vault = vault
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for i in 0..<20 {
+                group.addTask {
+                    let attributes = ["client": client, "attempt": "\(i)"]
+                    try await vault.store([UInt8(i)], label: "concurrent \(i)", attributes: attributes)
+                    #expect(try await vault.lookup(attributes: attributes) == [UInt8(i)])
+                    try await vault.remove(attributes: attributes)
+                }
+            }
+            try await group.waitForAll()
+        }
+    }
+
+    @Test func measuresAStore() async throws {
+        try await requireUnlockedKeyring(vault)
+        let attributes = ["client": uniqueClient(), "kind": "session"]
+        let secret = Array(String(repeating: "x", count: 600).utf8)
+        let clock = ContinuousClock()
+        var durations: [Duration] = []
+        for _ in 0..<10 {
+            durations.append(try await clock.measure { try await vault.store(secret, label: "timing", attributes: attributes) })
+        }
+        let lookup = try await clock.measure { _ = try await vault.lookup(attributes: attributes) }
+        try await vault.remove(attributes: attributes)
+        let median = durations.sorted()[durations.count / 2]
+        print("vault: store median \(median) (10 stores of 600 bytes), lookup \(lookup)")
+        #expect(median < .seconds(1))
+    }
+}
+
+/// Runs `secret-tool` against the same session bus.
+func secretTool(_ arguments: [String]) throws -> String {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/secret-tool")
+    process.arguments = arguments
+    let output = Pipe()
+    process.standardOutput = output
+    process.standardError = output
+    try process.run()
+    let data = output.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return String(decoding: data, as: UTF8.self)
+}
