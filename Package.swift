@@ -11,6 +11,7 @@ let package = Package(
     name: "browser-login",
     platforms: [.macOS(.v14)],
     products: [
+        .executable(name: "browser-login-broker", targets: ["browser-login-broker"]),
         .executable(name: "browser-login", targets: ["browser-login"]),
         .library(name: "BrowserLoginProtocol", targets: ["BrowserLoginProtocol"]),
         .executable(name: "browser-login-server", targets: ["browser-login-server"]),
@@ -37,17 +38,36 @@ let package = Package(
         // The broker.
         .target(name: "BrokerCore", dependencies: ["BrowserLoginProtocol"]),
         .target(name: "BrokerStore", dependencies: ["BrokerCore", "SQLiteSupport"]),
+        .target(name: "BrokerHTTP", dependencies: ["BrokerCore", "BrowserLoginProtocol", "CCurl"]),
+        .target(name: "BrokerVault", dependencies: ["BrokerCore", "CSecret"]),
+        // Test support: runs one vault operation in a child process (private bus, locked keyring).
+        .executableTarget(
+            name: "vault-probe", dependencies: ["BrokerVault", "BrokerCore"], path: "Tests/Support/vault-probe"),
         .target(name: "BrokerRPC", dependencies: ["CJansson"]),
+        .target(name: "BrokerSystem", dependencies: ["BrokerCore", "CSystemd", "CGIO"]),
         .target(
             name: "Broker",
-            dependencies: ["BrokerCore", "BrokerStore", "BrokerRPC", "BrowserLoginProtocol"]
+            dependencies: [
+                "BrokerCore", "BrokerStore", "BrokerRPC", "BrokerHTTP", "BrokerVault", "BrokerSystem",
+                "BrowserLoginProtocol",
+            ]
         ),
 
+        .executableTarget(name: "browser-login-broker", dependencies: ["Broker"]),
         .executableTarget(name: "browser-login", dependencies: ["BrokerRPC", "BrowserLoginProtocol"]),
 
         .testTarget(name: "BrowserLoginProtocolTests", dependencies: ["BrowserLoginProtocol"]),
         .testTarget(name: "BrokerRPCTests", dependencies: ["BrokerRPC"]),
+        .testTarget(name: "BrokerVaultTests", dependencies: ["BrokerVault", "BrokerCore", "vault-probe"]),
+        .testTarget(name: "BrokerHTTPTests", dependencies: ["BrokerHTTP", "BrokerCore", "BrowserLoginProtocol"]),
         .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrowserLoginProtocol"]),
+        .testTarget(
+            name: "EndToEndTests",
+            dependencies: [
+                "BrokerRPC", "BrowserLoginProtocol", "ScriptedBrowser", "browser-login-broker", "browser-login",
+                "browser-login-server",
+            ]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -51,8 +51,15 @@ public struct DaemonOptions: Sendable {
         Secret Service keyring (schema org.browserlogin.Broker).
         """
 
-    /// Parses the command line; nil with a message for bad usage.
-    public static func parse(_ args: [String]) -> Result<DaemonOptions?, String> {
+    public enum Parsed: Sendable {
+        case run(DaemonOptions)
+        /// `--help` or `--version` was answered.
+        case done
+        case usage(String)
+    }
+
+    /// Parses the command line.
+    public static func parse(_ args: [String]) -> Parsed {
         var options = DaemonOptions()
         var i = 0
         func value(_ name: String) -> String? {
@@ -65,40 +72,40 @@ public struct DaemonOptions: Sendable {
             switch arg {
             case "--help", "-h":
                 print(help)
-                return .success(nil)
+                return .done
             case "--version":
                 print("browser-login-broker \(BrokerVersion.string)")
-                return .success(nil)
+                return .done
             case "--socket":
-                guard let v = value(arg) else { return .failure("--socket needs a path") }
+                guard let v = value(arg) else { return .usage("--socket needs a path") }
                 options.socketPath = v
             case "--state-dir":
-                guard let v = value(arg) else { return .failure("--state-dir needs a directory") }
+                guard let v = value(arg) else { return .usage("--state-dir needs a directory") }
                 options.stateDirectory = v
             case "--clients-dir":
-                guard let v = value(arg) else { return .failure("--clients-dir needs a directory") }
+                guard let v = value(arg) else { return .usage("--clients-dir needs a directory") }
                 options.clientDirectories = (options.clientDirectories ?? []) + [v]
             case "--log-level":
                 let levels: [String: Logger.Level] = [
                     "error": .error, "warning": .warning, "notice": .notice, "info": .info, "debug": .debug,
                 ]
                 guard let v = value(arg), let level = levels[v] else {
-                    return .failure("--log-level takes error, warning, notice, info or debug")
+                    return .usage("--log-level takes error, warning, notice, info or debug")
                 }
                 options.logLevel = level
             case "--verify-interval":
                 guard let v = value(arg), let seconds = Double(v), seconds >= 0.1 else {
-                    return .failure("--verify-interval takes a number of seconds (at least 0.1)")
+                    return .usage("--verify-interval takes a number of seconds (at least 0.1)")
                 }
                 options.verifyIntervalMilliseconds = Int64(seconds * 1000)
             case "--check-config":
                 options.checkConfig = true
             default:
-                return .failure("unknown option \(arg); see --help")
+                return .usage("unknown option \(arg); see --help")
             }
             i += 1
         }
-        return .success(options)
+        return .run(options)
     }
 }
 
@@ -154,7 +161,8 @@ public enum BrokerDaemon {
                 storePath: stateDirectory + "/state.sqlite", clients: loaded.clients, vault: SecretServiceVault(),
                 makeServer: { LoginServerAdapter($0, transport: transport) },
                 launcher: ProcessBrowserLauncher(environment: environment, logger: logger), transport: transport,
-                logger: logger, socketPath: socketDescription, verifyIntervalMilliseconds: options.verifyIntervalMilliseconds)
+                logger: logger, socketPath: socketDescription, verifyIntervalMilliseconds: options.verifyIntervalMilliseconds,
+                testFault: environment["BROWSER_LOGIN_TEST_FAULT"])
         } catch {
             logger.error("cannot open the state database", ["path": stateDirectory, "error": "\(error)"])
             return 74
@@ -218,10 +226,15 @@ public enum BrokerDaemon {
 
 /// Turns signals into a callback on a dispatch queue (the signals are ignored
 /// for their default action while watched).
-final class SignalWatcher: Sendable {
+final class SignalWatcher {
     private let sources: [any DispatchSourceSignal]
 
     init(signals: [Int32], handler: @escaping @Sendable (Int32) -> Void) {
+        // A parent may have started us with these signals blocked; we handle them.
+        var unblock = sigset_t()
+        sigemptyset(&unblock)
+        for number in signals { sigaddset(&unblock, number) }
+        pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
         let queue = DispatchQueue(label: "browser-login.signals")
         sources = signals.map { number in
             signal(number, SIG_IGN)

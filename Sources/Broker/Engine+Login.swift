@@ -307,6 +307,7 @@ extension BrokerEngine {
                 withSession, label: VaultKeys.attemptLabel(appName: client.appName),
                 attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
         } catch { vaultProblem = error }
+        faultPoint("after-session-in-vault")
         record = try attempt(record.id)
 
         if record.state == .cancelled {
@@ -368,7 +369,7 @@ extension BrokerEngine {
                 accessTokenExpiresAt: session.accessTokenExpiresAt, attemptId: attemptId, updatedAt: now(),
                 verifiedAt: now()))
         logger.info("signed in", ["client": client, "attempt.id": attemptId])
-        publishSessionIfChanged(client)
+        // Published with the attempt's commit that follows, in that order.
     }
 
     private func exchangeFailed(_ record: inout AttemptRecord, _ failure: ServerFailure) async throws -> AttemptView {

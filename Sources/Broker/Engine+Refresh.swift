@@ -151,14 +151,19 @@ extension BrokerEngine {
     /// server ends here with the server's code as the reason.
     func verifySession(_ clientId: String) async {
         guard let secrets = try? await currentSession(clientId) else { return }
+        let failure: ServerFailure
         do {
             _ = try await server(clientId).session(accessToken: secrets.session.accessToken)
-            if var record = try store.session(client: clientId), record.status == .signedIn {
+            if var record = try? store.session(client: clientId), record.status == .signedIn {
                 record.verifiedAt = now()
-                try store.save(record)
+                try? store.save(record)
             }
+            return
         } catch {
-            guard case .refused(_, let code, _, _) = error else { return }
+            failure = error
+        }
+        do {
+            guard case .refused(_, let code, _, _) = failure else { return }
             switch code {
             case .tokenExpired:
                 _ = try? await refreshSession(clientId, current: secrets)

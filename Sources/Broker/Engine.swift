@@ -44,12 +44,15 @@ public actor BrokerEngine {
     var nextVerify: [String: Timestamp] = [:]
     /// How often sessions are checked with `GET session`.
     let verifyIntervalMilliseconds: Int64
+    /// Test-only fault injection (`BROWSER_LOGIN_TEST_FAULT`): the crash tests
+    /// kill the daemon at an exact point of the durability order.
+    let testFault: String?
 
     public init(
         storePath: String, clients: [ClientConfig], vault: any SecretVault,
         makeServer: (ClientConfig) -> any LoginServerAPI, launcher: any BrowserLauncher, transport: any HTTPTransport,
         clock: any BrokerCore.Clock = SystemClock(), logger: Logger, socketPath: String,
-        verifyIntervalMilliseconds: Int64 = 300_000
+        verifyIntervalMilliseconds: Int64 = 300_000, testFault: String? = nil
     ) throws {
         self.store = try BrokerStore(path: storePath)
         var byId: [String: ClientConfig] = [:]
@@ -64,6 +67,7 @@ public actor BrokerEngine {
         self.launcher = launcher
         self.transport = transport
         self.verifyIntervalMilliseconds = verifyIntervalMilliseconds
+        self.testFault = testFault
         self.clock = clock
         self.logger = logger
         self.socketPath = socketPath
@@ -150,6 +154,14 @@ public actor BrokerEngine {
         let live = try store.list(client: client, states: [.starting, .waiting, .exchanging], limit: 1)
         if !live.isEmpty { return SessionView(client: client, status: .signingIn) }
         return record?.view ?? .signedOut(client)
+    }
+
+    /// Dies like `kill -9` when the test fault `point` is armed.
+    func faultPoint(_ point: String) {
+        if testFault == point {
+            logger.warning("test fault: killing the daemon", ["fault": point])
+            kill(getpid(), SIGKILL)
+        }
     }
 
     func newLocalId() throws -> String {

@@ -50,7 +50,7 @@ public struct ClientConfig: Sendable, Equatable {
 }
 
 /// A problem found in a client file: where, which key, and what to do.
-public struct ConfigProblem: Sendable, Equatable, CustomStringConvertible {
+public struct ConfigProblem: Error, Sendable, Equatable, CustomStringConvertible {
     public enum Severity: String, Sendable { case error, warning }
     public var severity: Severity
     public var file: String

@@ -1,5 +1,9 @@
 import CSystemd
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// The service manager's protocol: readiness, status, watchdog, and sockets
 /// passed by socket activation. Every call is a no-op outside systemd.
 public enum Systemd {

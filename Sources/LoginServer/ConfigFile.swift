@@ -62,7 +62,9 @@ extension ServerConfiguration {
     /// Parses a configuration file. Relative paths in it are resolved
     /// against `directory` (the file's folder). Does not validate: call
     /// `validate()` after applying flags.
-    public static func load(json data: Data, relativeTo directory: String? = nil) throws(ConfigurationError) -> ServerConfiguration {
+    public static func load(json data: Data, relativeTo directory: String? = nil) throws(ConfigurationError)
+        -> ServerConfiguration
+    {
         func fail(_ field: String, _ rule: String, _ message: String) -> ConfigurationError {
             ConfigurationError(field: field, rule: rule, message: message)
         }

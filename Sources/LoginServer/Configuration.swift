@@ -138,7 +138,8 @@ public struct ServerConfiguration: Sendable {
             throw fail("database", "required", "set the SQLite database path (--database or \"database\")")
         }
         if (tlsCertificatePath == nil) != (tlsKeyPath == nil) {
-            throw fail(tlsCertificatePath == nil ? "tls.certificate" : "tls.key", "pair", "TLS needs both a certificate and a key")
+            throw fail(
+                tlsCertificatePath == nil ? "tls.certificate" : "tls.key", "pair", "TLS needs both a certificate and a key")
         }
         if tlsCertificatePath != nil, let publicOrigin, publicOrigin.hasPrefix("http://") {
             throw fail("publicOrigin", "scheme", "with TLS on, the public origin is https")
@@ -168,7 +169,9 @@ public struct ServerConfiguration: Sendable {
                 throw fail("testAccounts[\(i)]", "email", "a test account is a plain email address without '+'")
             }
         }
-        for (name, limit) in [("create", rateLimits.create), ("exchange", rateLimits.exchange), ("codeEntry", rateLimits.codeEntry)] {
+        for (name, limit) in [
+            ("create", rateLimits.create), ("exchange", rateLimits.exchange), ("codeEntry", rateLimits.codeEntry),
+        ] {
             if limit.burst < 1 { throw fail("rateLimits.\(name).burst", "range", "a burst is at least 1") }
             if limit.perMinute < 1 { throw fail("rateLimits.\(name).perMinute", "range", "a rate is at least 1 per minute") }
         }

@@ -21,8 +21,10 @@ final class LoginService: Sendable {
     let mailer: any MailSender
     let testAccounts: [EmailAddress]
 
-    init(configuration: ServerConfiguration, issuer: String, store: Store, secret: [UInt8], clock: @escaping ServerClock,
-         mailer: any MailSender) {
+    init(
+        configuration: ServerConfiguration, issuer: String, store: Store, secret: [UInt8], clock: @escaping ServerClock,
+        mailer: any MailSender
+    ) {
         self.configuration = configuration
         self.clients = Dictionary(configuration.clients.map { ($0.clientId, $0) }, uniquingKeysWith: { a, _ in a })
         self.issuer = issuer

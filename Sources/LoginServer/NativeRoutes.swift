@@ -240,7 +240,8 @@ extension LoginService {
     func bearerToken(_ request: HTTPServerRequest) throws(APIError) -> String? {
         guard let header = request.header("authorization") else { return nil }
         let parts = header.split(separator: " ", omittingEmptySubsequences: true)
-        guard parts.count == 2, parts[0].lowercased() == "bearer", Base64URL.isEncoded(String(parts[1]), length: parts[1].utf8.count),
+        guard parts.count == 2, parts[0].lowercased() == "bearer",
+            Base64URL.isEncoded(String(parts[1]), length: parts[1].utf8.count),
             !parts[1].isEmpty
         else {
             throw APIError(.unauthenticated, "the Authorization header is not 'Bearer <token>'")

@@ -168,6 +168,12 @@ public enum ServerCommand {
 
         signal(SIGTERM, SIG_IGN)
         signal(SIGINT, SIG_IGN)
+        // A parent may have started us with these signals blocked; we handle them.
+        var unblock = sigset_t()
+        sigemptyset(&unblock)
+        sigaddset(&unblock, SIGTERM)
+        sigaddset(&unblock, SIGINT)
+        pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
         let done = DispatchSemaphore(value: 0)
         let queue = DispatchQueue(label: "browser-login-server.signals")
         let sources = [SIGTERM, SIGINT].map { sig in

@@ -2,11 +2,11 @@ import Broker
 import Foundation
 
 switch DaemonOptions.parse(Array(CommandLine.arguments.dropFirst())) {
-case .failure(let message):
+case .usage(let message):
     FileHandle.standardError.write(Data("browser-login-broker: \(message)\n".utf8))
     exit(64)
-case .success(nil):
+case .done:
     exit(0)
-case .success(let options?):
+case .run(let options):
     exit(await BrokerDaemon.run(options, environment: ProcessInfo.processInfo.environment))
 }

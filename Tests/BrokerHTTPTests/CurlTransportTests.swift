@@ -1,5 +1,6 @@
 import BrokerCore
 import Foundation
+import Synchronization
 import Testing
 
 @testable import BrokerHTTP
@@ -133,7 +134,8 @@ import Testing
         defer { server.stop() }
         let error = await #expect(throws: HTTPTransportError.self) {
             try await transport.send(
-                HTTPRequest(method: "POST", url: server.url + "/attempts/SECRETID/exchange", body: [1],
+                HTTPRequest(
+                    method: "POST", url: server.url + "/attempts/SECRETID/exchange", body: [1],
                     changesState: true))
         }
         guard case .noAnswer(let message) = error else {
@@ -155,7 +157,9 @@ import Testing
             Issue.record("expected noAnswer, got \(String(describing: error))")
             return
         }
-        #expect(ContinuousClock.now - start < .seconds(3))
+        // The server never answers: only the 400 ms timeout ends the call
+        // (the bound is loose: the test machine may be loaded).
+        #expect(ContinuousClock.now - start < .seconds(15))
     }
 
     @Test func aStateChangingRequestIsSentOnceOnAFreshConnection() async throws {
@@ -182,9 +186,11 @@ import Testing
 
     @Test func refusesRequestsThatCouldSmuggleAnything() async throws {
         let bad: [HTTPRequest] = [
-            HTTPRequest(method: "GET", url: "http://127.0.0.1:1/", headers: [HTTPHeader("X", "a\r\nB: c")],
+            HTTPRequest(
+                method: "GET", url: "http://127.0.0.1:1/", headers: [HTTPHeader("X", "a\r\nB: c")],
                 changesState: false),
-            HTTPRequest(method: "GET", url: "http://127.0.0.1:1/", headers: [HTTPHeader("Bad Name", "v")],
+            HTTPRequest(
+                method: "GET", url: "http://127.0.0.1:1/", headers: [HTTPHeader("Bad Name", "v")],
                 changesState: false),
             HTTPRequest(method: "GET", url: "ftp://127.0.0.1/file", changesState: false),
             HTTPRequest(method: "GET", url: "http://user:pw@127.0.0.1/", changesState: false),
@@ -253,7 +259,8 @@ import Testing
         let start = ContinuousClock.now
         let task = Task {
             try await transport.send(
-                HTTPRequest(method: "POST", url: server.url + "/slow", body: [1], timeoutMilliseconds: 20_000,
+                HTTPRequest(
+                    method: "POST", url: server.url + "/slow", body: [1], timeoutMilliseconds: 20_000,
                     changesState: true))
         }
         try await Task.sleep(for: .milliseconds(200))
@@ -263,23 +270,32 @@ import Testing
             Issue.record("expected noAnswer, got \(result)")
             return
         }
-        #expect(ContinuousClock.now - start < .seconds(5))
+        // Well before the request's own 20 s timeout: the cancel ended it.
+        #expect(ContinuousClock.now - start < .seconds(15))
     }
 
     @Test func runsRequestsConcurrently() async throws {
+        // Counts requests in the server at once, rather than timing them.
+        let inFlight = Mutex((now: 0, most: 0))
         let server = try TestHTTPServer { request in
-            if request.target == "/slow" { Thread.sleep(forTimeInterval: 0.5) }
+            if request.target == "/slow" {
+                inFlight.withLock {
+                    $0.now += 1
+                    $0.most = max($0.most, $0.now)
+                }
+                Thread.sleep(forTimeInterval: 0.5)
+                inFlight.withLock { $0.now -= 1 }
+            }
             return .respond(status: 200)
         }
         defer { server.stop() }
         let transport = transport
-        let start = ContinuousClock.now
         try await withThrowingTaskGroup(of: Int.self) { group in
             for _ in 0..<4 {
                 group.addTask { try await transport.send(self.get(server.url + "/slow")).status }
             }
             for try await status in group { #expect(status == 200) }
         }
-        #expect(ContinuousClock.now - start < .milliseconds(1_500))
+        #expect(inFlight.withLock { $0.most } >= 2)
     }
 }

@@ -66,7 +66,9 @@ import Testing
             attemptId: attemptId, ExchangeRequest(code: "c", codeVerifier: Self.challenge))
         #expect(answer.session.account.email == "ada@example.com")
         #expect(server.requests.first?.target == "/auth/bl/native/attempts/a%20b%2Fc/exchange")
-        await #expect(throws: LoginServerError.malformed(status: 200, "the receipt does not match the attempt or the issued session")) {
+        await #expect(
+            throws: LoginServerError.malformed(status: 200, "the receipt does not match the attempt or the issued session")
+        ) {
             try await client(server).exchange(attemptId: "bad", ExchangeRequest(code: "c", codeVerifier: Self.challenge))
         }
     }

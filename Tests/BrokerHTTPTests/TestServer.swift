@@ -23,7 +23,8 @@ struct RecordedRequest: Sendable {
 enum Reply: Sendable {
     /// Answers. `keepAlive` keeps the connection open for the next request;
     /// `omitLength` sends no Content-Length and closes after the body.
-    case respond(status: Int, headers: [(String, String)] = [], body: [UInt8] = [], keepAlive: Bool = false,
+    case respond(
+        status: Int, headers: [(String, String)] = [], body: [UInt8] = [], keepAlive: Bool = false,
         omitLength: Bool = false)
     /// Closes the connection without a byte of answer.
     case close

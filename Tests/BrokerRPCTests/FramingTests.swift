@@ -95,7 +95,9 @@ import Testing
         var stream: [UInt8] = []
         var expected: [RPCFrameEvent] = []
         for n in 0..<300 {
-            let body = Self.bytes("{\"jsonrpc\":\"2.0\",\"id\":\(n),\"method\":\"m\",\"params\":{\"s\":\"\(String(repeating: "é", count: n % 17))\"}}")
+            let body = Self.bytes(
+                "{\"jsonrpc\":\"2.0\",\"id\":\(n),\"method\":\"m\",\"params\":{\"s\":\"\(String(repeating: "é", count: n % 17))\"}}"
+            )
             stream += body + (n % 2 == 0 ? Self.bytes("\n") : Self.bytes("\r\n"))
             expected.append(.message(body))
         }
@@ -121,7 +123,8 @@ import Testing
 
     @Test func encoder() {
         #expect(RPCFrameEncoder.encode(Self.bytes("{}"), framing: .ndjson) == Self.bytes("{}\n"))
-        #expect(RPCFrameEncoder.encode(Self.bytes("{\"é\":1}"), framing: .contentLength)
-            == Self.bytes("Content-Length: 8\r\n\r\n{\"é\":1}"))
+        #expect(
+            RPCFrameEncoder.encode(Self.bytes("{\"é\":1}"), framing: .contentLength)
+                == Self.bytes("Content-Length: 8\r\n\r\n{\"é\":1}"))
     }
 }

@@ -217,7 +217,10 @@ final class LiveServer: Sendable {
                     try await onThread {
                         let client = try RPCClient(socketPath: path)
                         for n in 0..<20 {
-                            try client.send(RPCRequest(id: .integer(Int64(n)), method: "echo", params: ["c": .integer(Int64(clientNumber)), "n": .integer(Int64(n))]))
+                            try client.send(
+                                RPCRequest(
+                                    id: .integer(Int64(n)), method: "echo",
+                                    params: ["c": .integer(Int64(clientNumber)), "n": .integer(Int64(n))]))
                         }
                         var seen = Set<Int64>()
                         for _ in 0..<20 {
@@ -299,7 +302,8 @@ final class LiveServer: Sendable {
             #expect(try client.call("events.subscribe") == "subscribed")
             let connection = try #require(held.withLock { $0 })
             connection.notify(method: "session.changed", params: ["session": ["status": "signedIn"]])
-            #expect(try client.nextMessage() == .notification(method: "session.changed", params: ["session": ["status": "signedIn"]]))
+            #expect(
+                try client.nextMessage() == .notification(method: "session.changed", params: ["session": ["status": "signedIn"]]))
             client.close()
         }
         #expect(await live.log.wait { $0.contains { if case .connectionClosed(_, .peerClosed) = $0 { true } else { false } } })
@@ -360,14 +364,17 @@ final class LiveServer: Sendable {
         let path = live.path
         try await onThread {
             let client = try RPCClient(socketPath: path)
-            let batch = #"[{"jsonrpc":"2.0","id":1,"method":"sleep","params":{"ms":200}},{"jsonrpc":"2.0","method":"echo"},{"jsonrpc":"2.0","id":2,"method":"nope"},5]"#
+            let batch =
+                #"[{"jsonrpc":"2.0","id":1,"method":"sleep","params":{"ms":200}},{"jsonrpc":"2.0","method":"echo"},{"jsonrpc":"2.0","id":2,"method":"nope"},5]"#
             try client.sendBody(Array(batch.utf8))
             guard case .batch(let responses) = try client.nextMessage() else { throw RPCClientError.invalidMessage }
             #expect(responses.map(\.id) == [.integer(1), .integer(2), .null])
             // Only notifications: no reply at all; the next call is answered normally.
             try client.sendBody(Array(#"[{"jsonrpc":"2.0","method":"echo"},{"jsonrpc":"2.0","method":"echo"}]"#.utf8))
             try client.sendBody(Array("[]".utf8))
-            #expect(try client.nextMessage() == .response(RPCResponse(id: .null, error: .invalidRequest("Invalid Request: empty batch"))))
+            #expect(
+                try client.nextMessage()
+                    == .response(RPCResponse(id: .null, error: .invalidRequest("Invalid Request: empty batch"))))
             #expect(try client.call("echo", params: [:]) == [:])
         }
         try await live.stop()
@@ -387,7 +394,9 @@ final class LiveServer: Sendable {
             for _ in 0..<40 { try? big.sendRaw(chunk) }
             guard case .response(let response) = try big.nextMessage() else { throw RPCClientError.invalidMessage }
             #expect(response.id == .null)
-            #expect(response.outcome == .failure(RPCError(code: .invalidRequest, message: "Invalid Request: message over 1048576 bytes")))
+            #expect(
+                response.outcome
+                    == .failure(RPCError(code: .invalidRequest, message: "Invalid Request: message over 1048576 bytes")))
             #expect(throws: RPCClientError.connectionClosed) { try big.nextMessage(timeout: .seconds(5)) }
 
             let header = try RPCClient(socketPath: path, framing: .contentLength)
@@ -457,7 +466,8 @@ final class LiveServer: Sendable {
         try await onThread {
             for n in 0..<30 {
                 let client = try RPCClient(socketPath: path)
-                try client.send(RPCRequest(id: .integer(1), method: n % 2 == 0 ? "sleep" : "big", params: ["ms": 30, "size": 300_000]))
+                try client.send(
+                    RPCRequest(id: .integer(1), method: n % 2 == 0 ? "sleep" : "big", params: ["ms": 30, "size": 300_000]))
                 try client.sendRaw(Array("{\"jsonrpc\":\"2.0\",\"id\":2,\"meth".utf8))
                 client.close()
             }
@@ -479,7 +489,12 @@ final class LiveServer: Sendable {
             try? client.send(RPCRequest(id: .integer(1), method: "echo"))
             #expect(throws: RPCClientError.connectionClosed) { try client.nextMessage() }
         }
-        #expect(await live.log.wait { $0.contains { if case .peerRefused(let peer) = $0 { peer.uid == getuid() && peer.pid == getpid() } else { false } } })
+        #expect(
+            await live.log.wait {
+                $0.contains {
+                    if case .peerRefused(let peer) = $0 { peer.uid == getuid() && peer.pid == getpid() } else { false }
+                }
+            })
         #expect(live.calls.count == 0)
         #expect(live.server.statistics.refused == 1)
         #expect(live.server.statistics.accepted == 0)
@@ -519,7 +534,10 @@ final class LiveServer: Sendable {
             return data
         }
         #expect(String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) == "EOF")
-        #expect(await live.log.wait { $0.contains(where: { if case .peerRefused(let peer) = $0 { peer.uid == 65534 } else { false } }) })
+        #expect(
+            await live.log.wait {
+                $0.contains(where: { if case .peerRefused(let peer) = $0 { peer.uid == 65534 } else { false } })
+            })
         #expect(live.calls.count == 0)
         try await live.stop()
     }
@@ -532,7 +550,9 @@ final class LiveServer: Sendable {
             let fd = try Syscalls.unixStreamSocket()
             defer { close(fd) }
             try Syscalls.connect(fd, path: path)
-            let requests = Array(#"{"jsonrpc":"2.0","id":1,"method":"sleep","params":{"ms":100}}\#n{"jsonrpc":"2.0","id":2,"method":"echo","params":[2]}\#n"#.utf8)
+            let requests = Array(
+                #"{"jsonrpc":"2.0","id":1,"method":"sleep","params":{"ms":100}}\#n{"jsonrpc":"2.0","id":2,"method":"echo","params":[2]}\#n"#
+                    .utf8)
             _ = try Syscalls.send(fd, requests, from: 0)
             Syscalls.shutdownWrite(fd)
             var all: [UInt8] = []
@@ -544,7 +564,8 @@ final class LiveServer: Sendable {
             }
             return String(decoding: all, as: UTF8.self)
         }
-        #expect(received == #"{"id":2,"jsonrpc":"2.0","result":[2]}"# + "\n" + #"{"id":1,"jsonrpc":"2.0","result":"slept"}"# + "\n")
+        #expect(
+            received == #"{"id":2,"jsonrpc":"2.0","result":[2]}"# + "\n" + #"{"id":1,"jsonrpc":"2.0","result":"slept"}"# + "\n")
         try await live.stop()
     }
 
@@ -570,7 +591,8 @@ final class LiveServer: Sendable {
         try await Task.sleep(for: .milliseconds(100))
         let start = ContinuousClock.now
         try await live.stop()
-        #expect(ContinuousClock.now - start < .seconds(3))
+        // Far less than a hang; loose because the machine may be loaded.
+        #expect(ContinuousClock.now - start < .seconds(10))
         #expect(try await reply == "slept")
         #expect(!FileManager.default.fileExists(atPath: path))
     }
@@ -583,7 +605,8 @@ final class LiveServer: Sendable {
         try await Task.sleep(for: .milliseconds(100))
         let start = ContinuousClock.now
         try await live.stop()
-        #expect(ContinuousClock.now - start < .seconds(3))
+        // Far less than the handler's 60 s: the grace period ended it.
+        #expect(ContinuousClock.now - start < .seconds(30))
         // The cancelled handler still answers before the connection closes.
         #expect(try await reply == "slept")
     }
@@ -593,7 +616,8 @@ final class LiveServer: Sendable {
         defer { try? FileManager.default.removeItem(atPath: base) }
         let path = base + "/s.sock"
         let log = EventLog()
-        let server = try RPCServer(configuration: .init(listen: .path(path)), events: { log.record($0) }, handler: LiveServer.standardHandler)
+        let server = try RPCServer(
+            configuration: .init(listen: .path(path)), events: { log.record($0) }, handler: LiveServer.standardHandler)
         let task = Task { try await server.run() }
         async let reply: JSONValue = onThread { try RPCClient(socketPath: path).call("sleep", params: ["ms": 60_000]) }
         #expect(await log.wait { $0.contains { if case .connectionOpened = $0 { true } else { false } } })
@@ -602,7 +626,7 @@ final class LiveServer: Sendable {
         task.cancel()
         try await task.value
         // Not the 5 s grace period: the handler was cancelled at once (and still answered).
-        #expect(ContinuousClock.now - start < .seconds(3))
+        #expect(ContinuousClock.now - start < .milliseconds(4_500))
         #expect(try await reply == "slept")
         #expect(!FileManager.default.fileExists(atPath: path))
         await #expect(throws: RPCServerError.alreadyRunning) { try await server.run() }
@@ -661,8 +685,8 @@ final class LiveServer: Sendable {
         try await onThread {
             let client = try RPCClient(socketPath: path, timeout: .milliseconds(200))
             let start = ContinuousClock.now
-            #expect(throws: RPCClientError.timedOut) { try client.call("sleep", params: ["ms": 2000]) }
-            #expect(ContinuousClock.now - start < .milliseconds(1800))
+            #expect(throws: RPCClientError.timedOut) { try client.call("sleep", params: ["ms": 30_000]) }
+            #expect(ContinuousClock.now - start < .seconds(15))
             #expect(throws: RPCClientError.timedOut) { try client.nextMessage(timeout: .milliseconds(50)) }
         }
         try await live.stop()

@@ -32,7 +32,7 @@ final class Child: @unchecked Sendable {
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         process.environment = environment
-        FileManager.default.createFile(atPath: log, contents: nil)
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
         handle.seekToEndOfFile()
         process.standardOutput = handle
@@ -45,9 +45,13 @@ final class Child: @unchecked Sendable {
     var pid: Int32 { process.processIdentifier }
     var isRunning: Bool { process.isRunning }
 
+    /// Sends `signal`; a child still running after 10 s is killed.
     func stop(_ signal: Int32 = SIGTERM) {
         guard process.isRunning else { return }
         kill(process.processIdentifier, signal)
+        let deadline = Date().addingTimeInterval(10)
+        while process.isRunning && Date() < deadline { usleep(10_000) }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
     }
 
@@ -82,7 +86,7 @@ final class Harness: @unchecked Sendable {
     init() throws {
         var template = Array("/tmp/ble-XXXXXX".utf8CString)
         guard mkdtemp(&template) != nil else { throw HarnessError("mkdtemp failed") }
-        dir = String(cString: template)
+        dir = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
         for sub in ["config/browser-login/clients.d", "state", "run", "data", "server"] {
             try FileManager.default.createDirectory(atPath: dir + "/" + sub, withIntermediateDirectories: true)
         }
@@ -106,7 +110,8 @@ final class Harness: @unchecked Sendable {
     /// Starts the reference server on a free loopback port.
     func startServer(
         lifetimeMs: Int = 120_000, accessTokenMs: Int? = nil, sessionMs: Int? = nil, graceMs: Int? = nil,
-        exchangeDelayMs: Int? = nil, clients: [(id: String, name: String, returnURL: String)] = [
+        exchangeDelayMs: Int? = nil,
+        clients: [(id: String, name: String, returnURL: String)] = [
             ("com.example.notes", "Example Notes", "com.example.notes:/callback")
         ], port: Int = 0
     ) throws {
@@ -121,7 +126,7 @@ final class Harness: @unchecked Sendable {
             ],
         ]
         let data = try JSONSerialization.data(withJSONObject: config)
-        FileManager.default.createFile(atPath: dir + "/server/server.json", contents: data)
+        _ = FileManager.default.createFile(atPath: dir + "/server/server.json", contents: data)
         var args = [
             "serve", "--config", dir + "/server/server.json", "--listen", "127.0.0.1", "--port", "\(port)",
             "--database", dir + "/server/server.sqlite", "--outbox", dir + "/server/outbox",
@@ -167,7 +172,7 @@ final class Harness: @unchecked Sendable {
             ReturnUrl=\(returnURL)
             \(extra)
             """
-        FileManager.default.createFile(
+        _ = FileManager.default.createFile(
             atPath: dir + "/config/browser-login/clients.d/" + file, contents: Data(text.utf8))
     }
 
@@ -269,4 +274,37 @@ func keyringLookup(_ attributes: [String: String]) -> String? {
     let data = out.fileHandleForReading.readDataToEndOfFile()
     process.waitUntilExit()
     return process.terminationStatus == 0 ? String(decoding: data, as: UTF8.self) : nil
+}
+
+/// Runs a program to completion with `posix_spawn` (empty signal mask, output
+/// to a file) and answers its standard output. Used for commands that fork
+/// daemons, which Foundation's `Process` does not reap reliably.
+func spawnAndWait(_ argv: [String], environment: [String: String]) throws -> String {
+    let outPath = "/tmp/bl-spawn-\(UUID().uuidString)"
+    defer { unlink(outPath) }
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 1, outPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    defer { posix_spawnattr_destroy(&attributes) }
+    var empty = sigset_t()
+    sigemptyset(&empty)
+    posix_spawnattr_setsigmask(&attributes, &empty)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK))
+    let cArgs = argv.map { strdup($0) } + [nil]
+    let cEnv = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+    defer {
+        for p in cArgs { free(p) }
+        for p in cEnv { free(p) }
+    }
+    var pid: pid_t = 0
+    let rc = posix_spawn(&pid, argv[0], &actions, &attributes, cArgs, cEnv)
+    guard rc == 0 else { throw HarnessError("cannot start \(argv[0]): \(rc)") }
+    var status: Int32 = 0
+    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    return (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? ""
 }

@@ -14,7 +14,9 @@ import Testing
         #expect(page.header("cache-control") == "no-store")
         #expect(page.header("referrer-policy") == "no-referrer")
         let csp = try #require(page.header("content-security-policy"))
-        for directive in ["default-src 'none'", "frame-ancestors 'none'", "form-action 'none'", "base-uri 'none'", "script-src 'self'"] {
+        for directive in [
+            "default-src 'none'", "frame-ancestors 'none'", "form-action 'none'", "base-uri 'none'", "script-src 'self'",
+        ] {
             #expect(csp.contains(directive))
         }
         // No external assets, no inline script.
@@ -31,7 +33,8 @@ import Testing
             #expect(answer.status == 200 && answer.header("cache-control") == "no-store")
         }
         let script = try server.get(server.base + "/browser/login.js").text
-        #expect(script.contains("location.assign(callbackUrl)") && !script.contains("localStorage") && !script.contains("console."))
+        #expect(
+            script.contains("location.assign(callbackUrl)") && !script.contains("localStorage") && !script.contains("console."))
     }
 
     @Test func describeIsGuestReadableEvenWithAnExpiredCookie() throws {
@@ -42,12 +45,15 @@ import Testing
         server.time.advance(20_000)  // the browser's session cookie is now expired at the server
         let attempt = try NativeAttempt.create(server)
         let described = try browser.describe(attemptId: attempt.id)
-        #expect(described == DescribeResponse(
-            attemptId: attempt.id, appName: "Notes", clientId: confirmClient, policy: .confirm, state: .pending,
-            expiresAt: attempt.created.expiresAt))
+        #expect(
+            described
+                == DescribeResponse(
+                    attemptId: attempt.id, appName: "Notes", clientId: confirmClient, policy: .confirm, state: .pending,
+                    expiresAt: attempt.created.expiresAt))
         let guest = try server.get(server.base + "/browser/attempts/" + attempt.id)
         #expect(guest.status == 200)
-        let stale = try server.get(server.base + "/browser/attempts/" + attempt.id, headers: [("Cookie", "__Host-bl_session=stale")])
+        let stale = try server.get(
+            server.base + "/browser/attempts/" + attempt.id, headers: [("Cookie", "__Host-bl_session=stale")])
         #expect(stale.status == 200)
         #expect(try browser.currentSession() == nil)
     }
@@ -84,7 +90,9 @@ import Testing
         try browser.loadPage(attempt.created.authorizeUrl)
         let url = server.base + "/browser/attempts/\(attempt.id)/authorize"
         let json = [("Content-Type", "application/json")]
-        func post(_ headers: [(String, String)], _ body: String = #"{"decision":"continue","expectedSessionId":"x"}"#) throws -> HTTPAnswer {
+        func post(_ headers: [(String, String)], _ body: String = #"{"decision":"continue","expectedSessionId":"x"}"#) throws
+            -> HTTPAnswer
+        {
             try browser.request("POST", url, headers: json + headers, body: Array(body.utf8), stateChanging: false)
         }
         expectError(try post([]), .originMismatch)
@@ -175,8 +183,9 @@ import Testing
         let browser = try server.browser()
         let (_, issued) = try login(server, browser: browser)
         expectError(
-            try browser.request("POST", server.base + "/browser/signout", headers: [("Content-Type", "application/json")],
-                                body: Array("{}".utf8), stateChanging: false),
+            try browser.request(
+                "POST", server.base + "/browser/signout", headers: [("Content-Type", "application/json")],
+                body: Array("{}".utf8), stateChanging: false),
             .originMismatch)
         try browser.signOut()
         #expect(try browser.currentSession() == nil)
@@ -197,8 +206,10 @@ import Testing
         #expect(messages.count == 1)
         let code = try #require(OutboxMailSender.latestCode(in: server.outbox, to: email))
         #expect(code != "000000")
-        let issued = try attempt.exchange(server, code: try LoginServerTests.code(of: callback, attempt: attempt, issuer: server.origin))
-            .decode(ExchangeResponse.self)
+        let issued = try attempt.exchange(
+            server, code: try LoginServerTests.code(of: callback, attempt: attempt, issuer: server.origin)
+        )
+        .decode(ExchangeResponse.self)
         #expect(issued.session.authMethod == "email" && issued.session.account.email == email)
         // Single use.
         do {

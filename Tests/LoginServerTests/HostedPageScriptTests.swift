@@ -49,102 +49,104 @@ import Testing
     func thePageGoesStraightOnForAutomaticAndCancels() throws {
         let server = try TestServer()
         let web = try NativeAttempt.create(server, client: httpsClient, returnUrl: httpsReturn)
-        let automatic = try drive(web.created.authorizeUrl, email: testBase, code: "000000", action: "continue", in: server.directory.path)
+        let automatic = try drive(
+            web.created.authorizeUrl, email: testBase, code: "000000", action: "continue", in: server.directory.path)
         #expect((automatic["callbackUrl"] as? String)?.hasPrefix(httpsReturn + "?code=") == true)
         let other = try NativeAttempt.create(server)
-        let cancelled = try drive(other.created.authorizeUrl, email: testBase, code: "000000", action: "cancel", in: server.directory.path)
+        let cancelled = try drive(
+            other.created.authorizeUrl, email: testBase, code: "000000", action: "cancel", in: server.directory.path)
         let callback = try Callback(parsing: try #require(cancelled["callbackUrl"] as? String))
         #expect(callback.outcome == .error("access_denied"))
         #expect(try other.status(server).decode(StatusResponse.self).state == .cancelled)
     }
 
     static let driver = #"""
-// Runs the hosted page's own script (login.js, fetched from the server) in
-// Node with a minimal DOM, as a browser would: same-origin fetch with a
-// cookie jar, Origin and Sec-Fetch-Site, form submits and clicks. Prints one
-// JSON line: the callback URL the page navigated to and the manual link.
-// usage: node drive-page.js AUTHORIZE_URL EMAIL CODE [continue|cancel]
-"use strict";
-const [authorizeUrl, email, code, action = "continue"] = process.argv.slice(2);
-const origin = new URL(authorizeUrl).origin;
-const jar = new Map();
+        // Runs the hosted page's own script (login.js, fetched from the server) in
+        // Node with a minimal DOM, as a browser would: same-origin fetch with a
+        // cookie jar, Origin and Sec-Fetch-Site, form submits and clicks. Prints one
+        // JSON line: the callback URL the page navigated to and the manual link.
+        // usage: node drive-page.js AUTHORIZE_URL EMAIL CODE [continue|cancel]
+        "use strict";
+        const [authorizeUrl, email, code, action = "continue"] = process.argv.slice(2);
+        const origin = new URL(authorizeUrl).origin;
+        const jar = new Map();
 
-async function browserFetch(url, init = {}) {
-  const target = new URL(url, authorizeUrl);
-  const headers = Object.assign({}, init.headers || {});
-  if (jar.size) headers["Cookie"] = [...jar].map(([k, v]) => k + "=" + v).join("; ");
-  const method = init.method || "GET";
-  if (method !== "GET") { headers["Origin"] = origin; }
-  headers["Sec-Fetch-Site"] = "same-origin";
-  const response = await fetch(target, { method, headers, body: init.body, redirect: "manual" });
-  for (const cookie of response.headers.getSetCookie()) {
-    const [pair, ...attributes] = cookie.split(";");
-    const eq = pair.indexOf("=");
-    const name = pair.slice(0, eq).trim(), value = pair.slice(eq + 1).trim();
-    if (attributes.some((a) => a.trim() === "Max-Age=0")) jar.delete(name); else jar.set(name, value);
-  }
-  return response;
-}
+        async function browserFetch(url, init = {}) {
+          const target = new URL(url, authorizeUrl);
+          const headers = Object.assign({}, init.headers || {});
+          if (jar.size) headers["Cookie"] = [...jar].map(([k, v]) => k + "=" + v).join("; ");
+          const method = init.method || "GET";
+          if (method !== "GET") { headers["Origin"] = origin; }
+          headers["Sec-Fetch-Site"] = "same-origin";
+          const response = await fetch(target, { method, headers, body: init.body, redirect: "manual" });
+          for (const cookie of response.headers.getSetCookie()) {
+            const [pair, ...attributes] = cookie.split(";");
+            const eq = pair.indexOf("=");
+            const name = pair.slice(0, eq).trim(), value = pair.slice(eq + 1).trim();
+            if (attributes.some((a) => a.trim() === "Max-Age=0")) jar.delete(name); else jar.set(name, value);
+          }
+          return response;
+        }
 
-function makeElement(id) {
-  const listeners = {};
-  return {
-    id, hidden: false, textContent: "", value: "", href: "", dataset: {},
-    addEventListener(type, fn) { (listeners[type] = listeners[type] || []).push(fn); },
-    async fire(type) { for (const fn of listeners[type] || []) await fn({ preventDefault() {}, persisted: false }); },
-    focus() {}
-  };
-}
+        function makeElement(id) {
+          const listeners = {};
+          return {
+            id, hidden: false, textContent: "", value: "", href: "", dataset: {},
+            addEventListener(type, fn) { (listeners[type] = listeners[type] || []).push(fn); },
+            async fire(type) { for (const fn of listeners[type] || []) await fn({ preventDefault() {}, persisted: false }); },
+            focus() {}
+          };
+        }
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-async function until(predicate, what) {
-  for (let i = 0; i < 200; i++) { if (predicate()) return; await sleep(10); }
-  throw new Error("timed out waiting for " + what + "; status: " + elements.status.textContent);
-}
+        const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+        async function until(predicate, what) {
+          for (let i = 0; i < 200; i++) { if (predicate()) return; await sleep(10); }
+          throw new Error("timed out waiting for " + what + "; status: " + elements.status.textContent);
+        }
 
-const elements = {};
-let navigatedTo = null;
+        const elements = {};
+        let navigatedTo = null;
 
-(async () => {
-  const page = await browserFetch(authorizeUrl);
-  const html = await page.text();
-  for (const match of html.matchAll(/ id="([^"]+)"/g)) elements[match[1]] = makeElement(match[1]);
-  for (const match of html.matchAll(/<[^>]* id="([^"]+)"[^>]*>/g)) {
-    if (/\shidden[\s>]/.test(match[0])) elements[match[1]].hidden = true;
-  }
-  elements.app.dataset.base = /data-base="([^"]+)"/.exec(html)[1];
-  const scriptPath = /<script src="([^"]+)"/.exec(html)[1];
-  const script = await (await browserFetch(scriptPath)).text();
-  const window = {
-    location: { search: new URL(authorizeUrl).search, assign(url) { navigatedTo = url; } },
-    addEventListener() {}
-  };
-  const document = { getElementById: (id) => elements[id] };
-  new Function("window", "document", "fetch", "URLSearchParams", script)(window, document, browserFetch, URLSearchParams);
+        (async () => {
+          const page = await browserFetch(authorizeUrl);
+          const html = await page.text();
+          for (const match of html.matchAll(/ id="([^"]+)"/g)) elements[match[1]] = makeElement(match[1]);
+          for (const match of html.matchAll(/<[^>]* id="([^"]+)"[^>]*>/g)) {
+            if (/\shidden[\s>]/.test(match[0])) elements[match[1]].hidden = true;
+          }
+          elements.app.dataset.base = /data-base="([^"]+)"/.exec(html)[1];
+          const scriptPath = /<script src="([^"]+)"/.exec(html)[1];
+          const script = await (await browserFetch(scriptPath)).text();
+          const window = {
+            location: { search: new URL(authorizeUrl).search, assign(url) { navigatedTo = url; } },
+            addEventListener() {}
+          };
+          const document = { getElementById: (id) => elements[id] };
+          new Function("window", "document", "fetch", "URLSearchParams", script)(window, document, browserFetch, URLSearchParams);
 
-  await until(() => !elements.cancel.hidden, "the attempt to be described");
-  if (action === "cancel") {
-    await elements.cancel.fire("click");
-  } else {
-    await until(() => !elements.signin.hidden || !elements.confirm.hidden, "sign-in or confirm");
-    if (!elements.signin.hidden) {
-      elements.email.value = email;
-      await elements["email-form"].fire("submit");
-      await until(() => !elements["code-form"].hidden, "the code form");
-      elements.code.value = code;
-      await elements["code-form"].fire("submit");
-    }
-    await until(() => !elements.confirm.hidden || navigatedTo !== null, "confirm");
-    if (navigatedTo === null) {
-      if (elements.account.textContent !== email) throw new Error("the page shows another account");
-      await elements.continue.fire("click");
-    }
-  }
-  await until(() => navigatedTo !== null, "navigation");
-  console.log(JSON.stringify({
-    callbackUrl: navigatedTo, link: elements["return-link"].href, linkShown: !elements.return.hidden,
-    appName: elements["app-name"].textContent
-  }));
-})().catch((error) => { console.error(String(error)); process.exit(1); });
-"""#
+          await until(() => !elements.cancel.hidden, "the attempt to be described");
+          if (action === "cancel") {
+            await elements.cancel.fire("click");
+          } else {
+            await until(() => !elements.signin.hidden || !elements.confirm.hidden, "sign-in or confirm");
+            if (!elements.signin.hidden) {
+              elements.email.value = email;
+              await elements["email-form"].fire("submit");
+              await until(() => !elements["code-form"].hidden, "the code form");
+              elements.code.value = code;
+              await elements["code-form"].fire("submit");
+            }
+            await until(() => !elements.confirm.hidden || navigatedTo !== null, "confirm");
+            if (navigatedTo === null) {
+              if (elements.account.textContent !== email) throw new Error("the page shows another account");
+              await elements.continue.fire("click");
+            }
+          }
+          await until(() => navigatedTo !== null, "navigation");
+          console.log(JSON.stringify({
+            callbackUrl: navigatedTo, link: elements["return-link"].href, linkShown: !elements.return.hidden,
+            appName: elements["app-name"].textContent
+          }));
+        })().catch((error) => { console.error(String(error)); process.exit(1); });
+        """#
 }

@@ -57,7 +57,8 @@ import Testing
         let big = "{\"x\":\"" + String(repeating: "a", count: 70_000) + "\"}"
         expectError(try server.native("/attempts", big), .payloadTooLarge)
         expectError(
-            try RawHTTP.send("POST", server.base + "/native/attempts", headers: [("Content-Type", "text/plain")], body: Array("{}".utf8)),
+            try RawHTTP.send(
+                "POST", server.base + "/native/attempts", headers: [("Content-Type", "text/plain")], body: Array("{}".utf8)),
             .invalidRequest)
         let get = try server.get(server.base + "/native/attempts")
         expectError(get, .methodNotAllowed)
@@ -151,7 +152,8 @@ import Testing
         let admin = try ServerBinary.run(["users", "disable", email, "--database", server.server.configuration.databasePath])
         #expect(admin.status == 0, "\(admin.err)")
         expectError(
-            try attempt.exchange(server, code: try code(of: callback, attempt: attempt, issuer: server.origin)), .authUserDisabled)
+            try attempt.exchange(server, code: try code(of: callback, attempt: attempt, issuer: server.origin)), .authUserDisabled
+        )
         #expect(try attempt.status(server).decode(StatusResponse.self).state == .cancelled)
     }
 }
@@ -161,7 +163,8 @@ import Testing
         let server = try TestServer()
         expectError(try server.native("/attempts/nope/status", #"{"recoveryKey":"x"}"#), .attemptUnknown)
         let attempt = try NativeAttempt.create(server)
-        expectError(try server.native("/attempts/\(attempt.id)/status", #"{"recoveryKey":"\#(attempt.verifier.value)"}"#), .proofInvalid)
+        expectError(
+            try server.native("/attempts/\(attempt.id)/status", #"{"recoveryKey":"\#(attempt.verifier.value)"}"#), .proofInvalid)
         expectError(try server.native("/attempts/\(attempt.id)/status", "{}"), .invalidRequest)
         var status = try attempt.status(server).decode(StatusResponse.self)
         #expect(status.state == .pending && status.isWellFormed && status.expiresAt == attempt.created.expiresAt)
@@ -203,7 +206,9 @@ import Testing
         }
         let expiring = try NativeAttempt.create(server)
         server.time.advance(121_000)
-        #expect(try server.native("/attempts/\(expiring.id)/cancel", expiring.recoveryJSON).decode(StateResponse.self).state == "expired")
+        #expect(
+            try server.native("/attempts/\(expiring.id)/cancel", expiring.recoveryJSON).decode(StateResponse.self).state
+                == "expired")
 
         let server2 = try TestServer()
         let (done, _) = try login(server2)
@@ -294,7 +299,9 @@ import Testing
         let server = try TestServer()
         let (attempt, issued) = try login(server)
         // Both forms at once, or neither, is invalid.
-        expectError(try server.native("/sessions/revoke", attempt.recoveryJSON, headers: bearer(issued.session.accessToken)), .invalidRequest)
+        expectError(
+            try server.native("/sessions/revoke", attempt.recoveryJSON, headers: bearer(issued.session.accessToken)),
+            .invalidRequest)
         expectError(try server.native("/sessions/revoke", "{}"), .invalidRequest)
         expectError(try server.native("/sessions/revoke", "[]", headers: bearer("x")), .invalidRequest)
         // Sign-out: 200 also for unknown tokens.
@@ -312,7 +319,8 @@ import Testing
         expectError(try server.native("/sessions/revoke", proof(second, key: second.verifier.value)), .proofInvalid)
         expectError(try server.native("/sessions/revoke", #"{"attemptId":"nope","recoveryKey":"x"}"#), .attemptUnknown)
         #expect(try server.native("/sessions/revoke", proof(second)).status == 200)
-        expectError(try server.get(server.base + "/native/session", headers: bearer(issued2.session.accessToken)), .sessionRevoked)
+        expectError(
+            try server.get(server.base + "/native/session", headers: bearer(issued2.session.accessToken)), .sessionRevoked)
         let pending = try NativeAttempt.create(server)
         expectError(try server.native("/sessions/revoke", proof(pending)), .attemptActive)
         _ = try server.native("/attempts/\(pending.id)/cancel", pending.recoveryJSON)
@@ -329,7 +337,8 @@ import Testing
         let token = bearer(issued.session.accessToken)
         expectError(try server.get(server.base + "/native/session", headers: token), .authUserDisabled)
         expectError(try server.get(server.origin + "/api/me", headers: token), .authUserDisabled)
-        expectError(try server.native("/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken)"}"#), .authUserDisabled)
+        expectError(
+            try server.native("/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken)"}"#), .authUserDisabled)
         #expect(throws: ScriptedBrowserError.self) { try browser.currentSession() }
         let fresh = try server.browser()
         #expect((try? fresh.verifySignIn(email: email, code: "000000")) == nil)

@@ -33,7 +33,9 @@ import Testing
         expectError(try RawHTTP.postJSON(server.origin + "/api/notes", #"{"text":"lost"}"#, headers: token), .tokenExpired)
         let fresh = try server.native("/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken)"}"#)
             .decode(RefreshResponse.self)
-        #expect(try server.get(server.origin + "/api/notes", headers: bearer(fresh.accessToken)).decode(NotesResponse.self).notes.isEmpty)
+        #expect(
+            try server.get(server.origin + "/api/notes", headers: bearer(fresh.accessToken)).decode(NotesResponse.self).notes
+                .isEmpty)
         server.time.advance(3_000_000)
         expectError(try server.get(server.origin + "/api/me", headers: bearer(fresh.accessToken)), .sessionExpired)
         _ = try server.native("/sessions/revoke", "{}", headers: bearer(fresh.accessToken))
@@ -52,7 +54,8 @@ import Testing
         let server = try TestServer { $0.rateLimits.create = RateLimit(burst: 3, perMinute: 6) }
         for _ in 0..<3 { _ = try NativeAttempt.create(server) }
         let v = try ProofSecret.generate().challenge
-        let body = #"{"clientId":"\#(confirmClient)","returnUrl":"\#(confirmReturn)","codeChallenge":"\#(v)","codeChallengeMethod":"S256","recoveryChallenge":"\#(v)","ephemeral":false}"#
+        let body =
+            #"{"clientId":"\#(confirmClient)","returnUrl":"\#(confirmReturn)","codeChallenge":"\#(v)","codeChallengeMethod":"S256","recoveryChallenge":"\#(v)","ephemeral":false}"#
         let limited = try server.native("/attempts", body)
         expectLimited(limited)
         #expect(limited.header("retry-after") == "10")
@@ -129,7 +132,8 @@ import Testing
 }
 
 @Suite struct ConfigurationTests {
-    static let client = #"{"clientId":"com.example.notes","appName":"Notes","returnUrls":["com.example.notes:/callback"],"policy":"confirm"}"#
+    static let client =
+        #"{"clientId":"com.example.notes","appName":"Notes","returnUrls":["com.example.notes:/callback"],"policy":"confirm"}"#
 
     static let cases: [(String, String, String)] = [
         (#""lifetimeMillis": 999"#, "lifetimeMillis", "range"),
@@ -150,17 +154,44 @@ import Testing
         (#""rateLimits": {"create": {"burst": 0}}"#, "rateLimits.create.burst", "range"),
         (#""unknown": true"#, "unknown", "known-member"),
         (#""clients": []"#, "clients", "at-least-one"),
-        (#""clients": [{"clientId":"bad id","appName":"N","returnUrls":["x.y:/c"],"policy":"confirm"}]"#, "clients[0].clientId", "pattern"),
+        (
+            #""clients": [{"clientId":"bad id","appName":"N","returnUrls":["x.y:/c"],"policy":"confirm"}]"#,
+            "clients[0].clientId", "pattern"
+        ),
         (#""clients": [\#(client), \#(client)]"#, "clients[1].clientId", "unique"),
-        (#""clients": [{"clientId":"a","appName":"","returnUrls":["x.y:/c"],"policy":"confirm"}]"#, "clients[0].appName", "length"),
-        (#""clients": [{"clientId":"a","appName":"N","returnUrls":[],"policy":"confirm"}]"#, "clients[0].returnUrls", "at-least-one"),
-        (#""clients": [{"clientId":"a","appName":"N","returnUrls":["x.y:/c"],"policy":"sometimes"}]"#, "clients[0].policy", "one-of"),
+        (
+            #""clients": [{"clientId":"a","appName":"","returnUrls":["x.y:/c"],"policy":"confirm"}]"#, "clients[0].appName",
+            "length"
+        ),
+        (
+            #""clients": [{"clientId":"a","appName":"N","returnUrls":[],"policy":"confirm"}]"#, "clients[0].returnUrls",
+            "at-least-one"
+        ),
+        (
+            #""clients": [{"clientId":"a","appName":"N","returnUrls":["x.y:/c"],"policy":"sometimes"}]"#, "clients[0].policy",
+            "one-of"
+        ),
         (#""clients": [{"clientId":"a","appName":"N","returnUrls":["x.y:/c"]}]"#, "clients[0].policy", "required"),
-        (#""clients": [{"clientId":"a","appName":"N","returnUrls":["x.y:/c?q=1"],"policy":"confirm"}]"#, "clients[0].returnUrls[0]", "no-query"),
-        (#""clients": [{"clientId":"a","appName":"N","returnUrls":["X.y:/c"],"policy":"confirm"}]"#, "clients[0].returnUrls[0]", "lower-case-scheme"),
-        (#""clients": [{"clientId":"a","appName":"N","returnUrls":["https://localhost/c"],"policy":"confirm"}]"#, "clients[0].returnUrls[0]", "no-localhost"),
-        (#""clients": [{"clientId":"a","appName":"N","returnUrls":["javascript:/c"],"policy":"confirm"}]"#, "clients[0].returnUrls[0]", "forbidden-scheme"),
-        (#""clients": [{"clientId":"a","appName":"N","returnUrls":["x.y:/c"],"policy":"confirm","extra":1}]"#, "clients[0].extra", "known-member"),
+        (
+            #""clients": [{"clientId":"a","appName":"N","returnUrls":["x.y:/c?q=1"],"policy":"confirm"}]"#,
+            "clients[0].returnUrls[0]", "no-query"
+        ),
+        (
+            #""clients": [{"clientId":"a","appName":"N","returnUrls":["X.y:/c"],"policy":"confirm"}]"#,
+            "clients[0].returnUrls[0]", "lower-case-scheme"
+        ),
+        (
+            #""clients": [{"clientId":"a","appName":"N","returnUrls":["https://localhost/c"],"policy":"confirm"}]"#,
+            "clients[0].returnUrls[0]", "no-localhost"
+        ),
+        (
+            #""clients": [{"clientId":"a","appName":"N","returnUrls":["javascript:/c"],"policy":"confirm"}]"#,
+            "clients[0].returnUrls[0]", "forbidden-scheme"
+        ),
+        (
+            #""clients": [{"clientId":"a","appName":"N","returnUrls":["x.y:/c"],"policy":"confirm","extra":1}]"#,
+            "clients[0].extra", "known-member"
+        ),
         (#""port": 1, "port": 2"#, "(file)", "no-duplicates"),
     ]
 
@@ -221,7 +252,8 @@ import Testing
         func create() throws -> NativeAttempt {
             let verifier = try ProofSecret.generate()
             let recovery = try ProofSecret.generate()
-            let body = #"{"clientId":"com.example.notes","returnUrl":"com.example.notes:/callback","codeChallenge":"\#(verifier.challenge)","codeChallengeMethod":"S256","recoveryChallenge":"\#(recovery.challenge)","ephemeral":false}"#
+            let body =
+                #"{"clientId":"com.example.notes","returnUrl":"com.example.notes:/callback","codeChallenge":"\#(verifier.challenge)","codeChallengeMethod":"S256","recoveryChallenge":"\#(recovery.challenge)","ephemeral":false}"#
             let answer = try RawHTTP.postJSON(base + "/native/attempts", body)
             return NativeAttempt(verifier: verifier, recovery: recovery, created: try answer.decode(CreateAttemptResponse.self))
         }
@@ -236,28 +268,38 @@ import Testing
             .decode(ExchangeResponse.self)
         _ = try RawHTTP.postJSON(first + "/api/notes", #"{"text":"kept"}"#, headers: bearer(issued.session.accessToken))
         let pending = try create()
-        let refreshed = try RawHTTP.postJSON(base + "/native/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken)"}"#)
-            .decode(RefreshResponse.self)
+        let refreshed = try RawHTTP.postJSON(
+            base + "/native/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken)"}"#
+        )
+        .decode(RefreshResponse.self)
         #expect(process!.stop() == 0)
         process = nil
 
         let second = try ServerProcess(["--config", config, "--port", "0"])
         let base2 = second.listenURL + "/browser-login"
-        let status = try RawHTTP.postJSON(base2 + "/native/attempts/\(done.id)/status", done.recoveryJSON).decode(StatusResponse.self)
+        let status = try RawHTTP.postJSON(base2 + "/native/attempts/\(done.id)/status", done.recoveryJSON).decode(
+            StatusResponse.self)
         #expect(status.state == .completed && status.receipt == issued.receipt && status.sessionRevoked == false)
-        #expect(try RawHTTP.postJSON(base2 + "/native/attempts/\(pending.id)/status", pending.recoveryJSON)
-            .decode(StatusResponse.self).state == .pending)
+        #expect(
+            try RawHTTP.postJSON(base2 + "/native/attempts/\(pending.id)/status", pending.recoveryJSON)
+                .decode(StatusResponse.self).state == .pending)
         let me = try RawHTTP.send("GET", base2 + "/native/session", headers: bearer(refreshed.accessToken))
         #expect(try me.decode(SessionInfoResponse.self).account.email == "alice@example.org")
         let notes = try RawHTTP.send("GET", second.listenURL + "/api/notes", headers: bearer(issued.session.accessToken))
         #expect(try notes.decode(NotesResponse.self).notes.map(\.text) == ["kept"])
         // The grace window and the derived successor survive the restart too.
-        let again = try RawHTTP.postJSON(base2 + "/native/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken)"}"#)
-            .decode(RefreshResponse.self)
+        let again = try RawHTTP.postJSON(
+            base2 + "/native/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken)"}"#
+        )
+        .decode(RefreshResponse.self)
         #expect(again == refreshed)
-        expectError(try RawHTTP.postJSON(base2 + "/native/attempts/\(done.id)/exchange", done.exchangeJSON(code: c)), .attemptAlreadyExchanged)
+        expectError(
+            try RawHTTP.postJSON(base2 + "/native/attempts/\(done.id)/exchange", done.exchangeJSON(code: c)),
+            .attemptAlreadyExchanged)
         #expect(second.stop() == 0)
-        let mode = try FileManager.default.attributesOfItem(atPath: directory.path + "/state/server.sqlite.key")[.posixPermissions] as? Int
+        let mode =
+            try FileManager.default.attributesOfItem(atPath: directory.path + "/state/server.sqlite.key")[.posixPermissions]
+            as? Int
         #expect(mode == 0o600)
     }
 }

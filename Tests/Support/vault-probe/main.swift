@@ -29,7 +29,8 @@ import Foundation
                 try await vault.store(Array(arguments[3].utf8), label: "vault-probe", attributes: attributes())
                 line = "ok"
             case ("lookup", 3):
-                line = try await vault.lookup(attributes: attributes()).map { "found " + String(decoding: $0, as: UTF8.self) }
+                line =
+                    try await vault.lookup(attributes: attributes()).map { "found " + String(decoding: $0, as: UTF8.self) }
                     ?? "missing"
             case ("remove", 3):
                 try await vault.remove(attributes: attributes())

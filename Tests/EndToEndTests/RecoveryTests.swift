@@ -1,0 +1,230 @@
+import BrokerRPC
+import BrowserLoginProtocol
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Crashes and reconciliation (PROTOCOL.md §7): an exchange whose answer was
+/// lost is never retried; it is settled with the server.
+@Suite("Crash recovery and reconciliation", .serialized)
+struct RecoveryTests {
+    /// Delivers the callback with the CLI in the background and kills the
+    /// broker with SIGKILL once the attempt is `exchanging` (the server holds
+    /// its answer back), before the answer arrives.
+    func crashWhileExchanging(_ h: Harness) throws -> String {
+        let (attempt, callback) = try h.startAndAuthorize()
+        let id = try #require(attempt["attemptId"]?.stringValue)
+        let finisher = Process()
+        finisher.executableURL = URL(fileURLWithPath: binDirectory + "/browser-login")
+        finisher.arguments = ["--socket", h.socketPath, "finish", callback]
+        finisher.standardOutput = FileHandle.nullDevice
+        finisher.standardError = FileHandle.nullDevice
+        try finisher.run()
+        let rpc = try h.rpc()
+        try waitUntil(10, "the attempt to be exchanging") {
+            try rpc.call("login.status", params: ["attemptId": .string(id), "reconcile": false])["state"] == "exchanging"
+        }
+        h.broker?.stop(SIGKILL)
+        finisher.waitUntilExit()
+        return id
+    }
+
+    @Test func aLostExchangeAnswerIsRevokedThenAcknowledged() throws {
+        let h = try Harness()
+        try h.startServer(exchangeDelayMs: 2500)
+        h.writeClient()
+        try h.startBroker()
+        let id = try crashWhileExchanging(h)
+        // Wait until the server has committed the exchange, then stop it: the
+        // restarted broker finds the attempt uncertain and cannot reconcile yet.
+        usleep(3_000_000)
+        h.stopServer()
+        try h.startBroker()
+        let rpc = try h.rpc()
+        let uncertain = try rpc.call("login.status", params: ["attemptId": .string(id), "reconcile": true])
+        #expect(uncertain["state"] == "uncertain")
+        #expect(uncertain["reconciled"] == false)
+        #expect(try errorCode(rpc, "login.acknowledge", ["attemptId": .string(id)]) == "ACK_NOT_RECONCILED")
+        let table = try h.cli(["status"])
+        #expect(table.out.contains("uncertain"))
+        #expect(table.out.contains(id))
+
+        // The server is back: reconciliation finds a completed attempt whose
+        // session the vault does not hold, and revokes it by proof.
+        try h.launchServer()
+        let settled = try rpc.call("login.status", params: ["attemptId": .string(id), "reconcile": true])
+        #expect(settled["state"] == "uncertain")
+        #expect(settled["reconciled"] == true)
+        #expect(try rpc.call("session.get", params: ["client": "com.example.notes"])["status"] == "signedOut")
+        let acked = try h.cli(["acknowledge", id])
+        #expect(acked.status == 0, "\(acked.err)")
+        #expect(try rpc.call("login.status", params: ["attemptId": .string(id)])["state"] == "acknowledged")
+        #expect(keyringLookup(["kind": "attempt", "client": "com.example.notes", "attempt": id]) == nil)
+    }
+
+    @Test func aSessionInTheVaultIsVerifiedAndAdoptedAfterACrash() throws {
+        let h = try Harness()
+        try h.startServer()
+        h.writeClient()
+        h.brokerEnvironment["BROWSER_LOGIN_TEST_FAULT"] = "after-session-in-vault"
+        try h.startBroker()
+        let (attempt, callback) = try h.startAndAuthorize()
+        let id = try #require(attempt["attemptId"]?.stringValue)
+        _ = try? h.cli(["finish", callback])
+        try waitUntil(10, "the broker to die at the fault point") { h.broker?.isRunning == false }
+        h.brokerEnvironment["BROWSER_LOGIN_TEST_FAULT"] = nil
+        try h.startBroker()
+        let rpc = try h.rpc()
+        try waitUntil(15, "the attempt to be adopted") {
+            try rpc.call("login.status", params: ["attemptId": .string(id), "reconcile": true])["state"] == "completed"
+        }
+        let session = try rpc.call("session.get", params: ["client": "com.example.notes"])
+        #expect(session["status"] == "signedIn")
+        #expect(session["account"]?["email"]?.stringValue == h.testEmail)
+    }
+
+    @Test func anUncertainAttemptIsReconciledAtStartUp() throws {
+        let h = try Harness()
+        try h.startServer(exchangeDelayMs: 1500)
+        h.writeClient()
+        try h.startBroker()
+        let id = try crashWhileExchanging(h)
+        try h.startBroker()
+        let rpc = try h.rpc()
+        try waitUntil(20, "start-up reconciliation") {
+            try rpc.call("login.status", params: ["attemptId": .string(id), "reconcile": false])["reconciled"] == true
+        }
+        #expect(try rpc.call("login.acknowledge", params: ["attemptId": .string(id)])["state"] == "acknowledged")
+    }
+}
+
+@Suite("Keyring and peers", .serialized)
+struct KeyringAndPeerTests {
+    @Test func aMissingKeyringIsVaultUnavailableAndTheDaemonKeepsServing() throws {
+        let h = try Harness()
+        try h.startServer()
+        h.writeClient()
+        h.brokerEnvironment["DBUS_SESSION_BUS_ADDRESS"] = "unix:path=\(h.dir)/no-bus"
+        try h.startBroker()
+        let rpc = try h.rpc()
+        #expect(try errorCode(rpc, "login.start", ["client": "com.example.notes", "openBrowser": false]) == "VAULT_UNAVAILABLE")
+        #expect(try rpc.call("broker.info")["vaultAvailable"] == false)
+        #expect(try rpc.call("login.list", params: [:]).arrayValue?.isEmpty == true)
+        #expect(try rpc.call("session.get", params: ["client": "com.example.notes"])["status"] == "signedOut")
+    }
+
+    @Test func aLockedKeyringIsVaultLocked() throws {
+        let h = try Harness()
+        try h.startServer()
+        h.writeClient()
+        // A private session bus with its own keyring, which the test locks.
+        let bus = try PrivateKeyring(dir: h.dir + "/keyring")
+        defer { bus.stop() }
+        try bus.lock()
+        h.brokerEnvironment["DBUS_SESSION_BUS_ADDRESS"] = bus.address
+        try h.startBroker()
+        let rpc = try h.rpc()
+        let error = try errorCode(rpc, "login.start", ["client": "com.example.notes", "openBrowser": false])
+        #expect(error == "VAULT_LOCKED")
+        #expect(try rpc.call("broker.info")["vaultLocked"] == true)
+        #expect(try rpc.call("broker.info")["protocol"] == 1)
+    }
+
+    @Test(.enabled(if: getuid() == 0, "needs root to run a client as another uid"))
+    func aPeerOfAnotherUIDIsRefusedBeforeAnythingIsRead() throws {
+        let h = try Harness()
+        try h.startServer()
+        h.writeClient()
+        try h.startBroker()
+        // Let uid 65534 reach the socket, so only the broker's own check stops it.
+        chmod(h.dir, 0o755)
+        chmod(h.dir + "/run", 0o755)
+        chmod(h.dir + "/run/browser-login", 0o755)
+        chmod(h.socketPath, 0o666)
+        let script = """
+            import socket, sys
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(sys.argv[1])
+            s.settimeout(5)
+            try:
+                s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"broker.info"}\\n')
+            except OSError:
+                pass
+            try:
+                data = s.recv(4096)
+            except OSError:
+                data = b''
+            print("GOT:" + data.decode())
+            """
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        process.arguments = ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script, h.socketPath]
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        let text = String(decoding: data, as: UTF8.self)
+        #expect(text.contains("GOT:"))
+        #expect(!text.contains("protocol"))
+        #expect(h.broker?.output.contains("peerRefused") == true)
+        // The daemon still serves its own user.
+        #expect(try h.rpc().call("broker.info")["protocol"] == 1)
+    }
+}
+
+/// A dbus-daemon and gnome-keyring of the test's own, so locking it does
+/// not disturb other tests.
+final class PrivateKeyring: @unchecked Sendable {
+    // Safe: used by one test from one task.
+    let address: String
+    let busPid: Int32
+    let dir: String
+
+    init(dir: String) throws {
+        self.dir = dir
+        try FileManager.default.createDirectory(atPath: dir + "/run", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: dir + "/data", withIntermediateDirectories: true)
+        chmod(dir + "/run", 0o700)
+        let launch = try Self.run(
+            "/usr/bin/dbus-daemon", ["--session", "--fork", "--print-address=1", "--print-pid=1"], env: [:])
+        let lines = launch.split(separator: "\n").map(String.init)
+        guard lines.count >= 2, let pid = Int32(lines[1]) else { throw HarnessError("dbus-daemon did not start: \(launch)") }
+        address = lines[0]
+        busPid = pid
+        let env = [
+            "DBUS_SESSION_BUS_ADDRESS": address, "XDG_RUNTIME_DIR": dir + "/run", "XDG_DATA_HOME": dir + "/data",
+        ]
+        _ = try Self.run(
+            "/bin/sh", ["-c", "printf %s private-pass | gnome-keyring-daemon --daemonize --unlock --components=secrets"],
+            env: env)
+        _ = try Self.run("/usr/bin/gdbus", ["wait", "--session", "--timeout", "10", "org.freedesktop.secrets"], env: env)
+        // Create the default collection by storing one item.
+        _ = try Self.run(
+            "/bin/sh", ["-c", "printf x | secret-tool store --label=probe test probe"], env: env)
+    }
+
+    func lock() throws {
+        _ = try Self.run(
+            "/usr/bin/gdbus",
+            [
+                "call", "--session", "--dest", "org.freedesktop.secrets", "--object-path", "/org/freedesktop/secrets",
+                "--method", "org.freedesktop.Secret.Service.Lock", "['/org/freedesktop/secrets/collection/login']",
+            ], env: ["DBUS_SESSION_BUS_ADDRESS": address])
+    }
+
+    func stop() {
+        // gnome-keyring-daemon leaves when its bus goes away.
+        kill(busPid, SIGTERM)
+    }
+
+    @discardableResult
+    static func run(_ program: String, _ args: [String], env: [String: String]) throws -> String {
+        var environment = ProcessInfo.processInfo.environment
+        for (k, v) in env { environment[k] = v }
+        return try spawnAndWait([program] + args, environment: environment)
+    }
+}
