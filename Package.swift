@@ -61,6 +61,7 @@ let package = Package(
         .testTarget(name: "BrokerVaultTests", dependencies: ["BrokerVault", "BrokerCore", "vault-probe"]),
         .testTarget(name: "BrokerHTTPTests", dependencies: ["BrokerHTTP", "BrokerCore", "BrowserLoginProtocol"]),
         .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrowserLoginProtocol"]),
+        .testTarget(name: "BrokerTests", dependencies: ["Broker", "BrokerCore", "BrokerVault", "BrokerRPC"]),
         .testTarget(
             name: "EndToEndTests",
             dependencies: [

@@ -1,0 +1,240 @@
+import BrokerCore
+import BrokerRPC
+import BrokerVault
+import BrowserLoginProtocol
+import Foundation
+import Synchronization
+import Testing
+
+@testable import Broker
+
+/// A scripted login server: answers each route from a queue the test fills,
+/// and counts the calls. The logic of the engine, without I/O.
+final class FakeServer: LoginServerAPI {
+    struct State {
+        var calls: [String: Int] = [:]
+        var exchange: [Result<ExchangeResponse, ServerFailure>] = []
+        var refresh: [Result<RefreshResponse, ServerFailure>] = []
+        var status: [Result<StatusResponse, ServerFailure>] = []
+        var created: [String] = []
+        var exchangeGate: (@Sendable () async -> Void)?
+    }
+    let state = Mutex(State())
+    let issuer = "https://login.example.com"
+
+    func count(_ route: String) -> Int { state.withLock { $0.calls[route] ?? 0 } }
+    private func called(_ route: String) { state.withLock { $0.calls[route, default: 0] += 1 } }
+
+    func create(_ request: CreateAttemptRequest) async throws(ServerFailure) -> CreateAttemptResponse {
+        called("create")
+        let id = "srv" + String(repeating: "a", count: 20) + "\(count("create"))"
+        state.withLock { $0.created.append(id) }
+        return CreateAttemptResponse(
+            attemptId: id, authorizeUrl: issuer + "/browser-login/browser/login?attempt=" + id,
+            expiresAt: Timestamp.now().adding(milliseconds: 120_000), issuer: issuer)
+    }
+    func exchange(attemptId: String, _ request: ExchangeRequest) async throws(ServerFailure) -> ExchangeResponse {
+        called("exchange")
+        if let gate = state.withLock({ $0.exchangeGate }) { await gate() }
+        let next = state.withLock { $0.exchange.isEmpty ? nil : $0.exchange.removeFirst() }
+        switch next ?? .failure(.noAnswer("unscripted")) {
+        case .success(let r): return r
+        case .failure(let f): throw f
+        }
+    }
+    func status(attemptId: String, recoveryKey: String) async throws(ServerFailure) -> StatusResponse {
+        called("status")
+        let next = state.withLock { $0.status.isEmpty ? nil : $0.status.removeFirst() }
+        switch next ?? .failure(.notSent("unscripted")) {
+        case .success(let r): return r
+        case .failure(let f): throw f
+        }
+    }
+    func cancel(attemptId: String, recoveryKey: String) async throws(ServerFailure) -> StateResponse {
+        called("cancel")
+        return StateResponse(state: "cancelled")
+    }
+    func acknowledge(attemptId: String, recoveryKey: String) async throws(ServerFailure) -> StateResponse {
+        called("acknowledge")
+        return StateResponse(state: "acknowledged")
+    }
+    func revoke(attemptId: String, recoveryKey: String) async throws(ServerFailure) -> RevokeResponse {
+        called("revokeByProof")
+        return RevokeResponse(revoked: true)
+    }
+    func revoke(accessToken: String) async throws(ServerFailure) -> RevokeResponse {
+        called("revokeByToken")
+        return RevokeResponse(revoked: true)
+    }
+    func session(accessToken: String) async throws(ServerFailure) -> SessionInfoResponse {
+        called("session")
+        return SessionInfoResponse(
+            sessionId: "sess", expiresAt: Timestamp.now().adding(milliseconds: 3_600_000),
+            account: Account(userId: "u1", email: "ada@example.com", displayName: "Ada"))
+    }
+    func refresh(refreshToken: String) async throws(ServerFailure) -> RefreshResponse {
+        called("refresh")
+        let next = state.withLock { $0.refresh.isEmpty ? nil : $0.refresh.removeFirst() }
+        switch next ?? .failure(.noAnswer("unscripted")) {
+        case .success(let r): return r
+        case .failure(let f): throw f
+        }
+    }
+
+    func issued(for attemptId: String, accessToken: String = "access-1") -> ExchangeResponse {
+        let now = Timestamp.now()
+        let session = IssuedSession(
+            sessionId: "sess", accessToken: accessToken, accessTokenExpiresAt: now.adding(milliseconds: 600_000),
+            refreshToken: "refresh-1", expiresAt: now.adding(milliseconds: 3_600_000), authenticatedAt: now,
+            authMethod: "test", account: Account(userId: "u1", email: "ada@example.com", displayName: "Ada"))
+        return ExchangeResponse(
+            session: session,
+            receipt: Receipt(
+                attemptId: attemptId, sessionId: "sess", issuedAt: now, tokenDigest: Crypto.digest(accessToken)))
+    }
+}
+
+struct NoBrowser: BrowserLauncher {
+    func open(_ url: String, command: String?) async throws(BrokerError) {}
+}
+
+struct NoTransport: HTTPTransport {
+    func send(_ request: HTTPRequest) async throws(HTTPTransportError) -> HTTPResponse {
+        throw .notSent("no network in unit tests")
+    }
+}
+
+@Suite struct EngineTests {
+    let server = FakeServer()
+    let vault = InMemoryVault()
+    let engine: BrokerEngine
+
+    init() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("blengine-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let client = ClientConfig(
+            id: "com.example.notes", appName: "Example Notes", server: try Origin("https://login.example.com"),
+            returnURL: try ReturnURL("com.example.notes:/callback"))
+        let server = self.server
+        engine = try BrokerEngine(
+            storePath: dir.appendingPathComponent("state.sqlite").path, clients: [client], vault: vault,
+            makeServer: { _ in server }, launcher: NoBrowser(), transport: NoTransport(),
+            logger: Logger(label: "test", sink: { _ in }), socketPath: "/nonexistent")
+    }
+
+    func callback(_ code: String, attempt: String) -> String {
+        Callback.url(
+            returnURL: "com.example.notes:/callback", outcome: .code(code), attempt: attempt,
+            issuer: "https://login.example.com")
+    }
+
+    func started() async throws -> (AttemptView, String) {
+        let view = try await engine.start(
+            client: "com.example.notes", ephemeral: false, openBrowser: false, switchAccount: false)
+        let serverId = try #require(server.state.withLock { $0.created.last })
+        return (view, serverId)
+    }
+
+    @Test func anExchangeWithoutAnswerIsUncertainAndNeverRepeated() async throws {
+        let (view, serverId) = try await started()
+        server.state.withLock { $0.exchange = [.failure(.noAnswer("lost"))] }
+        await #expect(throws: BrokerError.self) { try await engine.finish(url: callback("c1", attempt: serverId)) }
+        #expect(try await engine.status(attemptId: view.attemptId, reconcile: false).state == .uncertain)
+        // A second delivery of the same callback sends nothing.
+        await #expect(throws: BrokerError.self) { try await engine.finish(url: callback("c1", attempt: serverId)) }
+        #expect(server.count("exchange") == 1)
+    }
+
+    @Test func aCallbackKeptWhileExchangingIsTriedAfterInvalidGrant() async throws {
+        let (view, serverId) = try await started()
+        let release = Mutex<CheckedContinuation<Void, Never>?>(nil)
+        let entered = Mutex(false)
+        server.state.withLock {
+            $0.exchange = [
+                .failure(.refused(status: 400, code: .invalidGrant, message: "forged", retryAfterSeconds: nil)),
+                .success(server.issued(for: serverId)),
+            ]
+            $0.exchangeGate = {
+                if entered.withLock({
+                    let first = !$0; $0 = true; return first
+                }) {
+                    await withCheckedContinuation { c in release.withLock { $0 = c } }
+                }
+            }
+        }
+        let engine = self.engine
+        let forged = Task { try await engine.finish(url: callback("forged", attempt: serverId)) }
+        try await waitFor { release.withLock { $0 != nil } }
+        // The genuine callback arrives while the forged one is being exchanged: kept.
+        let kept = try await engine.finish(url: callback("genuine", attempt: serverId))
+        #expect(kept.state == .exchanging)
+        release.withLock { $0?.resume() }
+        let result = try await forged.value
+        #expect(result.state == .completed)
+        #expect(server.count("exchange") == 2)
+        #expect(try await engine.session(client: "com.example.notes").status == .signedIn)
+        _ = view
+    }
+
+    @Test func aLostRefreshAnswerIsRepeatedOnceOnly() async throws {
+        let (_, serverId) = try await started()
+        server.state.withLock { $0.exchange = [.success(server.issued(for: serverId))] }
+        _ = try await engine.finish(url: callback("c1", attempt: serverId))
+        let current = try await engine.currentSession("com.example.notes")
+        let successor = RefreshResponse(
+            accessToken: "access-2", accessTokenExpiresAt: Timestamp.now().adding(milliseconds: 600_000),
+            refreshToken: "refresh-2", expiresAt: current.session.expiresAt)
+        server.state.withLock { $0.refresh = [.failure(.noAnswer("lost")), .success(successor)] }
+        let next = try await engine.refreshSession("com.example.notes", current: current)
+        #expect(next.session.accessToken == "access-2")
+        #expect(server.count("refresh") == 2)
+        // The new pair is in the vault.
+        let stored = try #require(
+            try await vault.lookup(attributes: ["kind": "session", "client": "com.example.notes"]))
+        #expect(String(decoding: stored, as: UTF8.self).contains("access-2"))
+        // Two lost answers: not repeated a third time.
+        server.state.withLock { $0.refresh = [.failure(.noAnswer("lost")), .failure(.noAnswer("lost"))] }
+        await #expect(throws: BrokerError.self) {
+            try await engine.refreshSession("com.example.notes", current: next)
+        }
+        #expect(server.count("refresh") == 4)
+    }
+
+    @Test func reconciliationAdoptsOnlyTheSessionWhoseDigestMatches() async throws {
+        let (view, serverId) = try await started()
+        // The server will say completed with a receipt whose digest is not of a
+        // session the vault holds: reconciliation must revoke, never adopt.
+        let receipt = Receipt(attemptId: serverId, sessionId: "sess", issuedAt: .now(), tokenDigest: Crypto.digest("other"))
+        server.state.withLock {
+            $0.exchange = [.failure(.serverFailure(502))]
+            $0.status = [
+                .success(
+                    StatusResponse(
+                        state: .completed, expiresAt: .now(), receipt: receipt,
+                        sessionExpiresAt: Timestamp.now().adding(milliseconds: 60_000), sessionRevoked: false))
+            ]
+        }
+        let engine = self.engine
+        let url = callback("c1", attempt: serverId)
+        await #expect(throws: BrokerError.self) { try await engine.finish(url: url) }
+        var settled = try await engine.status(attemptId: view.attemptId, reconcile: false)
+        for _ in 0..<200 where !settled.reconciled {
+            try await Task.sleep(nanoseconds: 10_000_000)
+            settled = try await engine.status(attemptId: view.attemptId, reconcile: true)
+        }
+        #expect(settled.state == .uncertain)
+        #expect(settled.reconciled)
+        #expect(server.count("revokeByProof") == 1)
+        #expect(server.count("session") == 0)
+        #expect(try await engine.session(client: "com.example.notes").status == .signedOut)
+        #expect(try await engine.acknowledge(attemptId: view.attemptId).state == .acknowledged)
+    }
+}
+
+func waitFor(_ condition: @Sendable () -> Bool) async throws {
+    for _ in 0..<500 {
+        if condition() { return }
+        try await Task.sleep(nanoseconds: 10_000_000)
+    }
+    Issue.record("timed out")
+}
