@@ -221,7 +221,8 @@ let subcommands: [Subcommand] = [
         help: "Cancels the attempt locally at once (later callbacks are refused), then at the server.",
         flags: ["json"], options: [],
         run: { args, rpc in
-            let a = try call(try rpc.make(), "login.cancel", ["attemptId": .string(try requireOne(args, "ATTEMPT_ID"))])
+            let value = try requireOne(args, "ATTEMPT_ID")
+            let a = try call(try rpc.make(), "login.cancel", ["attemptId": .string(value)])
             if args.flags.contains("json") { printJSON(a) } else { print(describeAttempt(a)) }
             return .ok
         }),
@@ -232,10 +233,11 @@ let subcommands: [Subcommand] = [
             "Reopens the login page of a waiting attempt (for example after a restart).\n\n  --no-browser  print the link instead of opening it",
         flags: ["no-browser", "json"], options: [],
         run: { args, rpc in
+            let id = try requireOne(args, "ATTEMPT_ID")
             let a = try call(
                 try rpc.make(), "login.resume",
                 [
-                    "attemptId": .string(try requireOne(args, "ATTEMPT_ID")),
+                    "attemptId": .string(id),
                     "openBrowser": .bool(!args.flags.contains("no-browser")),
                 ])
             if args.flags.contains("json") {
@@ -258,7 +260,8 @@ let subcommands: [Subcommand] = [
             """,
         flags: ["json"], options: [],
         run: { args, rpc in
-            let a = try call(try rpc.make(), "login.acknowledge", ["attemptId": .string(try requireOne(args, "ATTEMPT_ID"))])
+            let value = try requireOne(args, "ATTEMPT_ID")
+            let a = try call(try rpc.make(), "login.acknowledge", ["attemptId": .string(value)])
             if args.flags.contains("json") { printJSON(a) } else { print(describeAttempt(a)) }
             return .ok
         }),
@@ -267,7 +270,8 @@ let subcommands: [Subcommand] = [
         help: "Shows whether CLIENT is signed in, as which account, and until when.",
         flags: ["json"], options: [],
         run: { args, rpc in
-            let s = try call(try rpc.make(), "session.get", ["client": .string(try requireOne(args, "CLIENT"))])
+            let value = try requireOne(args, "CLIENT")
+            let s = try call(try rpc.make(), "session.get", ["client": .string(value)])
             if args.flags.contains("json") { printJSON(s) } else { print(describeSession(s)) }
             return .ok
         }),
@@ -276,7 +280,8 @@ let subcommands: [Subcommand] = [
         help: "Signs CLIENT out: the session is removed at once and revoked at the server (later, if the server is down).",
         flags: ["json"], options: [],
         run: { args, rpc in
-            let s = try call(try rpc.make(), "session.signOut", ["client": .string(try requireOne(args, "CLIENT"))])
+            let value = try requireOne(args, "CLIENT")
+            let s = try call(try rpc.make(), "session.signOut", ["client": .string(value)])
             if args.flags.contains("json") { printJSON(s) } else { print(describeSession(s)) }
             return .ok
         }),
