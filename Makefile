@@ -2,7 +2,7 @@
 PREFIX ?= /usr/local
 SWIFT ?= swift
 
-.PHONY: build test clean
+.PHONY: build test demo e2e-browser clean
 
 build:
 	scripts/install-deps
@@ -11,6 +11,12 @@ build:
 test:
 	scripts/install-deps
 	scripts/test
+
+demo:
+	scripts/demo
+
+e2e-browser:
+	scripts/demo --real-browser
 
 clean:
 	rm -rf .build

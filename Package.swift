@@ -33,6 +33,7 @@ let package = Package(
         .target(name: "LoginServer", dependencies: ["BrowserLoginProtocol", "SQLiteSupport", "CMicroHTTPD", "CCrypto"]),
         .executableTarget(name: "browser-login-server", dependencies: ["LoginServer"]),
         .target(name: "ScriptedBrowser", dependencies: ["BrowserLoginProtocol", "CCurl"]),
+        .executableTarget(name: "browser-login-demo-agent", dependencies: ["ScriptedBrowser"]),
         .testTarget(name: "LoginServerTests", dependencies: ["LoginServer", "ScriptedBrowser", "BrowserLoginProtocol"]),
 
         // The broker.

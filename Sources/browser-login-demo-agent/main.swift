@@ -1,0 +1,59 @@
+// The demo's user: a scripted user agent that the broker opens as "the
+// browser". It plays a person on the hosted page — signs in with a test
+// account, continues — and hands the callback URL to the desktop's URL
+// handler (`gio open`), exactly as a real browser hands a custom-scheme
+// navigation to the desktop.
+import Foundation
+import ScriptedBrowser
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+let environment = ProcessInfo.processInfo.environment
+let arguments = Array(CommandLine.arguments.dropFirst())
+guard arguments.count == 1, let url = arguments.first else {
+    FileHandle.standardError.write(
+        Data(
+            """
+            usage: browser-login-demo-agent AUTHORIZE_URL
+            Plays the user on the hosted page and delivers the callback with $DEMO_DELIVER (default: gio open).
+            Environment: DEMO_EMAIL (a test account of the reference server), DEMO_CODE (default 000000),
+            DEMO_SERVER_ORIGIN (the server origin), DEMO_LOG (a file for one line per step).
+
+            """.utf8))
+    exit(64)
+}
+
+func note(_ line: String) {
+    guard let path = environment["DEMO_LOG"] else { return }
+    if let handle = FileHandle(forWritingAtPath: path) {
+        handle.seekToEndOfFile()
+        handle.write(Data((line + "\n").utf8))
+        try? handle.close()
+    }
+}
+
+do {
+    guard let origin = environment["DEMO_SERVER_ORIGIN"], let email = environment["DEMO_EMAIL"] else {
+        throw ScriptedBrowserError.malformedAnswer(status: 0, detail: "DEMO_SERVER_ORIGIN and DEMO_EMAIL are required")
+    }
+    let browser = try ScriptedBrowser(serverOrigin: origin)
+    note("user agent: opened the hosted page, signing in as \(email) with the test code")
+    let callback = try browser.signInAndAuthorize(
+        authorizeURL: url, email: email, code: environment["DEMO_CODE"] ?? "000000")
+    note("user agent: continued; the page navigates to the app's return URL")
+    let deliver = (environment["DEMO_DELIVER"] ?? "gio open").split(separator: " ").map(String.init)
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    process.arguments = deliver + [callback]
+    process.standardOutput = FileHandle.nullDevice
+    try process.run()
+    process.waitUntilExit()
+    note("user agent: handed the return URL to the desktop (\(deliver.joined(separator: " "))), exit \(process.terminationStatus)")
+    exit(process.terminationStatus == 0 ? 0 : 1)
+} catch {
+    note("user agent: failed: \(error)")
+    FileHandle.standardError.write(Data("browser-login-demo-agent: \(error)\n".utf8))
+    exit(1)
+}
