@@ -66,8 +66,8 @@ let package = Package(
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "BrokerRPC", "BrowserLoginProtocol", "ScriptedBrowser", "browser-login-broker", "browser-login",
-                "browser-login-server",
+                "BrokerRPC", "BrowserLoginProtocol", "ScriptedBrowser", "DesktopEntry", "browser-login-broker",
+                "browser-login", "browser-login-server",
             ]
         ),
         .testTarget(
