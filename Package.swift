@@ -45,17 +45,19 @@ let package = Package(
         .executableTarget(
             name: "vault-probe", dependencies: ["BrokerVault", "BrokerCore"], path: "Tests/Support/vault-probe"),
         .target(name: "BrokerRPC", dependencies: ["CJansson"]),
-        .target(name: "BrokerSystem", dependencies: ["BrokerCore", "CSystemd", "CGIO"]),
+        // The URL handler's desktop file: plain text and subprocesses, shared by the CLI and the daemon.
+        .target(name: "DesktopEntry"),
+        .target(name: "BrokerSystem", dependencies: ["BrokerCore", "DesktopEntry", "CSystemd", "CGIO"]),
         .target(
             name: "Broker",
             dependencies: [
-                "BrokerCore", "BrokerStore", "BrokerRPC", "BrokerHTTP", "BrokerVault", "BrokerSystem",
+                "BrokerCore", "BrokerStore", "BrokerRPC", "BrokerHTTP", "BrokerVault", "BrokerSystem", "DesktopEntry",
                 "BrowserLoginProtocol",
             ]
         ),
 
         .executableTarget(name: "browser-login-broker", dependencies: ["Broker"]),
-        .executableTarget(name: "browser-login", dependencies: ["BrokerRPC", "BrowserLoginProtocol"]),
+        .executableTarget(name: "browser-login", dependencies: ["BrokerRPC", "BrowserLoginProtocol", "DesktopEntry"]),
 
         .testTarget(name: "BrowserLoginProtocolTests", dependencies: ["BrowserLoginProtocol"]),
         .testTarget(name: "BrokerRPCTests", dependencies: ["BrokerRPC"]),
@@ -66,8 +68,15 @@ let package = Package(
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "BrokerRPC", "BrowserLoginProtocol", "ScriptedBrowser", "browser-login-broker", "browser-login",
-                "browser-login-server",
+                "BrokerRPC", "BrowserLoginProtocol", "ScriptedBrowser", "DesktopEntry", "browser-login-broker",
+                "browser-login", "browser-login-server",
+            ]
+        ),
+        .testTarget(
+            name: "DesktopIntegrationTests",
+            dependencies: [
+                "BrokerRPC", "BrowserLoginProtocol", "ScriptedBrowser", "DesktopEntry", "Broker", "BrokerSystem",
+                "browser-login-broker", "browser-login", "browser-login-server",
             ]
         ),
     ],

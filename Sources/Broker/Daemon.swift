@@ -3,6 +3,7 @@ import BrokerHTTP
 import BrokerRPC
 import BrokerSystem
 import BrokerVault
+import DesktopEntry
 import Dispatch
 import Foundation
 
@@ -17,6 +18,12 @@ public struct DaemonOptions: Sendable {
     public var clientDirectories: [String]?
     public var logLevel: Logger.Level = .info
     public var checkConfig = false
+    /// `--check-servers`: probe each client's login server and exit.
+    public var checkServers = false
+    /// `--json` (with `--check-servers`).
+    public var json = false
+    /// `--no-dbus`: do not own the bus name even when a session bus exists.
+    public var dbus = true
     /// How often the timer looks for expiries and due server work.
     public var tickMilliseconds = 250
     /// How often signed-in sessions are checked with the server (`GET session`).
@@ -44,7 +51,14 @@ public struct DaemonOptions: Sendable {
                               server end within that time
           --check-config      validate the client files, print the problems, and exit
                               (status 78 when a file is refused)
+          --check-servers     ask each client's login server whether it speaks the
+                              protocol, print one line per client, and exit (status 69
+                              when one does not answer as a login server); --json for JSON
+          --no-dbus           do not own org.browserlogin.Broker on the session bus
           --help, --version
+
+        With a session bus, the daemon owns org.browserlogin.Broker and implements
+        org.freedesktop.Application: Open delivers callback URLs like login.finish.
 
         Logs go to stderr, one line per event with a journald priority prefix.
         Files: state.sqlite in the state directory; secrets live only in the
@@ -100,6 +114,12 @@ public struct DaemonOptions: Sendable {
                 options.verifyIntervalMilliseconds = Int64(seconds * 1000)
             case "--check-config":
                 options.checkConfig = true
+            case "--check-servers":
+                options.checkServers = true
+            case "--json":
+                options.json = true
+            case "--no-dbus":
+                options.dbus = false
             default:
                 return .usage("unknown option \(arg); see --help")
             }
@@ -114,6 +134,7 @@ public struct DaemonOptions: Sendable {
 public enum BrokerDaemon {
     public static func run(_ options: DaemonOptions, environment: [String: String]) async -> Int32 {
         let logger = Logger(label: "browser-login-broker", minimum: options.logLevel)
+        Systemd.notify("STATUS=reading client files")
         let directories = options.clientDirectories ?? ClientFiles.directories(environment: environment)
         let loaded = ClientFiles.load(directories: directories)
         for problem in loaded.problems {
@@ -125,6 +146,15 @@ public enum BrokerDaemon {
             for problem in loaded.problems { print(problem.description) }
             print("\(loaded.clients.count) client(s) valid in \(loaded.files.count) file(s)")
             return loaded.problems.contains { $0.severity == .error } ? 78 : 0
+        }
+        if options.checkServers {
+            return await ServerCheck.run(clients: loaded.clients, json: options.json)
+        }
+        if let report = HandlerRegistration.installAtStartUp(
+            clients: loaded.clients, environment: environment, handlerProgram: HandlerRegistration.handlerProgram())
+        {
+            for step in report.steps { logger.info("URL handler", ["step": step]) }
+            for problem in report.problems { logger.warning("URL handler registration problem", ["problem": problem]) }
         }
 
         let home = environment["HOME"] ?? NSHomeDirectory()
@@ -154,6 +184,7 @@ public enum BrokerDaemon {
             return 78
         }
 
+        Systemd.notify("STATUS=opening and migrating the state database")
         let transport = CurlTransport()
         let engine: BrokerEngine
         do {
@@ -181,15 +212,20 @@ public enum BrokerDaemon {
             return 71
         }
 
+        Systemd.notify("STATUS=recovering unfinished sign-ins")
         do { try await engine.recover() } catch {
             logger.error("start-up recovery failed", ["error": "\(error)"])
         }
 
+        let dbus = options.dbus ? sessionBusApplication(engine: engine, logger: logger) : nil
         let signals = SignalWatcher(signals: [SIGTERM, SIGINT]) { signal in
             logger.notice("stopping", ["signal": signal == SIGTERM ? "SIGTERM" : "SIGINT"])
-            Systemd.notify("STOPPING=1")
+            Systemd.notify("STOPPING=1\nSTATUS=stopping")
+            dbus?.shutdown()
             server.shutdown()
         }
+        // Owning the bus name runs on its own thread: it never delays READY=1.
+        let dbusTask = Task { await dbus?.run() }
         let timer = Task {
             while !Task.isCancelled {
                 try? await Task.sleep(nanoseconds: UInt64(options.tickMilliseconds) * 1_000_000)
@@ -210,12 +246,52 @@ public enum BrokerDaemon {
         do { try await server.run() } catch {
             logger.error("the RPC server failed", ["error": "\(error)"])
         }
+        dbus?.shutdown()
+        await dbusTask.value
         timer.cancel()
         watchdog.cancel()
         await engine.releaseWaiters()
         signals.cancel()
         logger.notice("stopped")
         return 0
+    }
+
+    /// The session-bus face of the daemon: `Open` goes to the same path as
+    /// `login.finish`. URIs are callback URLs, which are secrets: only the
+    /// outcome (attempt id, state or error code) is logged.
+    static func sessionBusApplication(engine: BrokerEngine, logger: Logger) -> DBusApplication {
+        DBusApplication(
+            busName: DesktopEntry.applicationId, objectPath: DesktopEntry.objectPath,
+            open: { uris in
+                for uri in uris {
+                    Task {
+                        do {
+                            let attempt = try await engine.finish(url: uri)
+                            logger.notice(
+                                "callback delivered over D-Bus",
+                                ["attempt.id": attempt.attemptId, "attempt.state": attempt.state.rawValue])
+                        } catch let error as BrokerError {
+                            logger.warning(
+                                "callback over D-Bus refused",
+                                ["error.code": error.code.rawValue, "attempt.id": error.attemptId ?? "-"])
+                        } catch {
+                            logger.warning("callback over D-Bus failed", ["error.type": "\(type(of: error))"])
+                        }
+                    }
+                }
+            },
+            events: { event in
+                switch event {
+                case .noSessionBus(let detail):
+                    logger.notice("no session bus; running without D-Bus activation", ["detail": detail])
+                case .nameAcquired(let name): logger.info("owning the bus name", ["dbus.name": name])
+                case .nameLost(let name):
+                    logger.notice("the bus name is owned elsewhere or the bus went away", ["dbus.name": name])
+                case .registrationFailed(let detail): logger.warning("D-Bus registration failed", ["detail": detail])
+                case .activated: logger.info("activated over D-Bus")
+                case .actionRefused: logger.info("D-Bus ActivateAction refused: the broker has no actions")
+                }
+            })
     }
 
     static func socketPath(_ environment: [String: String]) -> String? {

@@ -12,9 +12,9 @@ public protocol BrowserLauncher: Sendable {
     func open(_ url: String, command: String?) async throws(BrokerError)
 }
 
-/// Launches a browser process: a configured command template, else
-/// `$BROWSER` (a `:`-separated list, `%s` for the URL, as `sensible-browser`
-/// reads it), else `xdg-open`. The URL is passed as one argument, never
+/// Launches a browser process: a configured command template, else the
+/// OpenURI portal in a Flatpak sandbox, `$BROWSER` (a `:`-separated list,
+/// `%s` for the URL, as `sensible-browser` reads it), `xdg-open`, `gio open`. The URL is passed as one argument, never
 /// through a shell. A command that exits non-zero within two seconds is a
 /// failure; one still running then (a browser in the foreground) is success.
 public struct ProcessBrowserLauncher: BrowserLauncher {
@@ -63,26 +63,67 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
         return words
     }
 
-    func candidates(command: String?) -> [String] {
-        if let command { return [command] }
-        if let browser = environment["BROWSER"], !browser.isEmpty {
-            return browser.split(separator: ":").map(String.init)
+    /// Whether the broker runs inside a Flatpak sandbox.
+    var inFlatpak: Bool { environment["BROWSER_LOGIN_FLATPAK_INFO"].map { !$0.isEmpty } ?? fileExists("/.flatpak-info") }
+
+    private func fileExists(_ path: String) -> Bool { access(path, F_OK) == 0 }
+
+    /// The commands to try, in order, each an argv with the URL in place:
+    /// the configured template alone when there is one; else the
+    /// `org.freedesktop.portal.OpenURI` portal inside a Flatpak sandbox,
+    /// `$BROWSER`, `xdg-open`, then `gio open`.
+    ///
+    /// Under systemd (`INVOCATION_ID` is set) each command is started by the
+    /// user manager in a transient unit of its own (`systemd-run --user`), so
+    /// the browser never inherits the service's sandbox (`ProtectSystem=`,
+    /// `MemoryDenyWriteExecute=`, the system call filter) and is not stopped
+    /// with the broker. The unit's description is fixed text: the URL stays
+    /// out of the journal.
+    func plans(url: String, command: String?) -> [[String]] {
+        var plans: [[String]] = []
+        if let command {
+            plans.append(Self.arguments(template: command, url: url))
+        } else {
+            if inFlatpak {
+                plans.append([
+                    "gdbus", "call", "--session", "--dest", "org.freedesktop.portal.Desktop", "--object-path",
+                    "/org/freedesktop/portal/desktop", "--method", "org.freedesktop.portal.OpenURI.OpenURI", "",
+                    Self.gvariantString(url), "{}",
+                ])
+            }
+            if let browser = environment["BROWSER"], !browser.isEmpty {
+                plans += browser.split(separator: ":").map { Self.arguments(template: String($0), url: url) }
+            }
+            plans.append(["xdg-open", url])
+            plans.append(["gio", "open", url])
         }
-        return ["xdg-open"]
+        guard let invocation = environment["INVOCATION_ID"], !invocation.isEmpty, !inFlatpak else { return plans }
+        return plans.map { argv in
+            [
+                "systemd-run", "--user", "--quiet", "--collect", "--no-ask-password",
+                "--description=browser-login: open the sign-in page", "--",
+            ] + argv
+        }
+    }
+
+    /// A GVariant text-format string literal (for `gdbus call`).
+    static func gvariantString(_ text: String) -> String {
+        "'" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "'", with: "\\'") + "'"
     }
 
     public func open(_ url: String, command: String?) async throws(BrokerError) {
         var lastProblem = "no browser command"
-        for template in candidates(command: command) {
-            let argv = Self.arguments(template: template, url: url)
+        for argv in plans(url: url, command: command) {
             guard let program = argv.first else { continue }
+            // Logged by name only: the argv holds the authorize URL.
+            let name = program == "systemd-run" ? "systemd-run " + (argv.dropFirst(7).first ?? "") : program
             switch await Self.run(argv, environment: environment) {
             case .success:
-                logger.info("browser opened", ["browser.program": program])
+                logger.info("browser opened", ["browser.program": name])
                 return
             case .failure(let problem):
-                lastProblem = "\(program): \(problem)"
-                logger.warning("browser failed to open", ["browser.program": program, "error": problem])
+                lastProblem = "\(name): \(problem)"
+                logger.warning("browser failed to open", ["browser.program": name, "error": problem])
             }
         }
         throw BrokerError(

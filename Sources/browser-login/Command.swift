@@ -29,6 +29,8 @@ struct CLIError: Error {
 struct Arguments: Sendable {
     var flags: Set<String> = []
     var options: [String: String] = [:]
+    /// Every value of each option, in order (for repeatable options).
+    var repeated: [String: [String]] = [:]
     var positionals: [String] = []
 
     /// Parses `args` allowing these flags (no value) and options (one value).
@@ -55,13 +57,16 @@ struct Arguments: Sendable {
             if allowedFlags.contains(name) && inlineValue == nil {
                 flags.insert(name)
             } else if allowedOptions.contains(name) {
+                let value: String
                 if let inlineValue {
-                    options[name] = inlineValue
+                    value = inlineValue
                 } else {
                     guard i < args.count else { throw CLIError("--\(name) needs a value", .usage) }
-                    options[name] = args[i]
+                    value = args[i]
                     i += 1
                 }
+                options[name] = value
+                repeated[name, default: []].append(value)
             } else {
                 throw CLIError("unknown option --\(name); see --help", .usage)
             }

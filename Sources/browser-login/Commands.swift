@@ -183,13 +183,29 @@ let subcommands: [Subcommand] = [
         run: { args, rpc in
             let clientId = try requireOne(args, "CLIENT")
             let client = try rpc.make()
-            let a = try call(
-                client, "login.start",
-                [
-                    "client": .string(clientId), "openBrowser": .bool(!args.flags.contains("no-browser")),
-                    "ephemeral": .bool(args.flags.contains("ephemeral")),
-                    "switchAccount": .bool(args.flags.contains("switch-account")),
-                ])
+            let a: JSONValue
+            do {
+                a = try client.call(
+                    "login.start",
+                    params: [
+                        "client": .string(clientId), "openBrowser": .bool(!args.flags.contains("no-browser")),
+                        "ephemeral": .bool(args.flags.contains("ephemeral")),
+                        "switchAccount": .bool(args.flags.contains("switch-account")),
+                    ])
+            } catch let error as RPCError {
+                // The attempt stays waiting when the browser failed: offer its link.
+                if error.applicationCode == "BROWSER_FAILED", let id = error.data?["attemptId"]?.stringValue,
+                    let url = try? client.call("login.resume", params: ["attemptId": .string(id), "openBrowser": false])[
+                        "authorizeUrl"]?.stringValue
+                {
+                    writeError(describe(error))
+                    print("open this link in your browser to sign in:\n  \(url)")
+                    return .unavailable
+                }
+                throw CLIError(describe(error), exitCode(error))
+            } catch let error as RPCClientError {
+                throw CLIError("the broker connection failed: \(error)", .unavailable)
+            }
             if args.flags.contains("json") {
                 printJSON(a)
                 return .ok
@@ -335,4 +351,6 @@ let subcommands: [Subcommand] = [
                 fflush(nil)
             }
         }),
+    installHandlerCommand,
+    doctorCommand,
 ]

@@ -308,3 +308,60 @@ func spawnAndWait(_ argv: [String], environment: [String: String]) throws -> Str
     while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
     return (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? ""
 }
+
+/// A long-running program started with `posix_spawn` (empty signal mask,
+/// output to a file), for commands that run daemons of their own
+/// (`dbus-run-session`): Foundation's `Process` does not reap those reliably.
+final class SpawnedProcess: @unchecked Sendable {
+    // Safe: `pid` is immutable; the owning test alone calls `stop()`.
+    let pid: pid_t
+    let log: String
+
+    init(_ argv: [String], environment: [String: String], log: String) throws {
+        self.log = log
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0o600)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK))
+        let cArgs = argv.map { strdup($0) } + [nil]
+        let cEnv = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            for p in cArgs { free(p) }
+            for p in cEnv { free(p) }
+        }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, argv[0], &actions, &attributes, cArgs, cEnv)
+        guard rc == 0 else { throw HarnessError("cannot start \(argv[0]): \(rc)") }
+        self.pid = pid
+    }
+
+    /// Whether it has exited (reaps it when it has).
+    var hasExited: Bool {
+        var status: Int32 = 0
+        return waitpid(pid, &status, WNOHANG) == pid
+    }
+
+    /// Sends SIGTERM, waits up to 10 s, then SIGKILL; reaps it.
+    func stop() {
+        kill(pid, SIGTERM)
+        var status: Int32 = 0
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            if waitpid(pid, &status, WNOHANG) == pid { return }
+            usleep(20_000)
+        }
+        kill(pid, SIGKILL)
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    }
+
+    var output: String { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
+}

@@ -1,0 +1,66 @@
+import BrokerCore
+import BrokerHTTP
+import Foundation
+
+/// `browser-login-broker --check-servers`: asks each client's login server
+/// about an attempt that cannot exist (`POST {base}/native/attempts/{id}/status`
+/// with a dummy recovery key). A well-formed protocol refusal (404
+/// `ATTEMPT_UNKNOWN`, or any other protocol error body) proves the server is
+/// reachable and speaks the protocol; no answer, a TLS failure, a redirect or
+/// a body that is not a protocol error is a finding.
+enum ServerCheck {
+    struct Result: Codable, Sendable {
+        var client: String
+        var file: String
+        var server: String
+        var ok: Bool
+        var problem: String?
+    }
+
+    static let probeAttemptId = "doctorprobeAAAAAAAAAAA"
+    static let probeRecoveryKey = String(repeating: "A", count: 43)
+
+    static func check(_ client: ClientConfig, transport: any HTTPTransport) async -> Result {
+        var result = Result(client: client.id, file: client.file, server: client.base, ok: false, problem: nil)
+        guard
+            let configuration = LoginServerConfiguration(
+                origin: client.server, basePath: client.basePath, caFile: client.caFile, timeoutMilliseconds: 8_000,
+                connectTimeoutMilliseconds: 4_000)
+        else {
+            result.problem = "BasePath= is not valid"
+            return result
+        }
+        let server = LoginServerClient(configuration: configuration, transport: transport)
+        do {
+            _ = try await server.status(attemptId: probeAttemptId, recoveryKey: probeRecoveryKey)
+            result.problem = "the server accepted a status request for an attempt that does not exist; it is not a login server"
+        } catch {
+            if case .refused = error {
+                result.ok = true
+            } else {
+                result.problem = error.description
+            }
+        }
+        return result
+    }
+
+    static func run(clients: [ClientConfig], json: Bool) async -> Int32 {
+        let transport = CurlTransport()
+        var results: [Result] = []
+        for client in clients.sorted(by: { $0.id < $1.id }) {
+            results.append(await check(client, transport: transport))
+        }
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            let data = (try? encoder.encode(results)) ?? Data("[]".utf8)
+            print(String(decoding: data, as: UTF8.self))
+        } else {
+            for r in results {
+                print(r.ok ? "ok    \(r.client)  \(r.server)" : "FAIL  \(r.client)  \(r.server): \(r.problem ?? "")")
+            }
+            if results.isEmpty { print("no clients are configured") }
+        }
+        return results.allSatisfy(\.ok) ? 0 : 69
+    }
+}

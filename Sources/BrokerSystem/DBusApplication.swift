@@ -1,0 +1,178 @@
+import CGIO
+import Foundation
+
+/// What the D-Bus service reports to its owner (for logs). Never carries a URI.
+public enum DBusApplicationEvent: Sendable, Equatable {
+    /// There is no session bus (or it cannot be reached); the daemon runs without one.
+    case noSessionBus(String)
+    case nameAcquired(String)
+    /// Another process owns the name, or the bus went away.
+    case nameLost(String)
+    case registrationFailed(String)
+    case activated
+    case actionRefused
+}
+
+/// The daemon on the session bus: owns `org.browserlogin.Broker` and
+/// implements `org.freedesktop.Application` at `/org/browserlogin/Broker`, so a
+/// `DBusActivatable` desktop file reaches it (and D-Bus activation starts it).
+/// `Open` hands each URI to `open`; `Activate` reports `.activated`;
+/// `ActivateAction` is refused (the broker has no actions).
+///
+/// GDBus runs on a thread of its own with its own `GMainContext`, pushed as
+/// thread-default before the name is owned; `run()` returns after `shutdown()`.
+public final class DBusApplication: @unchecked Sendable {
+    // Safe: `context` and `loop` are created in init and never replaced; GLib
+    // allows `g_main_loop_quit` from any thread. Every other GLib call happens
+    // on the loop thread. `callbacks` is immutable.
+    private let context: OpaquePointer
+    private let loop: OpaquePointer
+    private let callbacks: Callbacks
+    public let busName: String
+    public let objectPath: String
+
+    final class Callbacks: Sendable {
+        let open: @Sendable ([String]) -> Void
+        let events: @Sendable (DBusApplicationEvent) -> Void
+        init(open: @escaping @Sendable ([String]) -> Void, events: @escaping @Sendable (DBusApplicationEvent) -> Void) {
+            self.open = open
+            self.events = events
+        }
+    }
+
+    public static let interfaceXML = """
+        <node>
+          <interface name="org.freedesktop.Application">
+            <method name="Activate"><arg type="a{sv}" name="platform_data" direction="in"/></method>
+            <method name="Open">
+              <arg type="as" name="uris" direction="in"/>
+              <arg type="a{sv}" name="platform_data" direction="in"/>
+            </method>
+            <method name="ActivateAction">
+              <arg type="s" name="action_name" direction="in"/>
+              <arg type="av" name="parameter" direction="in"/>
+              <arg type="a{sv}" name="platform_data" direction="in"/>
+            </method>
+          </interface>
+        </node>
+        """
+
+    public init(
+        busName: String, objectPath: String, open: @escaping @Sendable ([String]) -> Void,
+        events: @escaping @Sendable (DBusApplicationEvent) -> Void
+    ) {
+        self.busName = busName
+        self.objectPath = objectPath
+        callbacks = Callbacks(open: open, events: events)
+        context = g_main_context_new()
+        loop = g_main_loop_new(context, 0)
+    }
+
+    deinit {
+        g_main_loop_unref(loop)
+        g_main_context_unref(context)
+    }
+
+    /// Serves the bus until `shutdown()`. Returns at once when there is no session bus.
+    public func run() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let thread = Thread { [self] in
+                serve()
+                continuation.resume()
+            }
+            thread.name = "browser-login.dbus"
+            thread.start()
+        }
+    }
+
+    /// Stops `run()` (safe from any thread, before or after it started).
+    public func shutdown() {
+        g_main_loop_quit(loop)
+        g_main_context_wakeup(context)
+    }
+
+    private func serve() {
+        g_main_context_push_thread_default(context)
+        defer { g_main_context_pop_thread_default(context) }
+        var error: UnsafeMutablePointer<GError>?
+        guard let connection = g_bus_get_sync(G_BUS_TYPE_SESSION, nil, &error) else {
+            callbacks.events(.noSessionBus(Self.take(error)))
+            return
+        }
+        defer { g_object_unref(UnsafeMutableRawPointer(connection)) }
+        g_dbus_connection_set_exit_on_close(connection, 0)
+
+        guard let node = g_dbus_node_info_new_for_xml(Self.interfaceXML, &error) else {
+            callbacks.events(.registrationFailed(Self.take(error)))
+            return
+        }
+        defer { g_dbus_node_info_unref(node) }
+        guard let interface = g_dbus_node_info_lookup_interface(node, "org.freedesktop.Application") else {
+            callbacks.events(.registrationFailed("the interface XML has no org.freedesktop.Application"))
+            return
+        }
+        let userData = Unmanaged.passUnretained(callbacks).toOpaque()
+        let registration = bl_dbus_register_object(
+            connection, objectPath, interface,
+            { _, _, _, _, method, parameters, invocation, userData in
+                guard let userData, let method, let invocation else { return }
+                let callbacks = Unmanaged<Callbacks>.fromOpaque(userData).takeUnretainedValue()
+                DBusApplication.handle(String(cString: method), parameters, invocation, callbacks)
+            }, userData, &error)
+        guard registration != 0 else {
+            callbacks.events(.registrationFailed(Self.take(error)))
+            return
+        }
+        defer { g_dbus_connection_unregister_object(connection, registration) }
+
+        let owner = g_bus_own_name_on_connection(
+            connection, busName, G_BUS_NAME_OWNER_FLAGS_DO_NOT_QUEUE,
+            { _, name, userData in
+                guard let userData, let name else { return }
+                Unmanaged<Callbacks>.fromOpaque(userData).takeUnretainedValue().events(.nameAcquired(String(cString: name)))
+            },
+            { _, name, userData in
+                guard let userData, let name else { return }
+                Unmanaged<Callbacks>.fromOpaque(userData).takeUnretainedValue().events(.nameLost(String(cString: name)))
+            }, userData, nil)
+        defer { g_bus_unown_name(owner) }
+        g_main_loop_run(loop)
+        // Let the unown and unregister reach the bus before the connection goes.
+        g_dbus_connection_flush_sync(connection, nil, nil)
+    }
+
+    static func handle(
+        _ method: String, _ parameters: OpaquePointer?, _ invocation: OpaquePointer, _ callbacks: Callbacks
+    ) {
+        switch method {
+        case "Open":
+            var uris: [String] = []
+            if let parameters, let list = g_variant_get_child_value(parameters, 0) {
+                for i in 0..<g_variant_n_children(list) {
+                    guard let child = g_variant_get_child_value(list, i) else { continue }
+                    if let text = g_variant_get_string(child, nil) { uris.append(String(cString: text)) }
+                    g_variant_unref(child)
+                }
+                g_variant_unref(list)
+            }
+            g_dbus_method_invocation_return_value(invocation, nil)
+            callbacks.open(uris)
+        case "Activate":
+            g_dbus_method_invocation_return_value(invocation, nil)
+            callbacks.events(.activated)
+        case "ActivateAction":
+            callbacks.events(.actionRefused)
+            g_dbus_method_invocation_return_dbus_error(
+                invocation, "org.freedesktop.DBus.Error.InvalidArgs", "the browser-login broker has no actions")
+        default:
+            g_dbus_method_invocation_return_dbus_error(
+                invocation, "org.freedesktop.DBus.Error.UnknownMethod", "no such method")
+        }
+    }
+
+    private static func take(_ error: UnsafeMutablePointer<GError>?) -> String {
+        guard let error else { return "unknown error" }
+        defer { g_error_free(error) }
+        return String(cString: error.pointee.message)
+    }
+}

@@ -1,0 +1,168 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Installs and removes the URL handler in the user's data directory:
+/// `$XDG_DATA_HOME/applications/org.browserlogin.Broker.desktop`, then
+/// `update-desktop-database` on that directory (where installed) and
+/// `xdg-mime default` for each scheme. Idempotent: installing again with the
+/// same schemes rewrites the same bytes and registers the same defaults.
+public struct HandlerInstaller: Sendable {
+    /// What was done, step by step, for people.
+    public struct Report: Sendable {
+        public var path: String
+        public var schemes: [String]
+        public var steps: [String] = []
+        /// Steps that failed (the file is written even when a tool is missing or fails).
+        public var problems: [String] = []
+    }
+
+    public let environment: [String: String]
+
+    public init(environment: [String: String]) { self.environment = environment }
+
+    /// `$XDG_DATA_HOME/applications` (default `~/.local/share/applications`).
+    public var applicationsDirectory: String {
+        let home = environment["HOME"] ?? NSHomeDirectory()
+        let dataHome = environment["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.local/share"
+        return dataHome + "/applications"
+    }
+
+    public var desktopFilePath: String { applicationsDirectory + "/" + DesktopEntry.fileName }
+
+    /// The schemes the installed file handles (none when it is missing).
+    public func installedSchemes() -> [String] {
+        guard let text = try? String(contentsOfFile: desktopFilePath, encoding: .utf8) else { return [] }
+        return DesktopEntry.schemes(inDesktopFile: text)
+    }
+
+    /// Writes the desktop file for `schemes` plus those it already handles, and registers them.
+    public func install(schemes: [String], exec: String) -> Report {
+        let all = Array(Set(schemes + installedSchemes())).sorted()
+        var report = Report(path: desktopFilePath, schemes: all)
+        let text = DesktopEntry.text(exec: exec, schemes: all)
+        do {
+            try FileManager.default.createDirectory(atPath: applicationsDirectory, withIntermediateDirectories: true)
+            if (try? String(contentsOfFile: desktopFilePath, encoding: .utf8)) == text {
+                report.steps.append("\(desktopFilePath) is up to date")
+            } else {
+                try Data(text.utf8).write(to: URL(fileURLWithPath: desktopFilePath), options: .atomic)
+                report.steps.append("wrote \(desktopFilePath)")
+            }
+        } catch {
+            report.problems.append("cannot write \(desktopFilePath): \(error.localizedDescription)")
+            return report
+        }
+        updateDatabase(&report)
+        for scheme in all {
+            let type = DesktopEntry.mimeType(scheme: scheme)
+            record(&report, run(["xdg-mime", "default", DesktopEntry.fileName, type]), "xdg-mime default for \(type)")
+        }
+        return report
+    }
+
+    /// Removes the desktop file and this handler's defaults from `mimeapps.list`.
+    public func uninstall() -> Report {
+        var report = Report(path: desktopFilePath, schemes: installedSchemes())
+        if FileManager.default.fileExists(atPath: desktopFilePath) {
+            do {
+                try FileManager.default.removeItem(atPath: desktopFilePath)
+                report.steps.append("removed \(desktopFilePath)")
+            } catch {
+                report.problems.append("cannot remove \(desktopFilePath): \(error.localizedDescription)")
+            }
+        } else {
+            report.steps.append("\(desktopFilePath) is not installed")
+        }
+        let mimeapps = mimeappsListPath
+        if let text = try? String(contentsOfFile: mimeapps, encoding: .utf8) {
+            let kept = Self.removingDefaults(from: text)
+            if kept != text {
+                do {
+                    try Data(kept.utf8).write(to: URL(fileURLWithPath: mimeapps), options: .atomic)
+                    report.steps.append("removed the handler's defaults from \(mimeapps)")
+                } catch {
+                    report.problems.append("cannot rewrite \(mimeapps): \(error.localizedDescription)")
+                }
+            }
+        }
+        updateDatabase(&report)
+        return report
+    }
+
+    /// `$XDG_CONFIG_HOME/mimeapps.list`, where `xdg-mime default` writes.
+    public var mimeappsListPath: String {
+        let home = environment["HOME"] ?? NSHomeDirectory()
+        let configHome = environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.config"
+        return configHome + "/mimeapps.list"
+    }
+
+    /// `mimeapps.list` without this desktop file in any `type=a;b;` list (emptied entries are dropped).
+    static func removingDefaults(from text: String) -> String {
+        var lines: [String] = []
+        for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
+            guard !line.hasPrefix("["), let eq = line.firstIndex(of: "="), line.contains(DesktopEntry.fileName) else {
+                lines.append(String(line))
+                continue
+            }
+            let others = line[line.index(after: eq)...].split(separator: ";").filter { $0 != DesktopEntry.fileName }
+            if !others.isEmpty { lines.append(line[..<eq] + "=" + others.joined(separator: ";") + ";") }
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    private func updateDatabase(_ report: inout Report) {
+        guard Self.findProgram("update-desktop-database", environment: environment) != nil else {
+            report.steps.append("update-desktop-database is not installed; skipped")
+            return
+        }
+        record(
+            &report, run(["update-desktop-database", applicationsDirectory]),
+            "update-desktop-database \(applicationsDirectory)")
+    }
+
+    private func record(_ report: inout Report, _ status: Int32?, _ step: String) {
+        switch status {
+        case 0?: report.steps.append("ran " + step)
+        case nil: report.problems.append(step + ": the program is not installed")
+        case let code?: report.problems.append(step + ": exit status \(code)")
+        }
+    }
+
+    /// Runs a program found on `PATH` with output discarded; nil when it is not installed.
+    func run(_ argv: [String]) -> Int32? {
+        guard let program = Self.findProgram(argv[0], environment: environment) else { return nil }
+        return Self.run(program: program, arguments: Array(argv.dropFirst()), environment: environment).status
+    }
+
+    /// The absolute path of `name` on `PATH`.
+    public static func findProgram(_ name: String, environment: [String: String]) -> String? {
+        if name.hasPrefix("/") { return access(name, X_OK) == 0 ? name : nil }
+        let path = environment["PATH"].flatMap { $0.isEmpty ? nil : $0 } ?? "/usr/local/bin:/usr/bin:/bin"
+        for dir in path.split(separator: ":") {
+            let candidate = dir + "/" + name
+            if access(candidate, X_OK) == 0 { return String(candidate) }
+        }
+        return nil
+    }
+
+    /// Runs `program` to completion; answers its exit status and standard output.
+    public static func run(program: String, arguments: [String], environment: [String: String]) -> (
+        status: Int32, output: String
+    ) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: program)
+        process.arguments = arguments
+        process.environment = environment
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        process.standardInput = FileHandle.nullDevice
+        do { try process.run() } catch { return (127, "") }
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+}

@@ -1,0 +1,304 @@
+import BrokerRPC
+import DesktopEntry
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// This program's absolute path (the URL handler the desktop file runs).
+func ownExecutable() -> String {
+    (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+}
+
+/// The daemon binary: `$BROWSER_LOGIN_BROKER`, else next to this program, else on `PATH`.
+func brokerExecutable(_ env: [String: String]) -> String? {
+    if let path = env["BROWSER_LOGIN_BROKER"], !path.isEmpty { return path }
+    let sibling = URL(fileURLWithPath: ownExecutable()).deletingLastPathComponent()
+        .appendingPathComponent("browser-login-broker").path
+    if FileManager.default.isExecutableFile(atPath: sibling) { return sibling }
+    return HandlerInstaller.findProgram("browser-login-broker", environment: env)
+}
+
+/// The schemes of the broker's clients (the scheme of each `returnUrl`).
+func clientSchemes(_ client: RPCClient) throws -> [(client: String, scheme: String)] {
+    let list = try call(client, "clients.list").arrayValue ?? []
+    return list.compactMap { c in
+        guard let id = c["id"]?.stringValue, let url = c["returnUrl"]?.stringValue,
+            let scheme = DesktopEntry.scheme(ofURL: url)
+        else { return nil }
+        return (id, scheme)
+    }
+}
+
+let installHandlerCommand = Subcommand(
+    name: "install-handler", summary: "register the URL handler for the clients' schemes",
+    usage: "browser-login install-handler [--scheme SCHEME]... [--uninstall]",
+    help: """
+        Writes $XDG_DATA_HOME/applications/\(DesktopEntry.fileName), the desktop
+        file that makes the browser hand each client's return URL back to the broker
+        (MimeType=x-scheme-handler/SCHEME; DBusActivatable=true, so desktops call the
+        broker's org.freedesktop.Application.Open; Exec= runs 'browser-login finish %u'
+        elsewhere). Then runs update-desktop-database on that directory, when it is
+        installed, and 'xdg-mime default \(DesktopEntry.fileName) x-scheme-handler/SCHEME'
+        for each scheme. Running it again changes nothing; schemes already in the
+        file are kept.
+
+        Without --scheme, the schemes come from the broker's clients (clients.list),
+        so the broker must be running.
+
+          --scheme SCHEME  register this scheme (repeatable) instead of asking the broker
+          --uninstall      remove the desktop file and its defaults from mimeapps.list
+        """,
+    flags: ["uninstall"], options: ["scheme"],
+    run: { args, rpc in
+        try requireNone(args)
+        let env = ProcessInfo.processInfo.environment
+        let installer = HandlerInstaller(environment: env)
+        let report: HandlerInstaller.Report
+        if args.flags.contains("uninstall") {
+            report = installer.uninstall()
+        } else {
+            var schemes = args.repeated["scheme"] ?? []
+            for scheme in schemes where !DesktopEntry.isValidScheme(scheme) {
+                throw CLIError("'\(scheme)' is not a URL scheme (lower-case letters, digits, '+', '-', '.')", .usage)
+            }
+            if schemes.isEmpty {
+                schemes = try clientSchemes(try rpc.make()).map(\.scheme)
+                if schemes.isEmpty {
+                    throw CLIError(
+                        "the broker has no clients, so there is no scheme to register; add a client file or pass --scheme",
+                        .config)
+                }
+            }
+            report = installer.install(schemes: schemes, exec: ownExecutable())
+        }
+        for step in report.steps { print(step) }
+        for problem in report.problems { writeError(problem) }
+        if !args.flags.contains("uninstall") {
+            print("handles: " + report.schemes.map { $0 + ":" }.joined(separator: " "))
+        }
+        return report.problems.isEmpty ? .ok : .failure
+    })
+
+/// One check of `browser-login doctor`.
+struct Finding: Sendable {
+    var check: String
+    var ok: Bool
+    var detail: String
+    /// The exact command that fixes it (when not ok).
+    var fix: String?
+
+    var json: JSONValue {
+        [
+            "check": .string(check), "ok": .bool(ok), "detail": .string(detail),
+            "fix": fix.map { .string($0) } ?? .null,
+        ]
+    }
+}
+
+/// Runs a program with output captured; nil when it is not installed.
+func runProgram(_ argv: [String], _ env: [String: String]) -> (status: Int32, output: String)? {
+    guard let program = HandlerInstaller.findProgram(argv[0], environment: env) else { return nil }
+    return HandlerInstaller.run(program: program, arguments: Array(argv.dropFirst()), environment: env)
+}
+
+func busNameQuery(_ method: String, _ argument: String?, _ env: [String: String]) -> String? {
+    var argv = [
+        "gdbus", "call", "--session", "--dest", "org.freedesktop.DBus", "--object-path", "/org/freedesktop/DBus",
+        "--method", "org.freedesktop.DBus." + method,
+    ]
+    if let argument { argv.append(argument) }
+    guard let result = runProgram(argv, env), result.status == 0 else { return nil }
+    return result.output
+}
+
+func doctorFindings(socketOption: String?) -> [Finding] {
+    let env = ProcessInfo.processInfo.environment
+    var findings: [Finding] = []
+
+    // The socket and the daemon.
+    var broker: RPCClient?
+    var info: JSONValue?
+    let startFix =
+        env["INVOCATION_ID"] == nil && runProgram(["systemctl", "--user", "is-system-running"], env)?.status == nil
+        ? "browser-login-broker &" : "systemctl --user enable --now browser-login-broker.socket"
+    do {
+        let path = try socketPath(socketOption)
+        do {
+            let client = try RPCClient(socketPath: path, timeout: .seconds(10))
+            info = try client.call("broker.info")
+            broker = client
+            findings.append(
+                Finding(
+                    check: "daemon", ok: true,
+                    detail: "browser-login-broker \(info?["version"]?.stringValue ?? "?") answers at \(path)"))
+        } catch {
+            findings.append(
+                Finding(
+                    check: "daemon", ok: false, detail: "nothing answers at \(path): the broker is not running", fix: startFix))
+        }
+    } catch let error as CLIError {
+        findings.append(
+            Finding(check: "socket", ok: false, detail: error.message, fix: "export XDG_RUNTIME_DIR=/run/user/$(id -u)"))
+    } catch {}
+
+    // The session bus and the Secret Service.
+    if (env["DBUS_SESSION_BUS_ADDRESS"] ?? "").isEmpty {
+        findings.append(
+            Finding(
+                check: "session-bus", ok: false,
+                detail: "DBUS_SESSION_BUS_ADDRESS is not set: no session bus, so no keyring and no D-Bus activation",
+                fix: "dbus-run-session -- $SHELL"))
+    } else if let owned = busNameQuery("NameHasOwner", "org.freedesktop.secrets", env) {
+        findings.append(Finding(check: "session-bus", ok: true, detail: "the session bus answers"))
+        let activatable = busNameQuery("ListActivatableNames", nil, env)?.contains("'org.freedesktop.secrets'") ?? false
+        if owned.contains("true") || activatable {
+            findings.append(
+                Finding(
+                    check: "secret-service", ok: true,
+                    detail: owned.contains("true")
+                        ? "org.freedesktop.secrets is running" : "org.freedesktop.secrets is activatable"
+                ))
+        } else {
+            findings.append(
+                Finding(
+                    check: "secret-service", ok: false, detail: "no Secret Service (org.freedesktop.secrets) on the session bus",
+                    fix: "gnome-keyring-daemon --start --components=secrets"))
+        }
+    } else {
+        findings.append(
+            Finding(
+                check: "session-bus", ok: false, detail: "the session bus does not answer (or gdbus is not installed)",
+                fix: "dbus-run-session -- $SHELL"))
+    }
+    if let info {
+        if info["vaultLocked"]?.boolValue == true {
+            findings.append(
+                Finding(
+                    check: "keyring-unlocked", ok: false, detail: "the keyring is locked",
+                    fix:
+                        "gdbus call --session --dest org.freedesktop.secrets --object-path /org/freedesktop/secrets --method org.freedesktop.Secret.Service.Unlock \"['/org/freedesktop/secrets/collection/login']\""
+                ))
+        } else if info["vaultAvailable"]?.boolValue == true {
+            findings.append(Finding(check: "keyring-unlocked", ok: true, detail: "the broker can use the keyring"))
+        } else {
+            findings.append(
+                Finding(
+                    check: "keyring-unlocked", ok: false,
+                    detail: "the broker cannot use the keyring: \(info["vaultDetail"]?.stringValue ?? "unavailable")",
+                    fix: "gnome-keyring-daemon --start --components=secrets"))
+        }
+    }
+
+    // The client files (checked by the daemon binary itself).
+    let brokerProgram = brokerExecutable(env)
+    if let brokerProgram {
+        let result = HandlerInstaller.run(program: brokerProgram, arguments: ["--check-config"], environment: env)
+        let lines = result.output.split(separator: "\n").map(String.init)
+        let errors = lines.filter { $0.contains(": error: ") }
+        if result.status == 0 {
+            findings.append(Finding(check: "client-files", ok: true, detail: lines.last ?? "valid"))
+        } else {
+            let files = Set(errors.compactMap { $0.split(separator: ":").first.map(String.init) }).sorted()
+            findings.append(
+                Finding(
+                    check: "client-files", ok: false, detail: errors.joined(separator: "\n"),
+                    fix: "${EDITOR:-vi} \(files.joined(separator: " ")) && browser-login-broker --check-config"))
+        }
+    } else {
+        findings.append(
+            Finding(
+                check: "client-files", ok: false,
+                detail: "browser-login-broker is not installed next to browser-login or on PATH",
+                fix: "make install"))
+    }
+
+    // The URL handler of each client's scheme.
+    if let broker, let schemes = try? clientSchemes(broker) {
+        let installer = HandlerInstaller(environment: env)
+        let installed = Set(installer.installedSchemes())
+        for (client, scheme) in schemes {
+            let type = DesktopEntry.mimeType(scheme: scheme)
+            let answer = runProgram(["xdg-mime", "query", "default", type], env)
+            let handler = answer?.output.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
+            if !installed.contains(scheme) {
+                findings.append(
+                    Finding(
+                        check: "handler:\(scheme)", ok: false,
+                        detail: "\(installer.desktopFilePath) does not handle \(type) (client \(client))",
+                        fix: "browser-login install-handler"))
+            } else if answer != nil && handler != DesktopEntry.fileName {
+                findings.append(
+                    Finding(
+                        check: "handler:\(scheme)", ok: false,
+                        detail:
+                            "the default handler of \(type) is '\(handler.isEmpty ? "none" : handler)', not \(DesktopEntry.fileName)",
+                        fix: "xdg-mime default \(DesktopEntry.fileName) \(type)"))
+            } else {
+                findings.append(Finding(check: "handler:\(scheme)", ok: true, detail: "\(type) opens \(DesktopEntry.fileName)"))
+            }
+        }
+    } else if broker == nil {
+        findings.append(
+            Finding(
+                check: "handlers", ok: false, detail: "not checked: the clients' schemes come from the running broker",
+                fix: startFix))
+    }
+
+    // Each server's reachability (probed by the daemon binary, which has the HTTP client).
+    if let brokerProgram {
+        let result = HandlerInstaller.run(
+            program: brokerProgram, arguments: ["--check-servers", "--json"], environment: env)
+        if let data = result.output.data(using: .utf8),
+            let list = try? JSONSerialization.jsonObject(with: data) as? [[String: Any]]
+        {
+            for r in list {
+                let client = r["client"] as? String ?? "?"
+                let server = r["server"] as? String ?? "?"
+                if r["ok"] as? Bool == true {
+                    findings.append(Finding(check: "server:\(client)", ok: true, detail: "\(server) speaks the protocol"))
+                } else {
+                    findings.append(
+                        Finding(
+                            check: "server:\(client)", ok: false,
+                            detail: "\(server): \(r["problem"] as? String ?? "no answer")",
+                            fix:
+                                "curl -sS -X POST -H 'Content-Type: application/json' -d '{}' \(server)/native/attempts/probe/status  # then fix Server= in \(r["file"] as? String ?? "the client file")"
+                        ))
+                }
+            }
+        }
+    }
+    return findings
+}
+
+let doctorCommand = Subcommand(
+    name: "doctor", summary: "check the broker, the desktop and the servers; say how to fix what is wrong",
+    usage: "browser-login doctor [--json]",
+    help: """
+        Checks, in order: the broker's socket and daemon; the session bus; the
+        Secret Service (present, and unlocked for the broker); the client files;
+        the URL handler of each client's scheme (desktop file and xdg-mime
+        default); each login server's reachability (it must answer a status
+        request with a protocol error). Each problem is printed with the exact
+        command that fixes it. Exit status 0 when everything is right, 1 otherwise.
+
+          --json   print {"ok": BOOL, "checks": [{check, ok, detail, fix}]}
+        """,
+    flags: ["json"], options: [],
+    run: { args, rpc in
+        try requireNone(args)
+        let findings = doctorFindings(socketOption: rpc.socketOption)
+        let ok = findings.allSatisfy(\.ok)
+        if args.flags.contains("json") {
+            printJSON(["ok": .bool(ok), "checks": .array(findings.map(\.json))])
+        } else {
+            for f in findings {
+                print((f.ok ? "ok    " : "FAIL  ") + f.check + ": " + f.detail.replacingOccurrences(of: "\n", with: "\n      "))
+                if let fix = f.fix, !f.ok { print("      fix: " + fix) }
+            }
+            print(ok ? "\nno problems found" : "\n\(findings.filter { !$0.ok }.count) problem(s) found")
+        }
+        return ok ? .ok : .failure
+    })
