@@ -1,8 +1,16 @@
 # browser-login — common tasks. `make test` is the README's test command.
 PREFIX ?= /usr/local
+DESTDIR ?=
 SWIFT ?= swift
+BINDIR = $(PREFIX)/bin
+DATADIR = $(PREFIX)/share
+# Where the binaries to install come from; set it to skip the release build.
+BINDIR_SRC ?=
 
-.PHONY: build test demo e2e-browser clean
+PROGRAMS = browser-login browser-login-broker browser-login-server
+SUBST = sed -e 's|@bindir@|$(BINDIR)|g'
+
+.PHONY: build test demo e2e-browser clean install uninstall
 
 build:
 	scripts/install-deps
@@ -17,6 +25,38 @@ demo:
 
 e2e-browser:
 	scripts/demo --real-browser
+
+install:
+	@if [ -z "$(BINDIR_SRC)" ]; then $(MAKE) build; fi
+	$(eval SRC := $(if $(BINDIR_SRC),$(BINDIR_SRC),$(shell $(SWIFT) build -c release --show-bin-path)))
+	install -d $(DESTDIR)$(BINDIR)
+	for p in $(PROGRAMS); do install -m 0755 $(SRC)/$$p $(DESTDIR)$(BINDIR)/$$p; done
+	install -d $(DESTDIR)$(PREFIX)/lib/systemd/user
+	for u in systemd/browser-login-broker.service systemd/browser-login-broker.socket; do \
+	  $(SUBST) $$u > $(DESTDIR)$(PREFIX)/lib/systemd/user/$$(basename $$u); \
+	  chmod 0644 $(DESTDIR)$(PREFIX)/lib/systemd/user/$$(basename $$u); done
+	install -d $(DESTDIR)$(DATADIR)/dbus-1/services $(DESTDIR)$(DATADIR)/dbus-1/interfaces
+	$(SUBST) dbus/org.browserlogin.Broker.service.in > $(DESTDIR)$(DATADIR)/dbus-1/services/org.browserlogin.Broker.service
+	chmod 0644 $(DESTDIR)$(DATADIR)/dbus-1/services/org.browserlogin.Broker.service
+	install -m 0644 dbus/org.freedesktop.Application.xml \
+	  $(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.browserlogin.Broker.org.freedesktop.Application.xml
+	install -d $(DESTDIR)$(DATADIR)/browser-login
+	install -m 0644 dbus/org.browserlogin.Broker.desktop.in $(DESTDIR)$(DATADIR)/browser-login/
+	install -d $(DESTDIR)$(DATADIR)/doc/browser-login
+	install -m 0644 README.md docs/*.md $(DESTDIR)$(DATADIR)/doc/browser-login/
+	install -d $(DESTDIR)$(DATADIR)/man/man1 $(DESTDIR)$(DATADIR)/man/man8
+	install -m 0644 man/browser-login.1 man/browser-login-server.1 $(DESTDIR)$(DATADIR)/man/man1/
+	install -m 0644 man/browser-login-broker.8 $(DESTDIR)$(DATADIR)/man/man8/
+
+uninstall:
+	for p in $(PROGRAMS); do rm -f $(DESTDIR)$(BINDIR)/$$p; done
+	rm -f $(DESTDIR)$(PREFIX)/lib/systemd/user/browser-login-broker.service \
+	  $(DESTDIR)$(PREFIX)/lib/systemd/user/browser-login-broker.socket \
+	  $(DESTDIR)$(DATADIR)/dbus-1/services/org.browserlogin.Broker.service \
+	  $(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.browserlogin.Broker.org.freedesktop.Application.xml \
+	  $(DESTDIR)$(DATADIR)/man/man1/browser-login.1 $(DESTDIR)$(DATADIR)/man/man1/browser-login-server.1 \
+	  $(DESTDIR)$(DATADIR)/man/man8/browser-login-broker.8
+	rm -rf $(DESTDIR)$(DATADIR)/browser-login $(DESTDIR)$(DATADIR)/doc/browser-login
 
 clean:
 	rm -rf .build

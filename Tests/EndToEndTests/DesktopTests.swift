@@ -111,3 +111,225 @@ struct DesktopTests {
         #expect(!log.contains(code))
     }
 }
+
+/// `binDirectory` with symbolic links resolved (the handler's `Exec=` is the CLI's real path).
+let resolvedBinDirectory = URL(fileURLWithPath: binDirectory).resolvingSymlinksInPath().path
+
+/// A datagram socket standing in for systemd's `NOTIFY_SOCKET`.
+final class NotifySocket: @unchecked Sendable {
+    // Safe: owned and read by one test.
+    let fd: Int32
+    let path: String
+
+    init(path: String) throws {
+        self.path = path
+        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (i, b) in path.utf8.enumerated() { raw[i] = b }
+        }
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard rc == 0 else { throw HarnessError("cannot bind the notify socket") }
+        var timeout = timeval(tv_sec: 0, tv_usec: 100_000)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    deinit {
+        close(fd)
+        unlink(path)
+    }
+
+    /// The next message, or nil after 100 ms.
+    func receive() -> String? {
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let n = recv(fd, &buffer, buffer.count, 0)
+        return n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self) : nil
+    }
+}
+
+@Suite("systemd and the desktop, end to end")
+struct SystemdDesktopTests {
+    @Test func theFirstConnectionStartsTheSocketActivatedDaemonWhichReportsToSystemd() throws {
+        let h = try Harness()
+        defer { h.stopAll() }
+        try h.startServer()
+        h.writeClient()
+        let socket = h.dir + "/a.sock"
+        let notify = try NotifySocket(path: h.dir + "/notify")
+        var env = h.environment()
+        env["NOTIFY_SOCKET"] = notify.path
+        env["WATCHDOG_USEC"] = "200000"
+        // No --socket and no path of its own: the daemon must take the socket from LISTEN_FDS.
+        env["XDG_RUNTIME_DIR"] = h.dir + "/elsewhere"
+        // systemd-socket-activate passes on only the variables named with -E.
+        let passed = [
+            "HOME", "PATH", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR", "XDG_DATA_DIRS", "BROWSER",
+            "DBUS_SESSION_BUS_ADDRESS", "NOTIFY_SOCKET", "WATCHDOG_USEC",
+        ].compactMap { name in env[name].map { "-E\(name)=\($0)" } }
+        let activator = try Child(
+            "/usr/bin/systemd-socket-activate",
+            ["-l", socket, "--fdname=rpc"] + passed + [
+                binDirectory + "/browser-login-broker", "--no-dbus", "--log-level", "debug",
+            ],
+            environment: env, log: h.brokerLog)
+        h.broker = activator
+        try waitUntil(10, "the activation socket") { FileManager.default.fileExists(atPath: socket) }
+        usleep(300_000)
+        // Nothing started yet: no database, and no message to the service manager.
+        #expect(!FileManager.default.fileExists(atPath: h.databasePath))
+        #expect(notify.receive() == nil)
+
+        let rpc = try RPCClient(socketPath: socket, timeout: .seconds(20))
+        let info = try rpc.call("broker.info")
+        #expect(info["protocol"] == 1)
+        #expect(FileManager.default.fileExists(atPath: h.databasePath))
+        let exe = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(activator.pid)/exe")
+        #expect(exe.hasSuffix("/browser-login-broker"))
+
+        var messages: [String] = []
+        try waitUntil(10, "READY=1 and a watchdog ping") {
+            if let m = notify.receive() { messages.append(m) }
+            return messages.contains { $0.contains("READY=1") } && messages.contains("WATCHDOG=1")
+        }
+        let ready = try #require(messages.firstIndex { $0.contains("READY=1") })
+        #expect(messages[..<ready].contains { $0.hasPrefix("STATUS=opening and migrating the state database") })
+        #expect(messages[ready].contains("STATUS=serving 1 client(s)"))
+        let signedOut = try rpc.call("session.get", params: ["client": "com.example.notes"])
+        #expect(signedOut["status"] == "signedOut")
+    }
+
+    @Test func installHandlerIsIdempotentAndUninstallRemovesIt() throws {
+        let h = try Harness()
+        defer { h.stopAll() }
+        try h.startServer()
+        h.writeClient()
+        h.brokerEnvironment["XDG_DATA_HOME"] = h.dir + "/data-home"
+        try h.startBroker()
+        let path = h.dir + "/data-home/applications/\(DesktopEntry.fileName)"
+        let first = try h.cli(["install-handler"])
+        #expect(first.status == 0, "\(first.err)")
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        #expect(text.contains("MimeType=x-scheme-handler/com.example.notes;\n"))
+        #expect(text.contains("Exec=\(resolvedBinDirectory)/browser-login finish %u\n"))
+        let mimeapps = try String(contentsOfFile: h.dir + "/config/mimeapps.list", encoding: .utf8)
+        #expect(mimeapps.contains("x-scheme-handler/com.example.notes=\(DesktopEntry.fileName)"))
+        #expect(FileManager.default.fileExists(atPath: h.dir + "/data-home/applications/mimeinfo.cache"))
+
+        let second = try h.cli(["install-handler"])
+        #expect(second.status == 0)
+        #expect(second.out.contains("is up to date"))
+        #expect(try String(contentsOfFile: path, encoding: .utf8) == text)
+        #expect(try String(contentsOfFile: h.dir + "/config/mimeapps.list", encoding: .utf8) == mimeapps)
+        let validate = try spawnAndWait(["/usr/bin/desktop-file-validate", path], environment: h.environment())
+        #expect(validate.isEmpty, "\(validate)")
+
+        let removed = try h.cli(["install-handler", "--uninstall"])
+        #expect(removed.status == 0)
+        #expect(!FileManager.default.fileExists(atPath: path))
+        #expect(!(try String(contentsOfFile: h.dir + "/config/mimeapps.list", encoding: .utf8)).contains(DesktopEntry.fileName))
+    }
+
+    @Test func aClientFileWithInstallHandlerRegistersTheSchemeAtStartUp() throws {
+        let h = try Harness()
+        defer { h.stopAll() }
+        try h.startServer()
+        h.writeClient(extra: "InstallHandler=true")
+        h.brokerEnvironment["XDG_DATA_HOME"] = h.dir + "/data-home"
+        try h.startBroker()
+        let text = try String(
+            contentsOfFile: h.dir + "/data-home/applications/\(DesktopEntry.fileName)", encoding: .utf8)
+        #expect(text.contains("MimeType=x-scheme-handler/com.example.notes;\n"))
+        #expect(text.contains("Exec=\(resolvedBinDirectory)/browser-login finish %u\n"))
+    }
+
+    @Test func aBrowserThatFailsAnswersBrowserFailedAndLeavesTheAttemptWaitingWithItsLink() throws {
+        let h = try Harness()
+        defer { h.stopAll() }
+        try h.startServer()
+        h.writeClient(extra: "Browser=/bin/false %u")
+        try h.startBroker()
+        let rpc = try h.rpc()
+        var attemptId: String?
+        do {
+            _ = try rpc.call("login.start", params: ["client": "com.example.notes"])
+            Issue.record("login.start succeeded with a failing browser")
+        } catch let error as RPCError {
+            #expect(error.applicationCode == "BROWSER_FAILED")
+            attemptId = error.data?["attemptId"]?.stringValue
+        }
+        let id = try #require(attemptId)
+        let resumed = try rpc.call("login.resume", params: ["attemptId": .string(id), "openBrowser": false])
+        #expect(resumed["state"] == "waiting")
+        #expect(resumed["authorizeUrl"]?.stringValue?.hasPrefix(h.serverOrigin) == true)
+        // The CLI prints the link to open by hand.
+        _ = try rpc.call("login.cancel", params: ["attemptId": .string(id)])
+        let cli = try h.cli(["start", "com.example.notes"])
+        #expect(cli.status == 69)
+        #expect(cli.err.contains("BROWSER_FAILED"))
+        #expect(cli.out.contains("open this link in your browser to sign in:\n  \(h.serverOrigin)"))
+    }
+
+    @Test func doctorNamesEachProblemOfABrokenSetupWithTheCommandThatFixesIt() throws {
+        let h = try Harness()
+        defer { h.stopAll() }
+        try h.startServer()
+        h.writeClient()
+        // A client whose server does not answer, and a file that is refused.
+        h.writeClient(
+            file: "mail.conf", id: "org.example.mail", appName: "Mail", returnURL: "org.example.mail:/callback")
+        let mail = h.dir + "/config/browser-login/clients.d/mail.conf"
+        let text = try String(contentsOfFile: mail, encoding: .utf8).replacingOccurrences(
+            of: h.serverOrigin, with: "http://127.0.0.1:9")
+        try Data(text.utf8).write(to: URL(fileURLWithPath: mail))
+        _ = FileManager.default.createFile(
+            atPath: h.dir + "/config/browser-login/clients.d/broken.conf", contents: Data("[Client]\nId=x\n".utf8))
+        h.brokerEnvironment["XDG_DATA_HOME"] = h.dir + "/data-home"
+
+        // Broker not running: the finding says how to start it.
+        let stopped = try h.cli(["doctor", "--json"])
+        #expect(stopped.status == 1)
+        let stoppedChecks = try checks(stopped.out)
+        #expect(stoppedChecks["daemon"]?["ok"] == false)
+        #expect(stoppedChecks["daemon"]?["fix"]?.stringValue?.contains("browser-login-broker") == true)
+
+        try h.startBroker()
+        let result = try h.cli(["doctor", "--json"])
+        #expect(result.status == 1)
+        let found = try checks(result.out)
+        #expect(found["daemon"]?["ok"] == true)
+        #expect(found["session-bus"]?["ok"] == true)
+        #expect(found["secret-service"]?["ok"] == true)
+        #expect(found["keyring-unlocked"]?["ok"] == true)
+        #expect(found["client-files"]?["ok"] == false)
+        #expect(found["client-files"]?["detail"]?.stringValue?.contains("broken.conf") == true)
+        #expect(found["client-files"]?["fix"]?.stringValue?.contains("browser-login-broker --check-config") == true)
+        #expect(found["handler:com.example.notes"]?["ok"] == false)
+        #expect(found["handler:com.example.notes"]?["fix"] == "browser-login install-handler")
+        #expect(found["server:com.example.notes"]?["ok"] == true)
+        #expect(found["server:org.example.mail"]?["ok"] == false)
+        #expect(found["server:org.example.mail"]?["fix"]?.stringValue?.contains("mail.conf") == true)
+
+        // The fixes work: after install-handler, the handler findings are gone.
+        #expect(try h.cli(["install-handler"]).status == 0)
+        let fixed = try checks(try h.cli(["doctor", "--json"]).out)
+        #expect(fixed["handler:com.example.notes"]?["ok"] == true)
+        #expect(fixed["handler:org.example.mail"]?["ok"] == true)
+
+        // The text form prints each fix.
+        let human = try h.cli(["doctor"])
+        #expect(human.out.contains("FAIL  client-files"))
+        #expect(human.out.contains("fix: "))
+    }
+
+    func checks(_ json: String) throws -> [String: JSONValue] {
+        let value = try JSONValue.parse(json)
+        var result: [String: JSONValue] = [:]
+        for c in value["checks"]?.arrayValue ?? [] {
+            if let name = c["check"]?.stringValue { result[name] = c }
+        }
+        return result
+    }
+}

@@ -1,0 +1,145 @@
+import DesktopEntry
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The built executables (`.build/debug` of this package, or `$BL_BIN_DIR`).
+let builtBinaries: String = {
+    if let dir = ProcessInfo.processInfo.environment["BL_BIN_DIR"], !dir.isEmpty { return dir }
+    return repositoryRoot + "/.build/debug"
+}()
+
+func temporaryDirectory() throws -> String {
+    var template = Array("/tmp/bld-XXXXXX".utf8CString)
+    guard mkdtemp(&template) != nil else { throw InstallTestError("mkdtemp failed") }
+    return String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+}
+
+struct InstallTestError: Error, CustomStringConvertible {
+    var description: String
+    init(_ d: String) { description = d }
+}
+
+/// Runs a program; answers its status and combined output (written to a file, not a pipe).
+func runTool(_ argv: [String], environment: [String: String] = [:], directory: String? = nil) throws -> (
+    status: Int32, output: String
+) {
+    let outPath = "/tmp/bld-out-\(UUID().uuidString)"
+    defer { unlink(outPath) }
+    _ = FileManager.default.createFile(atPath: outPath, contents: nil)
+    let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: outPath))
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    process.arguments = argv
+    var env = ProcessInfo.processInfo.environment
+    for (k, v) in environment { env[k] = v }
+    process.environment = env
+    if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
+    process.standardOutput = handle
+    process.standardError = handle
+    process.standardInput = FileHandle.nullDevice
+    try process.run()
+    process.waitUntilExit()
+    try handle.close()
+    return (process.terminationStatus, (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "")
+}
+
+@Suite("make install, units, desktop file")
+struct InstallTests {
+    @Test func makeInstallWithDestdirAndPrefixLaysOutTheTree() throws {
+        let dest = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dest) }
+        let make = try runTool(
+            ["make", "-s", "install", "DESTDIR=\(dest)", "PREFIX=/usr", "BINDIR_SRC=\(builtBinaries)"],
+            directory: repositoryRoot)
+        #expect(make.status == 0, "\(make.output)")
+        let expected = [
+            "usr/bin/browser-login", "usr/bin/browser-login-broker", "usr/bin/browser-login-server",
+            "usr/lib/systemd/user/browser-login-broker.service", "usr/lib/systemd/user/browser-login-broker.socket",
+            "usr/share/dbus-1/services/org.browserlogin.Broker.service",
+            "usr/share/dbus-1/interfaces/org.browserlogin.Broker.org.freedesktop.Application.xml",
+            "usr/share/browser-login/org.browserlogin.Broker.desktop.in", "usr/share/doc/browser-login/desktop.md",
+            "usr/share/doc/browser-login/README.md", "usr/share/man/man1/browser-login.1",
+            "usr/share/man/man1/browser-login-server.1", "usr/share/man/man8/browser-login-broker.8",
+        ]
+        for path in expected { #expect(FileManager.default.fileExists(atPath: dest + "/" + path), "\(path)") }
+        for program in ["browser-login", "browser-login-broker", "browser-login-server"] {
+            #expect(access(dest + "/usr/bin/" + program, X_OK) == 0)
+        }
+        let service = try String(
+            contentsOfFile: dest + "/usr/lib/systemd/user/browser-login-broker.service", encoding: .utf8)
+        #expect(service.contains("ExecStart=/usr/bin/browser-login-broker\n"))
+        let dbus = try String(
+            contentsOfFile: dest + "/usr/share/dbus-1/services/org.browserlogin.Broker.service", encoding: .utf8)
+        #expect(dbus.contains("Exec=/usr/bin/browser-login-broker\n"))
+        #expect(dbus.contains("Name=\(DesktopEntry.applicationId)\n"))
+        #expect(dbus.contains("SystemdService=browser-login-broker.service\n"))
+        #expect(!service.contains("@bindir@") && !dbus.contains("@bindir@"))
+        // The man pages are real pages: groff renders them without warnings.
+        for page in ["man1/browser-login.1", "man8/browser-login-broker.8", "man1/browser-login-server.1"] {
+            let rendered = try runTool(["groff", "-man", "-Tutf8", "-P-cbou", "-ww", dest + "/usr/share/man/" + page])
+            #expect(rendered.status == 0)
+            #expect(rendered.output.contains("SYNOPSIS") && rendered.output.contains("EXIT STATUS"))
+            #expect(!rendered.output.contains("warning:"), "\(page): \(rendered.output.prefix(400))")
+        }
+    }
+
+    @Test func theInstalledUnitsPassSystemdAnalyzeVerify() throws {
+        // Installed to a real prefix, so ExecStart= and the man pages exist.
+        let prefix = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: prefix) }
+        let make = try runTool(
+            ["make", "-s", "install", "PREFIX=\(prefix)", "BINDIR_SRC=\(builtBinaries)"], directory: repositoryRoot)
+        #expect(make.status == 0, "\(make.output)")
+        try FileManager.default.createDirectory(atPath: prefix + "/run", withIntermediateDirectories: true)
+        chmod(prefix + "/run", 0o700)
+        let units = prefix + "/lib/systemd/user/"
+        let verify = try runTool(
+            [
+                "systemd-analyze", "verify", "--user", units + "browser-login-broker.socket",
+                units + "browser-login-broker.service",
+            ], environment: ["XDG_RUNTIME_DIR": prefix + "/run", "MANPATH": prefix + "/share/man"])
+        #expect(verify.status == 0, "\(verify.output)")
+        #expect(verify.output.isEmpty, "\(verify.output)")
+    }
+
+    @Test func theShippedUnitsHaveTheRequiredSettings() throws {
+        let service = try String(
+            contentsOfFile: repositoryRoot + "/systemd/browser-login-broker.service", encoding: .utf8)
+        for line in [
+            "Type=notify", "WatchdogSec=30s", "NoNewPrivileges=yes", "ProtectSystem=strict", "StateDirectory=browser-login",
+            "PrivateTmp=yes", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6", "LockPersonality=yes",
+            "BusName=\(DesktopEntry.applicationId)",
+        ] {
+            #expect(service.contains(line + "\n"), "\(line)")
+        }
+        let socket = try String(contentsOfFile: repositoryRoot + "/systemd/browser-login-broker.socket", encoding: .utf8)
+        for line in ["ListenStream=%t/browser-login/broker.sock", "SocketMode=0600", "DirectoryMode=0700"] {
+            #expect(socket.contains(line + "\n"), "\(line)")
+        }
+    }
+
+    @Test func theGeneratedAndTheInstalledDesktopFilesPassDesktopFileValidate() throws {
+        let dir = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let generated = dir + "/" + DesktopEntry.fileName
+        let text = DesktopEntry.text(exec: "/usr/bin/browser-login", schemes: ["com.example.notes", "org.example.mail"])
+        try Data(text.utf8).write(to: URL(fileURLWithPath: generated))
+        let validate = try runTool(["desktop-file-validate", generated])
+        #expect(validate.status == 0, "\(validate.output)")
+        #expect(validate.output.isEmpty, "\(validate.output)")
+        // A file name that is not the bus name would be refused with DBusActivatable=true.
+        let misnamed = dir + "/browser login.desktop"
+        try Data(text.utf8).write(to: URL(fileURLWithPath: misnamed))
+        #expect(try runTool(["desktop-file-validate", misnamed]).status != 0)
+    }
+
+    @Test func theInterfaceXMLIsTheOneTheDaemonRegisters() throws {
+        let xml = try String(contentsOfFile: repositoryRoot + "/dbus/org.freedesktop.Application.xml", encoding: .utf8)
+        for method in ["Activate", "Open", "ActivateAction"] { #expect(xml.contains("<method name=\"\(method)\">")) }
+        #expect(xml.contains("<arg type=\"as\" name=\"uris\" direction=\"in\"/>"))
+    }
+}
