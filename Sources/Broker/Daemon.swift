@@ -150,7 +150,22 @@ public enum BrokerDaemon {
         if options.checkServers {
             return await ServerCheck.run(clients: loaded.clients, json: options.json)
         }
-        if let report = HandlerRegistration.installAtStartUp(
+        let handlerSchemes = loaded.clients.filter(\.installHandler).map(\.returnURL.scheme)
+        if environment["INVOCATION_ID"] != nil, !handlerSchemes.isEmpty {
+            // The hardened service cannot write ~/.local/share/applications or
+            // mimeapps.list: register through the user manager, outside the
+            // sandbox, with the CLI's own install-handler.
+            let arguments =
+                [
+                    "systemd-run", "--user", "--quiet", "--collect", "--no-ask-password", "--wait",
+                    HandlerRegistration.handlerProgram(), "install-handler",
+                ]
+                + handlerSchemes.flatMap { ["--scheme", $0] }
+            let result = HandlerInstaller.run(program: "/usr/bin/env", arguments: arguments, environment: environment)
+            logger.log(
+                result.status == 0 ? .info : .warning, "URL handler registration through systemd-run",
+                ["status": "\(result.status)"])
+        } else if let report = HandlerRegistration.installAtStartUp(
             clients: loaded.clients, environment: environment, handlerProgram: HandlerRegistration.handlerProgram())
         {
             for step in report.steps { logger.info("URL handler", ["step": step]) }

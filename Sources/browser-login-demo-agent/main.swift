@@ -50,7 +50,8 @@ do {
     process.standardOutput = FileHandle.nullDevice
     try process.run()
     process.waitUntilExit()
-    note("user agent: handed the return URL to the desktop (\(deliver.joined(separator: " "))), exit \(process.terminationStatus)")
+    note(
+        "user agent: handed the return URL to the desktop (\(deliver.joined(separator: " "))), exit \(process.terminationStatus)")
     exit(process.terminationStatus == 0 ? 0 : 1)
 } catch {
     note("user agent: failed: \(error)")
