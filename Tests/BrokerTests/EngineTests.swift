@@ -238,3 +238,65 @@ func waitFor(_ condition: @Sendable () -> Bool) async throws {
     }
     Issue.record("timed out")
 }
+
+/// A transport that answers from a script and records what it was sent.
+final class ScriptedTransport: HTTPTransport {
+    let state = Mutex<(answers: [HTTPResponse], sent: [HTTPRequest])>(([], []))
+    func send(_ request: HTTPRequest) async throws(HTTPTransportError) -> HTTPResponse {
+        try state.withLock { s throws(HTTPTransportError) in
+            s.sent.append(request)
+            guard !s.answers.isEmpty else { throw .noAnswer("unscripted") }
+            return s.answers.removeFirst()
+        }
+    }
+}
+
+@Suite struct AppRequestTests {
+    @Test func tokenExpiredIsRefreshedAndSentOnceMoreAndNothingElseRepeats() async throws {
+        let server = FakeServer()
+        let transport = ScriptedTransport()
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("blapp-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let client = ClientConfig(
+            id: "com.example.notes", appName: "Example Notes", server: try Origin("https://login.example.com"),
+            returnURL: try ReturnURL("com.example.notes:/callback"))
+        let engine = try BrokerEngine(
+            storePath: dir.appendingPathComponent("state.sqlite").path, clients: [client], vault: InMemoryVault(),
+            makeServer: { _ in server }, launcher: NoBrowser(), transport: transport,
+            logger: Logger(label: "test", sink: { _ in }), socketPath: "/nonexistent")
+        _ = try await engine.start(client: "com.example.notes", ephemeral: false, openBrowser: false, switchAccount: false)
+        let serverId = try #require(server.state.withLock { $0.created.last })
+        server.state.withLock { $0.exchange = [.success(server.issued(for: serverId))] }
+        _ = try await engine.finish(
+            url: Callback.url(
+                returnURL: "com.example.notes:/callback", outcome: .code("c"), attempt: serverId,
+                issuer: "https://login.example.com"))
+        let expired = HTTPResponse(
+            status: 401, headers: [HTTPHeader("Content-Type", "application/json")],
+            body: Array(#"{"error":{"code":"TOKEN_EXPIRED","message":"expired"}}"#.utf8))
+        let ok = HTTPResponse(status: 200, headers: [HTTPHeader("Set-Cookie", "a=b")], body: Array("{}".utf8))
+        transport.state.withLock { $0.answers = [expired, ok] }
+        server.state.withLock {
+            $0.refresh = [
+                .success(
+                    RefreshResponse(
+                        accessToken: "access-2", accessTokenExpiresAt: Timestamp.now().adding(milliseconds: 600_000),
+                        refreshToken: "refresh-2", expiresAt: Timestamp.now().adding(milliseconds: 3_600_000)))
+            ]
+        }
+        let request = AppRequest(
+            client: "com.example.notes", method: "POST", path: "/api/notes", query: [], headers: [], body: Array("{}".utf8),
+            timeoutMilliseconds: 1000)
+        let answer = try await engine.appRequest(request)
+        #expect(answer.status == 200)
+        #expect(answer.headers.isEmpty)
+        let sent = transport.state.withLock { $0.sent }
+        #expect(sent.count == 2)
+        #expect(sent.map { $0.headers.first { $0.name == "Authorization" }?.value } == ["Bearer access-1", "Bearer access-2"])
+        #expect(server.count("refresh") == 1)
+        // A 500 is never repeated.
+        transport.state.withLock { $0.answers = [HTTPResponse(status: 500, headers: [], body: [])] }
+        #expect(try await engine.appRequest(request).status == 500)
+        #expect(transport.state.withLock { $0.sent.count } == 3)
+    }
+}

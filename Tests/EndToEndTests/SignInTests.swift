@@ -229,3 +229,59 @@ struct SignInTests {
         #expect(cli.err.contains("not running"))
     }
 }
+
+@Suite("Sign-in options", .serialized)
+struct SignInOptionTests {
+    @Test func ephemeralNeedsAPrivateBrowserCommand() throws {
+        let h = try Harness()
+        try h.startServer(clients: [
+            ("com.example.notes", "Example Notes", "com.example.notes:/callback"),
+            ("com.example.private", "Private", "com.example.private:/cb"),
+        ])
+        h.writeClient()
+        h.writeClient(
+            file: "private.conf", id: "com.example.private", appName: "Private", returnURL: "com.example.private:/cb",
+            extra: "PrivateBrowser=/bin/true --private %u")
+        try h.startBroker()
+        let rpc = try h.rpc()
+        #expect(
+            try errorCode(rpc, "login.start", ["client": "com.example.notes", "ephemeral": true]) == "EPHEMERAL_UNSUPPORTED")
+        let started = try rpc.call("login.start", params: ["client": "com.example.private", "ephemeral": true])
+        #expect(started["state"] == "waiting")
+    }
+
+    @Test func aSignedInClientNeedsSwitchAccountToStartAgain() throws {
+        let h = try Harness()
+        try h.startServer()
+        h.writeClient()
+        try h.startBroker()
+        try h.signIn()
+        let rpc = try h.rpc()
+        #expect(
+            try errorCode(rpc, "login.start", ["client": "com.example.notes", "openBrowser": false]) == "ALREADY_SIGNED_IN")
+        let switched = try rpc.call(
+            "login.start", params: ["client": "com.example.notes", "openBrowser": false, "switchAccount": true])
+        #expect(switched["state"] == "waiting")
+        // The old session was signed out (and revoked at the server) first.
+        #expect(try rpc.call("session.get", params: ["client": "com.example.notes"])["status"] == "signingIn")
+    }
+
+    @Test func theUsersClientFileWinsOverASystemOneOfTheSameName() throws {
+        let h = try Harness()
+        try h.startServer()
+        h.writeClient()
+        try FileManager.default.createDirectory(
+            atPath: h.dir + "/data/browser-login/clients.d", withIntermediateDirectories: true)
+        _ = FileManager.default.createFile(
+            atPath: h.dir + "/data/browser-login/clients.d/notes.conf",
+            contents: Data("[Client]\nId=com.example.system\nAppName=System copy\n".utf8))
+        _ = FileManager.default.createFile(
+            atPath: h.dir + "/data/browser-login/clients.d/extra.conf",
+            contents: Data(
+                "[Client]\nId=com.example.extra\nAppName=Extra\nServer=\(h.serverOrigin)\nReturnUrl=com.example.extra:/cb\n".utf8)
+        )
+        try h.startBroker()
+        let ids = try h.rpc().call("clients.list").arrayValue?.compactMap { $0["id"]?.stringValue }
+        #expect(ids == ["com.example.extra", "com.example.notes"])
+    }
+}
