@@ -68,6 +68,16 @@ let package = Package(
                 "browser-login-server",
             ]
         ),
+
+        // Benchmarks (docs/performance.md): `make bench`.
+        .executableTarget(
+            name: "browser-login-bench",
+            dependencies: [
+                "BrokerRPC", "BrokerStore", "BrokerCore", "BrokerHTTP", "BrokerVault", "BrowserLoginProtocol",
+                "SQLiteSupport", "ScriptedBrowser",
+            ],
+            path: "Benchmarks/browser-login-bench"
+        ),
     ],
     swiftLanguageModes: [.v6]
 )
