@@ -203,11 +203,13 @@ final class ChildProcess: Sendable {
 
     /// Resident memory in KiB (VmRSS), nil when gone.
     var residentKiB: Int? { readResidentKiB(pid) }
+    /// Anonymous resident memory in KiB (RssAnon: heap and stacks, without mapped libraries).
+    var anonymousKiB: Int? { readResidentKiB(pid, field: "RssAnon:") }
 }
 
-func readResidentKiB(_ pid: pid_t) -> Int? {
+func readResidentKiB(_ pid: pid_t, field: String = "VmRSS:") -> Int? {
     guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
-    for line in text.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+    for line in text.split(separator: "\n") where line.hasPrefix(field) {
         return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
     }
     return nil
