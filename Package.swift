@@ -79,6 +79,16 @@ let package = Package(
                 "browser-login-broker", "browser-login", "browser-login-server",
             ]
         ),
+
+        // Benchmarks (docs/performance.md): `make bench`.
+        .executableTarget(
+            name: "browser-login-bench",
+            dependencies: [
+                "BrokerRPC", "BrokerStore", "BrokerCore", "BrokerHTTP", "BrokerVault", "BrowserLoginProtocol",
+                "SQLiteSupport", "ScriptedBrowser",
+            ],
+            path: "Benchmarks/browser-login-bench"
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -219,6 +219,7 @@ public enum BrokerDaemon {
             server = try RPCServer(
                 configuration: RPCServerConfiguration(listen: listen),
                 events: { event in logger.debug("rpc event", ["event": "\(event)"]) },
+                fast: { context, method, params in methods.handleFast(context, method, params) },
                 handler: { context, method, params async throws(RPCError) in
                     try await methods.handle(context, method, params)
                 })

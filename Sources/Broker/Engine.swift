@@ -33,6 +33,9 @@ public actor BrokerEngine {
     /// `session.wait` callers per client.
     var waiters: [String: [UInt64: CheckedContinuation<SessionView?, Never>]] = [:]
     var waiterCounter: UInt64 = 0
+    /// Every client's public session view, kept current on each store write:
+    /// `session.get` reads it without a query, also off the actor (the RPC fast path).
+    public nonisolated let sessionBoard = SessionBoard()
     /// The last session view published per client, to publish changes only.
     var publishedSessions: [String: SessionView] = [:]
     /// Each signed-in client's session secrets, read once from the vault.
@@ -71,6 +74,13 @@ public actor BrokerEngine {
         self.clock = clock
         self.logger = logger
         self.socketPath = socketPath
+        let board = sessionBoard
+        let store = self.store
+        for id in byId.keys { board.set(try Self.computeSessionView(store, id)) }
+        // Runs inside each write, so the board never lags a committed change.
+        store.didWrite = { [unowned store] client in
+            if let view = try? Self.computeSessionView(store, client) { board.set(view) } else { board.remove(client) }
+        }
     }
 
     // MARK: - Helpers
@@ -149,6 +159,12 @@ public actor BrokerEngine {
     /// The public session of a client: its stored session when signed in,
     /// `signingIn` while an attempt is live, else what the store says.
     func sessionView(_ client: String) throws -> SessionView {
+        if let view = sessionBoard.view(client) { return view }
+        return try Self.computeSessionView(store, client)
+    }
+
+    /// `sessionView` from the store (what the board holds).
+    static func computeSessionView(_ store: BrokerStore, _ client: String) throws -> SessionView {
         let record = try store.session(client: client)
         if let record, record.status == .signedIn { return record.view }
         let live = try store.list(client: client, states: [.starting, .waiting, .exchanging], limit: 1)
@@ -205,7 +221,8 @@ public actor BrokerEngine {
         }
     }
 
-    public func config(for client: String) -> ClientConfig? { clients[client] }
+    /// Nonisolated: `clients` never changes, so the method table asks without an actor hop.
+    public nonisolated func config(for client: String) -> ClientConfig? { clients[client] }
 
     // MARK: - Lists
 

@@ -30,6 +30,19 @@ public struct MethodTable: Sendable {
         }
     }
 
+    /// The RPC server's fast path (`RPCFastHandler`): `session.get` for a
+    /// configured client without `Peers=`, answered from the engine's session
+    /// board on the connection's I/O queue. Anything else (other methods, other
+    /// params, errors, bound clients) returns nil and takes `handle`, which
+    /// gives the same answer for these calls.
+    public func handleFast(_ context: RPCRequestContext, _ method: String, _ params: JSONValue?) -> [UInt8]? {
+        guard method == "session.get", case .object(let members)? = params, members.count == 1,
+            case .string(let client)? = members["client"], let config = engine.config(for: client),
+            config.peers.isEmpty, let entry = engine.sessionBoard.entry(client)
+        else { return nil }
+        return entry.bytes
+    }
+
     static func rpcError(_ error: BrokerError) -> RPCError {
         var data: [String: JSONValue] = ["code": .string(error.code.rawValue)]
         if let id = error.attemptId { data["attemptId"] = .string(id) }
@@ -42,7 +55,7 @@ public struct MethodTable: Sendable {
 
     /// Whether this connection's peer may use `client` (Peers=).
     func mayUse(_ client: String, _ context: RPCRequestContext) async -> Bool {
-        guard let config = await engine.config(for: client) else { return true }
+        guard let config = engine.config(for: client) else { return true }
         return PeerBinding.mayUse(config, pid: context.peer.pid)
     }
 
@@ -126,7 +139,9 @@ public struct MethodTable: Sendable {
             let p = try Params(raw, allowed: ["client"])
             let client = try p.string("client")
             try await requireUse(client, context)
-            return try encode(await engine.session(client: client))
+            let view = try await engine.session(client: client)
+            if let json = engine.sessionBoard.entry(client)?.json { return json }
+            return try encode(view)
 
         case "session.wait":
             let p = try Params(raw, allowed: ["client", "timeoutMs"])

@@ -246,6 +246,19 @@ public enum RPCCodec {
     /// The bytes of a single response.
     public static func encode(_ response: RPCResponse) -> [UInt8] { response.json.serialized() }
 
+    /// The bytes of a success response whose result is already serialized:
+    /// the same bytes as `encode(RPCResponse(id:result:))` (keys in sorted order).
+    public static func encode(id: RPCID, serializedResult result: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(result.count + 48)
+        out.append(contentsOf: #"{"id":"#.utf8)
+        id.json.write(to: &out)
+        out.append(contentsOf: #","jsonrpc":"2.0","result":"#.utf8)
+        out.append(contentsOf: result)
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+
     /// The bytes of a batch response (callers never send an empty one).
     public static func encode(batch responses: [RPCResponse]) -> [UInt8] {
         JSONValue.array(responses.map(\.json)).serialized()

@@ -7,6 +7,14 @@ import Synchronization
 public typealias RPCHandler =
     @Sendable (_ context: RPCRequestContext, _ method: String, _ params: JSONValue?) async throws(RPCError) -> JSONValue
 
+/// Answers a request at once, on the connection's I/O queue, with the
+/// serialized JSON of its result (as `JSONValue.serialized()` writes it), or
+/// returns nil to hand it to the `RPCHandler`. For cheap, non-blocking reads
+/// only (the broker's `session.get`): it runs on the queue that serves other
+/// connections too, and only for a single request (not a batch).
+public typealias RPCFastHandler =
+    @Sendable (_ context: RPCRequestContext, _ method: String, _ params: JSONValue?) -> [UInt8]?
+
 /// Configuration of an `RPCServer`.
 public struct RPCServerConfiguration: Sendable {
     /// Where the server listens.
@@ -130,6 +138,7 @@ public struct RPCServerStatistics: Sendable, Hashable {
 public final class RPCServer: Sendable {
     public let configuration: RPCServerConfiguration
     private let handler: RPCHandler
+    private let fastHandler: RPCFastHandler?
     private let events: @Sendable (RPCServerEvent) -> Void
     private let listenFD: Int32
     /// The path bound and its inode, to remove exactly that socket at shutdown.
@@ -156,10 +165,12 @@ public final class RPCServer: Sendable {
     public init(
         configuration: RPCServerConfiguration,
         events: @escaping @Sendable (RPCServerEvent) -> Void = { _ in },
+        fast: RPCFastHandler? = nil,
         handler: @escaping RPCHandler
     ) throws(RPCServerError) {
         self.configuration = configuration
         self.handler = handler
+        self.fastHandler = fast
         self.events = events
         self.ioQueues = (0..<configuration.ioQueueCount).map {
             DispatchQueue(label: "browser-login.rpc.io.\($0)")
@@ -474,16 +485,27 @@ public final class RPCServer: Sendable {
             return true
         }
         guard accepted else { return false }
+        let incoming = RPCCodec.decodeIncoming(bytes)
+        if let fastHandler, case .single(.request(let request)) = incoming,
+            let result = fastHandler(
+                RPCRequestContext(connection: connection, requestID: request.id), request.method, request.params)
+        {
+            // Answered here: no task, no hop to the handler's executor.
+            let reply = request.id.map { RPCCodec.encode(id: $0, serializedResult: result) }
+            io.queue.async { io.finished(reply: reply) }
+            state.withLock { $0.inFlight -= 1 }
+            return true
+        }
         let handler = self.handler
         let item: @Sendable () async -> Void = { [self] in
-            let reply = await RPCDispatcher.reply(to: bytes) { request in
+            let reply = await RPCDispatcher.reply(to: incoming) { request in
                 do throws(RPCError) {
                     let context = RPCRequestContext(connection: connection, requestID: request.id)
                     return .success(try await handler(context, request.method, request.params))
                 } catch {
                     return .failure(error)
                 }
-            }
+            }?.serialized()
             io.queue.async { io.finished(reply: reply) }
             self.state.withLock { $0.inFlight -= 1 }
         }

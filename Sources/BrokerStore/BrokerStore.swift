@@ -75,6 +75,11 @@ public final class BrokerStore {
 
     let db: Database
 
+    /// Called after each committed write with the client it concerns. The
+    /// engine keeps its in-memory session views current with it (`session.get`
+    /// is then answered without a query).
+    public var didWrite: ((String) -> Void)?
+
     /// Opens (creating) the store at `path` and runs its migrations.
     public init(path: String) throws {
         db = try Database(path: path)
@@ -128,6 +133,7 @@ public final class BrokerStore {
                 arguments: arguments(attempt))
             try appendHistory(attempt, from: nil)
         }
+        didWrite?(attempt.client)
     }
 
     /// Writes the attempt; when its state changed from `previous`, records
@@ -146,6 +152,7 @@ public final class BrokerStore {
                 """, arguments: args)
             if previous != attempt.state { try appendHistory(attempt, from: previous) }
         }
+        didWrite?(attempt.client)
     }
 
     private func appendHistory(_ attempt: AttemptRecord, from: AttemptState?) throws {
@@ -269,5 +276,6 @@ public final class BrokerStore {
                 s.accessTokenExpiresAt?.millisecondsSince1970, s.reason, s.attemptId, s.updatedAt.millisecondsSince1970,
                 s.revokePending, s.verifiedAt?.millisecondsSince1970,
             ])
+        didWrite?(s.client)
     }
 }

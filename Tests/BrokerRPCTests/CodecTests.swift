@@ -287,3 +287,14 @@ import Testing
                 == #"{"error":{"code":-32700,"message":"Parse error"},"id":null,"jsonrpc":"2.0"}"#)
     }
 }
+
+@Suite("Pre-serialized results")
+struct PreSerializedResultTests {
+    @Test(arguments: [RPCID.integer(7), .string("a\"b"), .null])
+    func aPreSerializedResultEncodesLikeTheResponse(id: RPCID) {
+        let result: JSONValue = ["status": "signedIn", "account": ["email": "a@example.com"], "reason": nil]
+        #expect(
+            RPCCodec.encode(id: id, serializedResult: result.serialized())
+                == RPCCodec.encode(RPCResponse(id: id, result: result)))
+    }
+}

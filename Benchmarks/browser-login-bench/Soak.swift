@@ -1,0 +1,90 @@
+import BrokerRPC
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `--soak MINUTES`: mixed calls on four connections, sign-ins and sign-outs
+/// on two clients, for MINUTES; prints the broker's RSS every 15 s and judges
+/// the trend (a leak grows RSS steadily; the first quarter is warm-up).
+enum Soak {
+    static func run(world: World, minutes: Double) throws {
+        guard let broker = world.broker else { return }
+        let end = nowNanos() + UInt64(minutes * 60e9)
+        let calls = Counter()
+        let signIns = Counter()
+        let failures = Counter()
+        let samples = Samples()
+        let start = nowNanos()
+        print("soak: \(minutes) min; t(s), broker RSS (KiB), calls, sign-ins")
+        let hot = world.clientIds[0]
+        let signers = Array(world.clientIds.dropFirst().prefix(2))
+        onThreads(4 + signers.count + 1) { t in
+            if t == 4 + signers.count {
+                // The sampler.
+                while nowNanos() < end {
+                    let rss = broker.residentKiB ?? 0
+                    let at = Double(nowNanos() - start) / 1e9
+                    samples.append(Double(rss))
+                    print(String(format: "soak: %6.0f  %7d  %9d  %6d", at, rss, calls.current, signIns.current))
+                    fflush(nil)
+                    var slept = 0
+                    while slept < 15_000 && nowNanos() < end {
+                        usleep(100_000)
+                        slept += 100
+                    }
+                }
+                return
+            }
+            guard let rpc = try? world.rpc() else {
+                failures.add(1)
+                return
+            }
+            if t >= 4 {
+                let client = signers[t - 4]
+                while nowNanos() < end {
+                    do {
+                        try world.signIn(rpc, client: client, emailTag: 100 + t)
+                        _ = try rpc.call("session.get", params: ["client": .string(client)])
+                        _ = try rpc.call("session.signOut", params: ["client": .string(client)])
+                        signIns.add(1)
+                    } catch {
+                        failures.add(1)
+                    }
+                }
+                return
+            }
+            var i = 0
+            while nowNanos() < end {
+                do {
+                    switch i % 20 {
+                    case 0: _ = try rpc.call("broker.info")
+                    case 1: _ = try rpc.call("login.list", params: ["client": .string(signers[0])])
+                    case 2: _ = try rpc.call("clients.list")
+                    case 3: _ = try rpc.call("session.get", params: ["client": .string(signers[i % signers.count])])
+                    case 4:
+                        let sub = try rpc.call("events.subscribe", params: ["clients": [.string(hot)]])
+                        _ = try rpc.call("events.unsubscribe", params: ["subscription": sub["subscription"] ?? .null])
+                    default: _ = try rpc.call("session.get", params: ["client": .string(hot)])
+                    }
+                    calls.add(1)
+                } catch {
+                    failures.add(1)
+                }
+                i += 1
+                // Paced: a busy desktop, not a load test (about 2,000 calls/s per connection at most).
+                if i % 100 == 0 { usleep(50_000) }
+            }
+        }
+        let rss = samples.all
+        let quarter = max(1, rss.count / 4)
+        let warm = rss[min(rss.count - 1, quarter)]
+        let last = rss.last ?? 0
+        let peak = rss.max() ?? 0
+        print(
+            "soak: done. \(calls.current) calls, \(signIns.current) sign-ins, \(failures.current) failures; RSS after warm-up \(Int(warm)) KiB, at the end \(Int(last)) KiB, peak \(Int(peak)) KiB; growth after warm-up \(Int(last - warm)) KiB"
+        )
+        print(last - warm <= 1024 ? "soak: no leak (growth after warm-up ≤ 1 MiB)" : "soak: RSS GREW after warm-up")
+    }
+}

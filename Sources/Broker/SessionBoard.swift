@@ -1,0 +1,34 @@
+import BrokerCore
+import BrokerRPC
+import Synchronization
+
+/// Each client's current public session view and its JSON form, behind a
+/// lock: written by the engine inside each store write, read by `session.get`
+/// from any thread. The JSON is made once per change (through the same
+/// `Codable` encoding as before), not once per call.
+public final class SessionBoard: Sendable {
+    public struct Entry: Sendable {
+        public var view: SessionView
+        public var json: JSONValue
+        /// `json.serialized()`, for the RPC fast path.
+        public var bytes: [UInt8]
+    }
+
+    private let entries = Mutex<[String: Entry]>([:])
+
+    public init() {}
+
+    func set(_ view: SessionView) {
+        guard let json = try? JSONValue(encoding: view) else {
+            remove(view.client)
+            return
+        }
+        entries.withLock { $0[view.client] = Entry(view: view, json: json, bytes: json.serialized()) }
+    }
+
+    func remove(_ client: String) { _ = entries.withLock { $0.removeValue(forKey: client) } }
+
+    public func entry(_ client: String) -> Entry? { entries.withLock { $0[client] } }
+
+    public func view(_ client: String) -> SessionView? { entry(client)?.view }
+}
