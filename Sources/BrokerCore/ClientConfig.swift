@@ -96,7 +96,7 @@ public enum ClientConfigValidator {
         }
 
         let id = required("Id")
-        if let id, !isValidClientId(id) {
+        if let id, !Registration.isValidClientId(id) {
             error("Id", "must match [A-Za-z0-9._-]{1,64}")
         }
         let appName = required("AppName")
@@ -108,7 +108,7 @@ public enum ClientConfigValidator {
             do { server = try Origin(text) } catch let refusal { error("Server", refusal.message) }
         }
         let basePath = keys["BasePath"]?.trimmed ?? "/browser-login"
-        if !isValidBasePath(basePath) {
+        if !Registration.isValidBasePath(basePath) {
             error("BasePath", "must match ^(/[A-Za-z0-9._~-]+)+$ (for example /browser-login)")
         }
         var returnURL: ReturnURL?
@@ -193,26 +193,6 @@ public enum ClientConfigValidator {
             }
         }
         return (clients.filter { !refused.contains($0.file) }, problems)
-    }
-
-    public static func isValidClientId(_ id: String) -> Bool {
-        (1...64).contains(id.utf8.count)
-            && id.utf8.allSatisfy {
-                ($0 | 0x20) >= 0x61 && ($0 | 0x20) <= 0x7A || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2E || $0 == 0x5F
-                    || $0 == 0x2D
-            }
-    }
-
-    public static func isValidBasePath(_ path: String) -> Bool {
-        guard path.hasPrefix("/"), path.count > 1 else { return false }
-        let segments = path.dropFirst().split(separator: "/", omittingEmptySubsequences: false)
-        return segments.allSatisfy { segment in
-            !segment.isEmpty
-                && segment.utf8.allSatisfy {
-                    ($0 | 0x20) >= 0x61 && ($0 | 0x20) <= 0x7A || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2E
-                        || $0 == 0x5F || $0 == 0x7E || $0 == 0x2D
-                }
-        }
     }
 
     static func isValidFlatpakId(_ id: String) -> Bool {

@@ -22,25 +22,13 @@ public struct LoginServerConfiguration: Sendable, Equatable {
         timeoutMilliseconds: Int = 15_000, connectTimeoutMilliseconds: Int = 5_000,
         maximumResponseBytes: Int = 256 * 1024
     ) {
-        guard LoginServerConfiguration.isValidBasePath(basePath) else { return nil }
+        guard Registration.isValidBasePath(basePath) else { return nil }
         self.origin = origin
         self.basePath = basePath
         self.caFile = caFile
         self.timeoutMilliseconds = timeoutMilliseconds
         self.connectTimeoutMilliseconds = connectTimeoutMilliseconds
         self.maximumResponseBytes = maximumResponseBytes
-    }
-
-    public static func isValidBasePath(_ path: String) -> Bool {
-        guard path.hasPrefix("/"), !path.hasSuffix("/") else { return false }
-        return path.dropFirst().split(separator: "/", omittingEmptySubsequences: false).allSatisfy { segment in
-            !segment.isEmpty
-                && segment.utf8.allSatisfy { b in
-                    (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A)
-                        || b == UInt8(ascii: ".") || b == UInt8(ascii: "_") || b == UInt8(ascii: "~")
-                        || b == UInt8(ascii: "-")
-                }
-        }
     }
 
     /// `{origin}{basePath}/native`.

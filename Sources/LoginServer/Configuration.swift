@@ -109,7 +109,7 @@ public struct ServerConfiguration: Sendable {
             throw fail("listen", "ip-literal", "listen on an IPv4 or IPv6 literal such as 127.0.0.1 or ::1")
         }
         guard (0...65535).contains(port) else { throw fail("port", "range", "the port is 0 (any free port) to 65535") }
-        if !Self.isValidBasePath(basePath) {
+        if !Registration.isValidBasePath(basePath) {
             throw fail("basePath", "pattern", "the base path matches ^(/[A-Za-z0-9._~-]+)+$, e.g. /browser-login")
         }
         if let publicOrigin {
@@ -148,7 +148,7 @@ public struct ServerConfiguration: Sendable {
         var ids: Set<String> = []
         for (i, client) in clients.enumerated() {
             let field = "clients[\(i)]"
-            if !Self.isValidClientId(client.clientId) {
+            if !Registration.isValidClientId(client.clientId) {
                 throw fail(field + ".clientId", "pattern", "a client id matches [A-Za-z0-9._-]{1,64}")
             }
             if !ids.insert(client.clientId).inserted {
@@ -183,22 +183,6 @@ public struct ServerConfiguration: Sendable {
         }
     }
 
-    public static func isValidBasePath(_ path: String) -> Bool {
-        guard path.hasPrefix("/"), !path.hasSuffix("/") else { return false }
-        return path.dropFirst().split(separator: "/", omittingEmptySubsequences: false).allSatisfy { segment in
-            !segment.isEmpty
-                && segment.unicodeScalars.allSatisfy {
-                    ($0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0))) || "._~-".unicodeScalars.contains($0)
-                }
-        }
-    }
-
-    public static func isValidClientId(_ id: String) -> Bool {
-        (1...64).contains(id.utf8.count)
-            && id.unicodeScalars.allSatisfy {
-                ($0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0))) || "._-".unicodeScalars.contains($0)
-            }
-    }
 }
 
 func isIPLiteral(_ text: String) -> Bool {
