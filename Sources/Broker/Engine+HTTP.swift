@@ -106,7 +106,7 @@ extension BrokerEngine {
                 "paths under the login server's base path (\(client.basePath)) belong to the broker, not the app")
         }
         var secrets = try await currentSession(client.id)
-        if let expiry = secrets.session.accessTokenExpiresAt as Timestamp?, now().adding(milliseconds: 15_000) >= expiry {
+        if now().adding(milliseconds: 15_000) >= secrets.session.accessTokenExpiresAt {
             secrets = try await refreshSession(client.id, current: secrets)
         }
         var response = try await sendApp(request, url: url, token: secrets.session.accessToken)

@@ -188,7 +188,7 @@ extension BrokerEngine {
             throw BrokerError(
                 .attemptUnknown, "the callback names no attempt of this broker (it may be old); start a new sign-in")
         }
-        candidates = candidates.filter { ReturnURLMatch.matches(registered: $0.returnURL, callback.target) }
+        candidates = candidates.filter { (try? ReturnURL($0.returnURL))?.matches(callback.target) ?? false }
         guard var record = candidates.first else {
             throw BrokerError(
                 .callbackMismatch, "the callback URL is not the return URL its attempt registered; nothing was changed")
@@ -517,14 +517,6 @@ extension BrokerEngine {
             try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
         }
         return view(try attempt(attemptId))
-    }
-}
-
-/// Exact return-URL matching on the stored registered URL text.
-enum ReturnURLMatch {
-    static func matches(registered: String, _ target: URLParts) -> Bool {
-        guard let parts = URLParts(splitting: registered) else { return false }
-        return parts.matchKey == target.matchKey
     }
 }
 
