@@ -23,6 +23,19 @@ func requireOne(_ args: Arguments, _ what: String) throws -> String {
     return args.positionals[0]
 }
 
+/// The `run` of a command that takes one positional argument, makes one call
+/// with it as `param`, and prints the answer with `describe` (or as JSON).
+func oneArgumentCall(
+    _ placeholder: String, method: String, param: String, describe: @escaping @Sendable (JSONValue) -> String
+) -> @Sendable (Arguments, RPCClientFactory) throws -> Exit {
+    { args, rpc in
+        let value = try requireOne(args, placeholder)
+        let answer = try call(try rpc.make(), method, [param: .string(value)])
+        if args.flags.contains("json") { printJSON(answer) } else { print(describe(answer)) }
+        return .ok
+    }
+}
+
 func requireNone(_ args: Arguments) throws {
     guard args.positionals.isEmpty else { throw CLIError("unexpected argument '\(args.positionals[0])'; see --help", .usage) }
 }
@@ -226,22 +239,12 @@ let subcommands: [Subcommand] = [
             Exit status 0 when the attempt completed (or was already complete).
             """,
         flags: ["json"], options: [],
-        run: { args, rpc in
-            let url = try requireOne(args, "URL")
-            let a = try call(try rpc.make(), "login.finish", ["url": .string(url)])
-            if args.flags.contains("json") { printJSON(a) } else { print(describeAttempt(a)) }
-            return .ok
-        }),
+        run: oneArgumentCall("URL", method: "login.finish", param: "url", describe: describeAttempt)),
     Subcommand(
         name: "cancel", summary: "cancel a login attempt", usage: "browser-login cancel ATTEMPT_ID",
         help: "Cancels the attempt locally at once (later callbacks are refused), then at the server.",
         flags: ["json"], options: [],
-        run: { args, rpc in
-            let value = try requireOne(args, "ATTEMPT_ID")
-            let a = try call(try rpc.make(), "login.cancel", ["attemptId": .string(value)])
-            if args.flags.contains("json") { printJSON(a) } else { print(describeAttempt(a)) }
-            return .ok
-        }),
+        run: oneArgumentCall("ATTEMPT_ID", method: "login.cancel", param: "attemptId", describe: describeAttempt)),
     Subcommand(
         name: "resume", summary: "reopen the browser for a waiting attempt",
         usage: "browser-login resume ATTEMPT_ID [--no-browser]",
@@ -275,32 +278,17 @@ let subcommands: [Subcommand] = [
             once it is reconciled (its possible session adopted or revoked).
             """,
         flags: ["json"], options: [],
-        run: { args, rpc in
-            let value = try requireOne(args, "ATTEMPT_ID")
-            let a = try call(try rpc.make(), "login.acknowledge", ["attemptId": .string(value)])
-            if args.flags.contains("json") { printJSON(a) } else { print(describeAttempt(a)) }
-            return .ok
-        }),
+        run: oneArgumentCall("ATTEMPT_ID", method: "login.acknowledge", param: "attemptId", describe: describeAttempt)),
     Subcommand(
         name: "session", summary: "show a client's session", usage: "browser-login session CLIENT [--json]",
         help: "Shows whether CLIENT is signed in, as which account, and until when.",
         flags: ["json"], options: [],
-        run: { args, rpc in
-            let value = try requireOne(args, "CLIENT")
-            let s = try call(try rpc.make(), "session.get", ["client": .string(value)])
-            if args.flags.contains("json") { printJSON(s) } else { print(describeSession(s)) }
-            return .ok
-        }),
+        run: oneArgumentCall("CLIENT", method: "session.get", param: "client", describe: describeSession)),
     Subcommand(
         name: "sign-out", summary: "sign a client out", usage: "browser-login sign-out CLIENT",
         help: "Signs CLIENT out: the session is removed at once and revoked at the server (later, if the server is down).",
         flags: ["json"], options: [],
-        run: { args, rpc in
-            let value = try requireOne(args, "CLIENT")
-            let s = try call(try rpc.make(), "session.signOut", ["client": .string(value)])
-            if args.flags.contains("json") { printJSON(s) } else { print(describeSession(s)) }
-            return .ok
-        }),
+        run: oneArgumentCall("CLIENT", method: "session.signOut", param: "client", describe: describeSession)),
     Subcommand(
         name: "clients", summary: "list the configured clients", usage: "browser-login clients [--json]",
         help: "Lists the clients the broker has configured (from clients.d/*.conf).",
