@@ -282,12 +282,28 @@ func keyringLookup(_ attributes: [String: String]) -> String? {
 func spawnAndWait(_ argv: [String], environment: [String: String]) throws -> String {
     let outPath = "/tmp/bl-spawn-\(UUID().uuidString)"
     defer { unlink(outPath) }
+    let pid = try spawn(argv, environment: environment, output: outPath, append: false, errors: "/dev/null")
+    var status: Int32 = 0
+    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    return (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? ""
+}
+
+/// Starts `argv` with `posix_spawn`: standard input from /dev/null, standard
+/// output to `output` (appended or truncated), standard error to `errors`
+/// (nil: with standard output), and an empty signal mask.
+func spawn(_ argv: [String], environment: [String: String], output: String, append: Bool, errors: String?) throws
+    -> pid_t
+{
     var actions = posix_spawn_file_actions_t()
     posix_spawn_file_actions_init(&actions)
     defer { posix_spawn_file_actions_destroy(&actions) }
     posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-    posix_spawn_file_actions_addopen(&actions, 1, outPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 1, output, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), 0o600)
+    if let errors {
+        posix_spawn_file_actions_addopen(&actions, 2, errors, O_WRONLY, 0)
+    } else {
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+    }
     var attributes = posix_spawnattr_t()
     posix_spawnattr_init(&attributes)
     defer { posix_spawnattr_destroy(&attributes) }
@@ -304,9 +320,7 @@ func spawnAndWait(_ argv: [String], environment: [String: String]) throws -> Str
     var pid: pid_t = 0
     let rc = posix_spawn(&pid, argv[0], &actions, &attributes, cArgs, cEnv)
     guard rc == 0 else { throw HarnessError("cannot start \(argv[0]): \(rc)") }
-    var status: Int32 = 0
-    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-    return (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? ""
+    return pid
 }
 
 /// A long-running program started with `posix_spawn` (empty signal mask,
@@ -319,29 +333,7 @@ final class SpawnedProcess: @unchecked Sendable {
 
     init(_ argv: [String], environment: [String: String], log: String) throws {
         self.log = log
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0o600)
-        posix_spawn_file_actions_adddup2(&actions, 1, 2)
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        var empty = sigset_t()
-        sigemptyset(&empty)
-        posix_spawnattr_setsigmask(&attributes, &empty)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK))
-        let cArgs = argv.map { strdup($0) } + [nil]
-        let cEnv = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
-        defer {
-            for p in cArgs { free(p) }
-            for p in cEnv { free(p) }
-        }
-        var pid: pid_t = 0
-        let rc = posix_spawn(&pid, argv[0], &actions, &attributes, cArgs, cEnv)
-        guard rc == 0 else { throw HarnessError("cannot start \(argv[0]): \(rc)") }
-        self.pid = pid
+        pid = try spawn(argv, environment: environment, output: log, append: true, errors: nil)
     }
 
     /// Whether it has exited (reaps it when it has).
