@@ -25,6 +25,8 @@ let package = Package(
         cLibrary("CGIO", pkgConfig: "gio-2.0", apt: ["libglib2.0-dev"]),
         cLibrary("CMicroHTTPD", pkgConfig: "libmicrohttpd", apt: ["libmicrohttpd-dev"]),
         cLibrary("CJansson", pkgConfig: "jansson", apt: ["libjansson-dev"]),
+        // glibc's <malloc.h> (malloc_trim); part of libc, nothing to install.
+        .systemLibrary(name: "CMalloc", path: "Sources/CMalloc"),
 
         // Shared by the broker and the reference server.
         .target(name: "BrowserLoginProtocol", dependencies: ["CCrypto", "CJansson"]),
@@ -52,7 +54,7 @@ let package = Package(
             name: "Broker",
             dependencies: [
                 "BrokerCore", "BrokerStore", "BrokerRPC", "BrokerHTTP", "BrokerVault", "BrokerSystem", "DesktopEntry",
-                "BrowserLoginProtocol",
+                "BrowserLoginProtocol", "CMalloc",
             ]
         ),
 

@@ -18,9 +18,11 @@ import ScriptedBrowser
 let usage = """
     browser-login-bench — benchmarks of the broker (see docs/performance.md)
 
-    Usage: browser-login-bench [--quick] [--signins N] [--soak MINUTES] [--bin-dir DIR]
+    Usage: browser-login-bench [--quick] [--only FIGURES] [--signins N] [--soak MINUTES] [--bin-dir DIR]
 
       --quick          fewer repetitions and sign-ins (a smoke run, not for the record)
+      --only FIGURES   only these figures, comma-separated: latency, throughput, cold,
+                       server, status, finish, memory (default: all)
       --signins N      sign-ins before the memory figure (default 1000)
       --soak MINUTES   instead of the table: mixed calls, sign-ins and sign-outs for
                        MINUTES, printing the broker's RSS over time
@@ -31,10 +33,16 @@ let usage = """
 
 var arguments = Array(CommandLine.arguments.dropFirst())
 if arguments.first == "--echo-server", arguments.count == 2 { EchoServer.run(path: arguments[1]) }
+if arguments.first == "--micro" {
+    Micro.run()
+    exit(0)
+}
 
 var quick = false
 var signInCount = 1000
 var soakMinutes: Double?
+let allFigures: Set<String> = ["latency", "throughput", "cold", "server", "status", "finish", "memory"]
+var only: Set<String>?
 var binDirectory =
     (CommandLine.arguments[0].hasPrefix("/")
         ? CommandLine.arguments[0] : FileManager.default.currentDirectoryPath + "/" + CommandLine.arguments[0])
@@ -50,6 +58,13 @@ do {
         case "--soak" where i + 1 < arguments.count:
             i += 1
             soakMinutes = Double(arguments[i])
+        case "--only" where i + 1 < arguments.count:
+            i += 1
+            only = Set(arguments[i].split(separator: ",").map(String.init))
+            if let unknown = only?.subtracting(allFigures).first {
+                print("browser-login-bench: no figure '\(unknown)'; choose from \(allFigures.sorted().joined(separator: ", "))")
+                exit(64)
+            }
         case "--bin-dir" where i + 1 < arguments.count:
             i += 1
             binDirectory = arguments[i]
@@ -64,6 +79,7 @@ do {
     }
 }
 if quick && !arguments.contains("--signins") { signInCount = 100 }
+let selected = only ?? allFigures
 signal(SIGPIPE, SIG_IGN)
 
 // MARK: - The table
@@ -84,135 +100,143 @@ try world.signIn(control, client: hot, emailTag: 0)
 
 if let soakMinutes {
     try Soak.run(world: world, minutes: soakMinutes)
+    world.stopAll()  // exit() skips the `defer` above
     exit(0)
 }
 
 // MARK: - session.get against the echo baseline
 
-let echoPath = world.dir + "/run/echo.sock"
-let echo = try ChildProcess(
-    [
-        CommandLine.arguments[0].hasPrefix("/") ? CommandLine.arguments[0] : binDirectory + "/browser-login-bench",
-        "--echo-server", echoPath,
-    ],
-    environment: ProcessInfo.processInfo.environment, log: world.dir + "/echo.log", name: "echo")
-defer { echo.stop(SIGKILL) }
-try waitFor(10, "the echo server") { (try? LineConnection(path: echoPath)) != nil }
+if selected.contains("latency") || selected.contains("throughput") {
+    let echoPath = world.dir + "/run/echo.sock"
+    let echo = try ChildProcess(
+        [
+            CommandLine.arguments[0].hasPrefix("/") ? CommandLine.arguments[0] : binDirectory + "/browser-login-bench",
+            "--echo-server", echoPath,
+        ],
+        environment: ProcessInfo.processInfo.environment, log: world.dir + "/echo.log", name: "echo")
+    defer { echo.stop(SIGKILL) }
+    try waitFor(10, "the echo server") { (try? LineConnection(path: echoPath)) != nil }
 
-let request = Array(
-    "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"session.get\",\"params\":{\"client\":\"\(hot)\"}}\n".utf8)
-do {
-    let c = try LineConnection(path: world.socketPath)
-    try c.call(request, keepReply: true)
-    let reply = String(decoding: c.lastReply, as: UTF8.self)
-    guard reply.contains("\"signedIn\"") else { throw BenchError("unexpected session.get reply: \(reply)") }
-    log("session.get answers \(c.lastReply.count) bytes: \(reply)")
-}
-
-/// Median round trip (ns) of `count` calls on one connection, after `warmUp`.
-func latencyP50(_ path: String, warmUp: Int, count: Int) throws -> Double {
-    let c = try LineConnection(path: path)
-    for _ in 0..<warmUp { try c.call(request) }
-    var samples = [Double]()
-    samples.reserveCapacity(count)
-    for _ in 0..<count {
-        let t = nowNanos()
-        try c.call(request)
-        samples.append(Double(nowNanos() - t))
+    let request = Array(
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"session.get\",\"params\":{\"client\":\"\(hot)\"}}\n".utf8)
+    do {
+        let c = try LineConnection(path: world.socketPath)
+        try c.call(request, keepReply: true)
+        let reply = String(decoding: c.lastReply, as: UTF8.self)
+        guard reply.contains("\"signedIn\"") else { throw BenchError("unexpected session.get reply: \(reply)") }
+        log("session.get answers \(c.lastReply.count) bytes: \(reply)")
     }
-    return percentile(samples, 0.5)
-}
 
-/// Calls per second over `connections` connections, one thread and one call in flight each.
-func throughput(_ path: String, connections: Int, seconds: Double) throws -> Double {
-    let total = Counter()
-    let failures = Counter()
-    let ready = Counter()
-    let go = Counter()
-    let elapsed = Samples()
-    onThreads(connections) { _ in
-        guard let c = try? LineConnection(path: path, attempts: 100) else {
-            failures.add(1)
-            ready.add(1)
-            return
+    /// Median round trip (ns) of `count` calls on one connection, after `warmUp`.
+    func latencyP50(_ path: String, warmUp: Int, count: Int) throws -> Double {
+        let c = try LineConnection(path: path)
+        for _ in 0..<warmUp { try c.call(request) }
+        var samples = [Double]()
+        samples.reserveCapacity(count)
+        for _ in 0..<count {
+            let t = nowNanos()
+            try c.call(request)
+            samples.append(Double(nowNanos() - t))
         }
-        ready.add(1)
-        while go.current == 0 { usleep(200) }
-        let start = nowNanos()
-        let end = start + UInt64(seconds * 1e9)
-        var n = 0
-        var now = start
-        while now < end {
-            if (try? c.call(request)) == nil {
+        return percentile(samples, 0.5)
+    }
+
+    /// Calls per second over `connections` connections, one thread and one call in flight each.
+    func throughput(_ path: String, connections: Int, seconds: Double) throws -> Double {
+        let total = Counter()
+        let failures = Counter()
+        let ready = Counter()
+        let go = Counter()
+        let elapsed = Samples()
+        onThreads(connections) { _ in
+            guard let c = try? LineConnection(path: path, attempts: 100) else {
                 failures.add(1)
-                break
+                ready.add(1)
+                return
             }
-            n += 1
-            now = nowNanos()
+            ready.add(1)
+            while go.current == 0 { usleep(200) }
+            let start = nowNanos()
+            let end = start + UInt64(seconds * 1e9)
+            var n = 0
+            var now = start
+            while now < end {
+                if (try? c.call(request)) == nil {
+                    failures.add(1)
+                    break
+                }
+                n += 1
+                now = nowNanos()
+            }
+            total.add(n)
+            elapsed.append(Double(now - start) / 1e9)
+            _ = ready
+        } starting: {
+            while ready.current < connections { usleep(1000) }
+            go.add(1)
         }
-        total.add(n)
-        elapsed.append(Double(now - start) / 1e9)
-        _ = ready
-    } starting: {
-        while ready.current < connections { usleep(1000) }
-        go.add(1)
+        if failures.current > 0 { throw BenchError("\(failures.current) connections failed") }
+        return Double(total.current) / median(elapsed.all)
     }
-    if failures.current > 0 { throw BenchError("\(failures.current) connections failed") }
-    return Double(total.current) / median(elapsed.all)
-}
 
-let latencyReps = quick ? 3 : 7
-var echoLatency: [Double] = []
-var brokerLatency: [Double] = []
-for rep in 0..<latencyReps {
-    let warm = rep == 0 ? 3000 : 500
-    echoLatency.append(try latencyP50(echoPath, warmUp: warm, count: quick ? 2000 : 5000))
-    brokerLatency.append(try latencyP50(world.socketPath, warmUp: warm, count: quick ? 2000 : 5000))
-}
-let latE = median(echoLatency)
-let latB = median(brokerLatency)
-record(
-    Row(
-        figure: "session.get round trip, 1 connection, p50", value: us(latB), baseline: us(latE) + " (echo)",
-        ratio: String(format: "%.2f×", latB / latE), target: "≤ 1.5× echo", met: latB / latE <= 1.5))
+    if selected.contains("latency") {
+        let latencyReps = quick ? 3 : 7
+        var echoLatency: [Double] = []
+        var brokerLatency: [Double] = []
+        for rep in 0..<latencyReps {
+            let warm = rep == 0 ? 3000 : 500
+            echoLatency.append(try latencyP50(echoPath, warmUp: warm, count: quick ? 2000 : 5000))
+            brokerLatency.append(try latencyP50(world.socketPath, warmUp: warm, count: quick ? 2000 : 5000))
+        }
+        let latE = median(echoLatency)
+        let latB = median(brokerLatency)
+        record(
+            Row(
+                figure: "session.get round trip, 1 connection, p50", value: us(latB), baseline: us(latE) + " (echo)",
+                ratio: String(format: "%.2f×", latB / latE), target: "≤ 1.5× echo", met: latB / latE <= 1.5))
 
-let throughputReps = quick ? 2 : 5
-var echoRate: [Double] = []
-var brokerRate: [Double] = []
-_ = try throughput(echoPath, connections: 64, seconds: 0.5)
-_ = try throughput(world.socketPath, connections: 64, seconds: 0.5)
-for _ in 0..<throughputReps {
-    echoRate.append(try throughput(echoPath, connections: 64, seconds: 2))
-    brokerRate.append(try throughput(world.socketPath, connections: 64, seconds: 2))
+    }
+
+    if selected.contains("throughput") {
+        let throughputReps = quick ? 2 : 5
+        var echoRate: [Double] = []
+        var brokerRate: [Double] = []
+        _ = try throughput(echoPath, connections: 64, seconds: 0.5)
+        _ = try throughput(world.socketPath, connections: 64, seconds: 0.5)
+        for _ in 0..<throughputReps {
+            echoRate.append(try throughput(echoPath, connections: 64, seconds: 2))
+            brokerRate.append(try throughput(world.socketPath, connections: 64, seconds: 2))
+        }
+        let rateE = median(echoRate)
+        let rateB = median(brokerRate)
+        record(
+            Row(
+                figure: "session.get throughput, 64 connections", value: perSecond(rateB), baseline: perSecond(rateE) + " (echo)",
+                ratio: String(format: "%.2f×", rateB / rateE), target: "≥ 0.3× echo and ≥ 50000/s",
+                met: rateB / rateE >= 0.3 && rateB >= 50_000))
+    }
+    echo.stop(SIGKILL)
 }
-let rateE = median(echoRate)
-let rateB = median(brokerRate)
-record(
-    Row(
-        figure: "session.get throughput, 64 connections", value: perSecond(rateB), baseline: perSecond(rateE) + " (echo)",
-        ratio: String(format: "%.2f×", rateB / rateE), target: "≥ 0.3× echo and ≥ 50000/s",
-        met: rateB / rateE >= 0.3 && rateB >= 50_000))
-echo.stop(SIGKILL)
 
 // MARK: - Cold start
 
-try Figures.coldStart(world: world, reps: quick ? 5 : 15)
+if selected.contains("cold") { try Figures.coldStart(world: world, reps: quick ? 5 : 15) }
 
 // MARK: - browser-login-server attempt creation
 
-try await Figures.attemptCreation(world: world, seconds: quick ? 1 : 3, reps: quick ? 2 : 3)
+if selected.contains("server") { try await Figures.attemptCreation(world: world, seconds: quick ? 1 : 3, reps: quick ? 2 : 3) }
 
 // MARK: - browser-login status with 100,000 attempts
 
-try Figures.status(world: world, attempts: 100_000, reps: quick ? 5 : 15)
+if selected.contains("status") { try Figures.status(world: world, attempts: 100_000, reps: quick ? 5 : 15) }
 
 // MARK: - login.finish overhead
 
-try await Figures.finishOverhead(world: world, reps: quick ? 10 : 40)
+if selected.contains("finish") { try await Figures.finishOverhead(world: world, reps: quick ? 10 : 40) }
 
 // MARK: - memory after sign-ins
 
-try Figures.memory(world: world, signIns: signInCount)
+if selected.contains("memory") { try Figures.memory(world: world, signIns: signInCount) }
 
 let seconds = Double(nowNanos() - suiteStart) / 1e9
 print("")

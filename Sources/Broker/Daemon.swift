@@ -248,6 +248,14 @@ public enum BrokerDaemon {
                 await engine.tick()
             }
         }
+        let trimmer = Task {
+            var idle = IdleTrim()
+            while !Task.isCancelled {
+                try? await Task.sleep(nanoseconds: 1_000_000_000)
+                let statistics = server.statistics
+                if idle.check(messages: statistics.messages, inFlight: statistics.inFlight) { IdleTrim.trimHeap() }
+            }
+        }
         let watchdog = Task {
             guard let usec = Systemd.watchdogMicroseconds() else { return }
             while !Task.isCancelled {
@@ -265,6 +273,7 @@ public enum BrokerDaemon {
         dbus?.shutdown()
         await dbusTask.value
         timer.cancel()
+        trimmer.cancel()
         watchdog.cancel()
         await engine.releaseWaiters()
         signals.cancel()

@@ -123,6 +123,16 @@ public struct RPCRequestContext: Sendable {
 /// (a serial queue) — the sources' handlers run there, and every other
 /// caller goes through `queue.async`. The `let` members are immutable.
 final class ConnectionIO: @unchecked Sendable {
+    /// What became of one message handed to `submit`.
+    enum Submitted {
+        /// The server takes no more work; the message gets no reply.
+        case refused
+        /// Handling started; `finished(reply:)` follows on `queue`.
+        case started
+        /// Answered at once (the fast path), with this reply (nil: none due).
+        case answered([UInt8]?)
+    }
+
     struct Limits {
         var maxMessageSize: Int
         var maxQueuedOutput: Int
@@ -134,7 +144,9 @@ final class ConnectionIO: @unchecked Sendable {
     let queue: DispatchQueue
     let limits: Limits
     /// Starts the handling of one message; false when the server no longer takes work.
-    private let submit: @Sendable (ConnectionIO, [UInt8]) -> Bool
+    private let submit: @Sendable (ConnectionIO, [UInt8]) -> Submitted
+    /// The queue's read buffer (shared with the other connections on `queue`).
+    private let readBuffer: ReadBuffer
     /// Called once on `queue` when the connection closed.
     var onClosed: ((RPCCloseReason) -> Void)?
     /// Reports framing failures.
@@ -157,13 +169,14 @@ final class ConnectionIO: @unchecked Sendable {
     private var descriptorClosed = false
 
     init(
-        connectionID: UInt64, fd: Int32, queue: DispatchQueue, limits: Limits,
-        submit: @escaping @Sendable (ConnectionIO, [UInt8]) -> Bool,
+        connectionID: UInt64, fd: Int32, queue: DispatchQueue, readBuffer: ReadBuffer, limits: Limits,
+        submit: @escaping @Sendable (ConnectionIO, [UInt8]) -> Submitted,
         onFrameError: @escaping @Sendable (RPCFrameError) -> Void
     ) {
         self.connectionID = connectionID
         self.fd = fd
         self.queue = queue
+        self.readBuffer = readBuffer
         self.limits = limits
         self.submit = submit
         self.onFrameError = onFrameError
@@ -188,11 +201,10 @@ final class ConnectionIO: @unchecked Sendable {
     private func readAvailable() {
         guard !closed, !readingStopped else { return }
         // Bounded per event, so that one busy client does not starve the others on this queue.
-        var chunk = [UInt8](repeating: 0, count: 65_536)
         for _ in 0..<8 {
             let count: Int
             do {
-                count = try Syscalls.read(fd, into: &chunk)
+                count = try Syscalls.read(fd, into: &readBuffer.bytes)
             } catch .wouldBlock {
                 return
             } catch {
@@ -204,11 +216,17 @@ final class ConnectionIO: @unchecked Sendable {
                 closeIfDone()
                 return
             }
-            for event in decoder.feed(chunk[0..<count]) {
+            for event in decoder.feed(readBuffer.bytes[0..<count]) {
+                // An inline reply may have closed it (output over the limit).
+                if closed { return }
                 switch event {
                 case .message(let bytes):
                     inFlight += 1
-                    if !submit(self, bytes) { inFlight -= 1 }
+                    switch submit(self, bytes) {
+                    case .refused: inFlight -= 1
+                    case .started: break
+                    case .answered(let reply): finished(reply: reply)
+                    }
                 case .failure(let error):
                     frameFailed(error)
                     return
@@ -218,7 +236,7 @@ final class ConnectionIO: @unchecked Sendable {
                 pauseReading()
                 return
             }
-            if count < chunk.count { return }
+            if count < readBuffer.bytes.count { return }
         }
     }
 
@@ -373,4 +391,13 @@ final class ConnectionIO: @unchecked Sendable {
         descriptorClosed = true
         Syscalls.close(fd)
     }
+}
+
+/// A 64 KiB read buffer for the connections of one I/O queue, kept instead
+/// of allocated (and zeroed) for each read event.
+///
+/// `@unchecked Sendable`: `bytes` is touched only on its I/O queue (a serial
+/// queue), inside `ConnectionIO.readAvailable`, and never kept across events.
+final class ReadBuffer: @unchecked Sendable {
+    var bytes = [UInt8](repeating: 0, count: 65_536)
 }

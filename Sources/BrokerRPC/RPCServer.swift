@@ -117,6 +117,10 @@ public struct RPCServerStatistics: Sendable, Hashable {
     public var accepted = 0
     public var refused = 0
     public var open = 0
+    /// Messages (single requests, notifications or batches) taken for handling.
+    public var messages = 0
+    /// Messages taken and not yet answered.
+    public var inFlight = 0
 }
 
 /// JSON-RPC 2.0 over a Unix stream socket.
@@ -145,6 +149,8 @@ public final class RPCServer: Sendable {
     private let boundPath: (path: String, device: UInt64, inode: UInt64)?
     private let acceptQueue = DispatchQueue(label: "browser-login.rpc.accept")
     private let ioQueues: [DispatchQueue]
+    /// One read buffer per I/O queue, shared by that queue's connections.
+    private let readBuffers: [ReadBuffer]
     private let work: AsyncStream<@Sendable () async -> Void>
     private let workContinuation: AsyncStream<@Sendable () async -> Void>.Continuation
 
@@ -175,6 +181,7 @@ public final class RPCServer: Sendable {
         self.ioQueues = (0..<configuration.ioQueueCount).map {
             DispatchQueue(label: "browser-login.rpc.io.\($0)")
         }
+        self.readBuffers = ioQueues.map { _ in ReadBuffer() }
         (work, workContinuation) = AsyncStream.makeStream(bufferingPolicy: .unbounded)
         switch configuration.listen {
         case .fileDescriptor(let fd):
@@ -264,7 +271,13 @@ public final class RPCServer: Sendable {
     }
 
     /// The current counters.
-    public var statistics: RPCServerStatistics { state.withLock { $0.statistics } }
+    public var statistics: RPCServerStatistics {
+        state.withLock { state in
+            var statistics = state.statistics
+            statistics.inFlight = state.inFlight
+            return statistics
+        }
+    }
 
     /// Connections open now.
     public var connections: [RPCConnection] { state.withLock { Array($0.connections.values) } }
@@ -438,15 +451,16 @@ public final class RPCServer: Sendable {
             defer { state.nextConnectionID += 1 }
             return state.nextConnectionID
         }
-        let queue = ioQueues[Int(id % UInt64(ioQueues.count))]
+        let queueIndex = Int(id % UInt64(ioQueues.count))
+        let queue = ioQueues[queueIndex]
         let limits = ConnectionIO.Limits(
             maxMessageSize: configuration.maxMessageSize,
             maxQueuedOutput: configuration.maxQueuedOutput,
             maxInFlight: configuration.maxInFlightPerConnection)
         let events = self.events
         let io = ConnectionIO(
-            connectionID: id, fd: fd, queue: queue, limits: limits,
-            submit: { [weak self] io, bytes in self?.submit(io: io, bytes: bytes) ?? false },
+            connectionID: id, fd: fd, queue: queue, readBuffer: readBuffers[queueIndex], limits: limits,
+            submit: { [weak self] io, bytes in self?.submit(io: io, bytes: bytes) ?? .refused },
             onFrameError: { error in events(.frameRejected(connectionID: id, error: error)) })
         let connection = RPCConnection(id: id, peer: peer, io: io)
         state.withLock { state in
@@ -477,24 +491,22 @@ public final class RPCServer: Sendable {
     // MARK: Handling
 
     /// Called on the connection's queue for each complete message.
-    private func submit(io: ConnectionIO, bytes: [UInt8]) -> Bool {
-        guard let connection = state.withLock({ $0.connections[io.connectionID] }) else { return false }
-        let accepted = state.withLock { state -> Bool in
-            guard !state.stopping else { return false }
+    private func submit(io: ConnectionIO, bytes: [UInt8]) -> ConnectionIO.Submitted {
+        let connection = state.withLock { state -> RPCConnection? in
+            guard !state.stopping, let connection = state.connections[io.connectionID] else { return nil }
             state.inFlight += 1
-            return true
+            state.statistics.messages += 1
+            return connection
         }
-        guard accepted else { return false }
+        guard let connection else { return .refused }
         let incoming = RPCCodec.decodeIncoming(bytes)
         if let fastHandler, case .single(.request(let request)) = incoming,
             let result = fastHandler(
                 RPCRequestContext(connection: connection, requestID: request.id), request.method, request.params)
         {
-            // Answered here: no task, no hop to the handler's executor.
-            let reply = request.id.map { RPCCodec.encode(id: $0, serializedResult: result) }
-            io.queue.async { io.finished(reply: reply) }
+            // Answered here, on the connection's queue: no task, no hop.
             state.withLock { $0.inFlight -= 1 }
-            return true
+            return .answered(request.id.map { RPCCodec.encode(id: $0, serializedResult: result) })
         }
         let handler = self.handler
         let item: @Sendable () async -> Void = { [self] in
@@ -511,9 +523,9 @@ public final class RPCServer: Sendable {
         }
         if case .terminated = workContinuation.yield(item) {
             state.withLock { $0.inFlight -= 1 }
-            return false
+            return .refused
         }
-        return true
+        return .started
     }
 }
 

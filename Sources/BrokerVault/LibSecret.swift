@@ -1,9 +1,19 @@
 import BrokerCore
 import CSecret
 
-// Every call into libsecret goes through this file. All of it is
-// synchronous and may block on a keyring prompt: it runs only on the
-// vault's own queue (`SecretServiceVault`).
+// Every call into libsecret goes through this file. Each operation blocks
+// its caller until it ends (a keyring prompt may keep it waiting for the
+// user), so it runs only on the vault's own queue (`SecretServiceVault`).
+//
+// libsecret's `_sync` functions are not used. Each of them builds a private
+// GLib main context for the one call and drops it afterwards, while GDBus
+// keeps a reference to that context for the signal subscriptions of the
+// proxies made during the call; what GDBus queues there is never dispatched,
+// and about 1 KiB is lost per call (measured: docs/performance.md). Instead,
+// every call is libsecret's async variant, started with the vault's one
+// long-lived context as the thread-default context and waited for by
+// iterating that context, so everything GDBus schedules for the proxies is
+// eventually run and freed.
 
 /// The attribute names of the broker's schema (`bl_broker_schema`).
 let schemaAttributeNames = ["client", "attempt", "kind"]
@@ -100,10 +110,35 @@ enum VaultMessages {
 enum LibSecret {
     private static var schema: UnsafePointer<SecretSchema> { bl_broker_schema() }
 
+    /// The vault's main context: every libsecret call is started and waited
+    /// for on it. Safe without isolation: it is created once and only used on
+    /// the vault's serial queue, one call at a time (GLib's own locking covers
+    /// the GDBus worker thread that queues replies on it).
+    nonisolated(unsafe) private static let context: OpaquePointer = g_main_context_new()
+
+    /// Starts one async libsecret call, `start(callback, userData)`, with the
+    /// vault's context as the thread-default one, iterates the context until
+    /// the call ends, and hands its result to `finish`.
+    private static func wait<T>(
+        _ start: (GAsyncReadyCallback, gpointer) -> Void, finish: (OpaquePointer) -> T
+    ) -> T {
+        g_main_context_push_thread_default(context)
+        defer { g_main_context_pop_thread_default(context) }
+        var slot: OpaquePointer? = nil
+        let result: OpaquePointer = withUnsafeMutablePointer(to: &slot) { pointer in
+            start(bl_secret_keep_result, UnsafeMutableRawPointer(pointer))
+            return bl_secret_wait(context, pointer)
+        }
+        defer { g_object_unref(UnsafeMutableRawPointer(result)) }
+        return finish(result)
+    }
+
     /// The process's shared Secret Service connection, with a session open.
     static func connect() throws(VaultError) -> GObjectRef<SecretService> {
         var error: UnsafeMutablePointer<GError>? = nil
-        let service = secret_service_get_sync(SECRET_SERVICE_OPEN_SESSION, nil, &error)
+        let service = wait({ secret_service_get(SECRET_SERVICE_OPEN_SESSION, nil, $0, $1) }) {
+            secret_service_get_finish($0, &error)
+        }
         if let error { throw CapturedError(taking: error, whileConnecting: true).vaultError }
         guard let service else {
             throw .unavailable(VaultMessages.unavailable("no Secret Service answered"))
@@ -116,8 +151,9 @@ enum LibSecret {
         -> GObjectRef<SecretCollection>?
     {
         var error: UnsafeMutablePointer<GError>? = nil
-        let collection = secret_collection_for_alias_sync(
-            service.pointer, "default", SECRET_COLLECTION_NONE, nil, &error)
+        let collection = wait({ secret_collection_for_alias(service.pointer, "default", SECRET_COLLECTION_NONE, nil, $0, $1) }) {
+            secret_collection_for_alias_finish($0, &error)
+        }
         if let error { throw CapturedError(taking: error, whileConnecting: false).vaultError }
         return collection.map { GObjectRef(taking: $0) }
     }
@@ -134,7 +170,9 @@ enum LibSecret {
         var error: UnsafeMutablePointer<GError>? = nil
         let objects = g_list_append(nil, UnsafeMutableRawPointer(collection.pointer))
         defer { g_list_free(objects) }  // the list only borrows `collection`
-        let count = secret_service_unlock_sync(service.pointer, objects, nil, nil, &error)
+        let count = wait({ secret_service_unlock(service.pointer, objects, nil, $0, $1) }) {
+            secret_service_unlock_finish(service.pointer, $0, nil, &error)
+        }
         if let error { throw CapturedError(taking: error, whileConnecting: false).vaultError }
         return count > 0
     }
@@ -158,12 +196,7 @@ enum LibSecret {
     private static func store(
         _ secret: [UInt8], label: String, attributes: [String: String], _ service: GObjectRef<SecretService>
     ) throws(VaultError) {
-        guard let collection = try defaultCollection(service) else {
-            throw .failed(VaultMessages.noDefaultCollection)
-        }
-        if isLocked(collection) {
-            guard try unlock(collection, service: service) else { throw .locked(VaultMessages.locked) }
-        }
+        try requireUnlockedDefaultCollection(service)
         let table = AttributeTable(attributes)
         // Binary: the value is copied by secret_value_new, with its length, so NUL bytes are kept.
         // An empty secret still needs a valid pointer (with length 0).
@@ -175,13 +208,28 @@ enum LibSecret {
         }
         guard let value = created else { throw .failed(VaultMessages.failed("the secret could not be copied")) }
         defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
+        // The service-level store (CreateItem with replace) makes no proxy for
+        // the new item: a `SecretItem` made right after CreateItem, while the
+        // keyring announces the item, leaks its D-Bus messages (measured:
+        // docs/performance.md).
         var error: UnsafeMutablePointer<GError>? = nil
-        let item = secret_item_create_sync(
-            collection.pointer, schema, table.raw, label, value, SECRET_ITEM_CREATE_REPLACE,
-            nil, &error)
-        if let item { g_object_unref(UnsafeMutableRawPointer(item)) }
+        let stored = wait({
+            secret_service_store(service.pointer, schema, table.raw, "default", label, value, nil, $0, $1)
+        }) { secret_service_store_finish(service.pointer, $0, &error) }
         if let error { throw CapturedError(taking: error, whileConnecting: false).vaultError }
-        guard item != nil else { throw .failed(VaultMessages.failed("the item was not created")) }
+        guard stored != 0 else { throw .failed(VaultMessages.failed("the item was not created")) }
+    }
+
+    /// Checks that there is a default collection and unlocks it when it is
+    /// locked (a prompt on a desktop). The collection's proxy is released
+    /// before anything is stored in it.
+    private static func requireUnlockedDefaultCollection(_ service: GObjectRef<SecretService>) throws(VaultError) {
+        guard let collection = try defaultCollection(service) else {
+            throw .failed(VaultMessages.noDefaultCollection)
+        }
+        if isLocked(collection) {
+            guard try unlock(collection, service: service) else { throw .locked(VaultMessages.locked) }
+        }
     }
 
     /// The items matching all three attributes exactly, unlocked where the
@@ -193,8 +241,9 @@ enum LibSecret {
         var flags = SECRET_SEARCH_ALL.rawValue | SECRET_SEARCH_UNLOCK.rawValue
         if loadSecrets { flags |= SECRET_SEARCH_LOAD_SECRETS.rawValue }
         var error: UnsafeMutablePointer<GError>? = nil
-        let list = secret_service_search_sync(
-            service.pointer, schema, table.raw, SecretSearchFlags(rawValue: flags), nil, &error)
+        let list = wait({
+            secret_service_search(service.pointer, schema, table.raw, SecretSearchFlags(rawValue: flags), nil, $0, $1)
+        }) { secret_service_search_finish(service.pointer, $0, &error) }
         // Take one reference per item out of the list, then free the list alone.
         var items: [GObjectRef<SecretItem>] = []
         var node = list
@@ -239,7 +288,7 @@ enum LibSecret {
     private static func remove(attributes: [String: String], _ service: GObjectRef<SecretService>) throws(VaultError) {
         for item in try search(service, attributes, loadSecrets: false) {
             var error: UnsafeMutablePointer<GError>? = nil
-            _ = secret_item_delete_sync(item.pointer, nil, &error)
+            _ = wait({ secret_item_delete(item.pointer, nil, $0, $1) }) { secret_item_delete_finish(item.pointer, $0, &error) }
             if let error { throw CapturedError(taking: error, whileConnecting: false).vaultError }
         }
     }

@@ -31,4 +31,20 @@ static inline const SecretSchema *bl_broker_schema(void) {
 static inline void bl_secret_free_object_list(GList *list) {
     g_list_free_full(list, g_object_unref);
 }
+
+/// A GAsyncReadyCallback that keeps a reference to the result in the slot
+/// its user data points at (a `GAsyncResult *`, NULL until the call ends).
+static inline void bl_secret_keep_result(GObject *source, GAsyncResult *result, gpointer slot) {
+    (void)source;
+    *(GAsyncResult **)slot = g_object_ref(result);
+}
+
+/// Iterates `context` until the call whose result lands in `slot` has ended,
+/// then hands over the reference to the result.
+static inline GAsyncResult *bl_secret_wait(GMainContext *context, GAsyncResult **slot) {
+    while (*slot == NULL) {
+        g_main_context_iteration(context, TRUE);
+    }
+    return *slot;
+}
 #endif
