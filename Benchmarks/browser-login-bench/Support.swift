@@ -203,6 +203,8 @@ final class ChildProcess: Sendable {
 
     /// Resident memory in KiB (VmRSS), nil when gone.
     var residentKiB: Int? { readResidentKiB(pid) }
+    /// User plus system CPU time so far, in seconds (10 ms resolution).
+    var cpuSeconds: Double { readCPUSeconds(pid) ?? 0 }
     /// Anonymous resident memory in KiB (RssAnon: heap and stacks, without mapped libraries).
     var anonymousKiB: Int? { readResidentKiB(pid, field: "RssAnon:") }
 }
@@ -213,6 +215,17 @@ func readResidentKiB(_ pid: pid_t, field: String = "VmRSS:") -> Int? {
         return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
     }
     return nil
+}
+
+/// utime + stime of /proc/PID/stat, in seconds.
+func readCPUSeconds(_ pid: pid_t) -> Double? {
+    guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+        let close = text.lastIndex(of: ")")
+    else { return nil }
+    // After "pid (comm)": state is field 3, utime 14 and stime 15.
+    let fields = text[text.index(after: close)...].split(separator: " ")
+    guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+    return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
 }
 
 func waitFor(_ seconds: Double, _ what: String, _ condition: () -> Bool) throws {

@@ -183,10 +183,19 @@ if selected.contains("latency") || selected.contains("throughput") {
         let latencyReps = quick ? 3 : 7
         var echoLatency: [Double] = []
         var brokerLatency: [Double] = []
+        var echoCPU = 0.0
+        var brokerCPU = 0.0
+        var calls = 0
         for rep in 0..<latencyReps {
             let warm = rep == 0 ? 3000 : 500
-            echoLatency.append(try latencyP50(echoPath, warmUp: warm, count: quick ? 2000 : 5000))
-            brokerLatency.append(try latencyP50(world.socketPath, warmUp: warm, count: quick ? 2000 : 5000))
+            let count = quick ? 2000 : 5000
+            var cpu = echo.cpuSeconds
+            echoLatency.append(try latencyP50(echoPath, warmUp: warm, count: count))
+            echoCPU += echo.cpuSeconds - cpu
+            cpu = world.broker?.cpuSeconds ?? 0
+            brokerLatency.append(try latencyP50(world.socketPath, warmUp: warm, count: count))
+            brokerCPU += (world.broker?.cpuSeconds ?? 0) - cpu
+            calls += warm + count
         }
         let latE = median(echoLatency)
         let latB = median(brokerLatency)
@@ -194,6 +203,13 @@ if selected.contains("latency") || selected.contains("throughput") {
             Row(
                 figure: "session.get round trip, 1 connection, p50", value: us(latB), baseline: us(latE) + " (echo)",
                 ratio: String(format: "%.2f×", latB / latE), target: "≤ 1.5× echo", met: latB / latE <= 1.5))
+        // Where the time goes: the server's own CPU time per call (user + system).
+        let cpuE = echoCPU / Double(calls) * 1e9
+        let cpuB = brokerCPU / Double(calls) * 1e9
+        record(
+            Row(
+                figure: "  server CPU per call (user + system)", value: us(cpuB), baseline: us(cpuE) + " (echo)",
+                ratio: String(format: "%.2f×", cpuB / max(1, cpuE)), target: "(info)", met: nil))
 
     }
 

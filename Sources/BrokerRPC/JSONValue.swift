@@ -46,6 +46,13 @@ extension JSONValue {
     /// depends on which duplicate wins is not accepted. Strings may contain
     /// `\u0000` (`JSON_ALLOW_NUL`).
     public static func parse(_ bytes: some Collection<UInt8>) throws(JSONParseError) -> JSONValue {
+        try withParsed(bytes) { JSONValue(jansson: $0) }
+    }
+
+    /// Parses like `parse` and lends jansson's tree to `body` (freed after it).
+    static func withParsed<T>(_ bytes: some Collection<UInt8>, _ body: (UnsafeMutablePointer<json_t>) -> T)
+        throws(JSONParseError) -> T
+    {
         let contiguous = Array(bytes)
         var error = json_error_t()
         let flags = Int(JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL)
@@ -63,7 +70,7 @@ extension JSONValue {
             throw JSONParseError(line: Int(error.line), column: Int(error.column), reason: reason)
         }
         defer { bl_json_decref(root) }
-        return JSONValue(jansson: root)
+        return body(root)
     }
 
     /// Parses one JSON text given as a string.

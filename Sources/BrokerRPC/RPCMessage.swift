@@ -1,3 +1,5 @@
+import CJansson
+
 /// A JSON-RPC error code. The standard codes have names; application
 /// errors use `.applicationError` (-32000) and carry `data.code`.
 public struct RPCErrorCode: RawRepresentable, Sendable, Hashable, CustomStringConvertible {
@@ -194,14 +196,44 @@ public enum RPCCodec {
     public static let maxBatchSize = 100
 
     /// Decodes one message received by a server.
+    ///
+    /// Decoded straight from jansson's tree: of each request only the four
+    /// members that matter are converted (`params` in full), not the whole
+    /// object; the rules are those of `decodeIncoming(json:)`.
     public static func decodeIncoming(_ bytes: some Collection<UInt8>) -> RPCIncoming {
-        let json: JSONValue
         do {
-            json = try JSONValue.parse(bytes)
+            return try JSONValue.withParsed(bytes) { root in decodeIncoming(jansson: root) }
         } catch {
             return .rejected(.parseError())
         }
-        return decodeIncoming(json: json)
+    }
+
+    private static func decodeIncoming(jansson root: UnsafeMutablePointer<json_t>) -> RPCIncoming {
+        guard root.pointee.type == JSON_ARRAY else { return .single(element(jansson: root)) }
+        let count = json_array_size(root)
+        if count == 0 { return .rejected(.invalidRequest("Invalid Request: empty batch")) }
+        if count > maxBatchSize {
+            return .rejected(.invalidRequest("Invalid Request: a batch has at most \(maxBatchSize) elements"))
+        }
+        return .batch(
+            (0..<count).map { index in
+                json_array_get(root, index).map(element(jansson:))
+                    ?? .invalid(id: .null, error: .invalidRequest("Invalid Request: not an object"))
+            })
+    }
+
+    private static func element(jansson json: UnsafeMutablePointer<json_t>) -> RPCIncomingElement {
+        guard json.pointee.type == JSON_OBJECT else {
+            return .invalid(id: .null, error: .invalidRequest("Invalid Request: not an object"))
+        }
+        func member(_ key: StaticString) -> JSONValue? {
+            key.withUTF8Buffer { name in
+                name.withMemoryRebound(to: CChar.self) { chars in
+                    json_object_getn(json, chars.baseAddress, chars.count).map(JSONValue.init(jansson:))
+                }
+            }
+        }
+        return element(id: member("id"), jsonrpc: member("jsonrpc"), method: member("method"), params: member("params"))
     }
 
     /// Decodes one parsed message received by a server.
@@ -219,28 +251,34 @@ public enum RPCCodec {
         guard case .object(let members) = json else {
             return .invalid(id: .null, error: .invalidRequest("Invalid Request: not an object"))
         }
+        return element(id: members["id"], jsonrpc: members["jsonrpc"], method: members["method"], params: members["params"])
+    }
+
+    /// Validates one request object from its members (nil: absent).
+    private static func element(id rawID: JSONValue?, jsonrpc: JSONValue?, method: JSONValue?, params: JSONValue?)
+        -> RPCIncomingElement
+    {
         // The id to answer with: the element's own when it is valid, else null.
         var id: RPCID? = nil
-        if let rawID = members["id"] {
+        if let rawID {
             guard let valid = RPCID(json: rawID) else {
                 return .invalid(id: .null, error: .invalidRequest("Invalid Request: id must be a string, an integer or null"))
             }
             id = valid
         }
-        guard members["jsonrpc"] == "2.0" else {
+        guard jsonrpc == "2.0" else {
             return .invalid(id: id ?? .null, error: .invalidRequest("Invalid Request: jsonrpc must be \"2.0\""))
         }
-        guard case .string(let method)? = members["method"] else {
+        guard case .string(let method)? = method else {
             return .invalid(id: id ?? .null, error: .invalidRequest("Invalid Request: method must be a string"))
         }
-        var params: JSONValue? = nil
-        switch members["params"] {
-        case nil, .null?: params = nil
-        case .object?, .array?: params = members["params"]
+        switch params {
+        case nil, .null?: break
+        case .object?, .array?: return .request(RPCRequest(id: id, method: method, params: params))
         default:
             return .invalid(id: id ?? .null, error: .invalidRequest("Invalid Request: params must be an object or an array"))
         }
-        return .request(RPCRequest(id: id, method: method, params: params))
+        return .request(RPCRequest(id: id, method: method, params: nil))
     }
 
     /// The bytes of a single response.
