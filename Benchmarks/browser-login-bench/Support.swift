@@ -212,7 +212,7 @@ final class ChildProcess: Sendable {
 func readResidentKiB(_ pid: pid_t, field: String = "VmRSS:") -> Int? {
     guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
     for line in text.split(separator: "\n") where line.hasPrefix(field) {
-        return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+        return Int(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "")
     }
     return nil
 }

@@ -253,7 +253,13 @@ public enum BrokerDaemon {
             while !Task.isCancelled {
                 try? await Task.sleep(nanoseconds: 1_000_000_000)
                 let statistics = server.statistics
-                if idle.check(messages: statistics.messages, inFlight: statistics.inFlight) { IdleTrim.trimHeap() }
+                if idle.check(messages: statistics.messages, inFlight: statistics.inFlight) {
+                    let before = IdleTrim.residentKiB()
+                    IdleTrim.trimHeap()
+                    logger.debug(
+                        "idle: heap trimmed",
+                        ["rss.kib.before": "\(before ?? -1)", "rss.kib.after": "\(IdleTrim.residentKiB() ?? -1)"])
+                }
             }
         }
         let watchdog = Task {

@@ -1,5 +1,9 @@
 import CMalloc
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Gives memory back to the system once the broker has gone quiet.
 ///
 /// A burst of work (sign-ins, long `login.list` answers, many connections)
@@ -31,6 +35,20 @@ public struct IdleTrim: Sendable {
         guard quietFor >= quietTicks, messages != trimmedAt else { return false }
         trimmedAt = messages
         return true
+    }
+
+    /// This process's resident size in KiB (`VmRSS`), for the debug log.
+    public static func residentKiB() -> Int? {
+        guard let file = fopen("/proc/self/status", "r") else { return nil }
+        defer { fclose(file) }
+        var line = [CChar](repeating: 0, count: 256)
+        while fgets(&line, Int32(line.count), file) != nil {
+            let text = String(decoding: line.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            if text.hasPrefix("VmRSS:") {
+                return Int(text.dropFirst(6).trimmingPrefix(while: { $0 == " " || $0 == "\t" }).prefix(while: \.isNumber))
+            }
+        }
+        return nil
     }
 
     /// Returns free heap pages to the system (glibc's `malloc_trim`).
