@@ -51,6 +51,14 @@ public struct IdleTrim: Sendable {
         return nil
     }
 
+    /// At most `count` malloc arenas (glibc's default is 8 per core). The
+    /// broker's work runs on a few dispatch and cooperative-pool threads; each
+    /// further arena keeps its own freed pages, which `malloc_trim` can only
+    /// return when whole pages are free.
+    public static func limitArenas(_ count: Int32 = 2) {
+        _ = mallopt(M_ARENA_MAX, count)
+    }
+
     /// Returns free heap pages to the system (glibc's `malloc_trim`).
     public static func trimHeap() {
         _ = malloc_trim(0)

@@ -83,6 +83,10 @@ public final class BrokerStore {
     /// Opens (creating) the store at `path` and runs its migrations.
     public init(path: String) throws {
         db = try Database(path: path)
+        // 512 KiB of page cache instead of SQLite's default 2 MiB: what the broker
+        // reads often (live attempts, sessions) is a few pages, and the file grows
+        // by every ended attempt, which would otherwise fill the cache for good.
+        try db.execute("PRAGMA cache_size = -512")
         try db.migrate(Self.migrations)
     }
 

@@ -1,6 +1,9 @@
 import Broker
 import Foundation
 
+// Before any thread allocates: see IdleTrim.limitArenas.
+IdleTrim.limitArenas()
+
 switch DaemonOptions.parse(Array(CommandLine.arguments.dropFirst())) {
 case .usage(let message):
     FileHandle.standardError.write(Data("browser-login-broker: \(message)\n".utf8))
