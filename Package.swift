@@ -45,7 +45,7 @@ let package = Package(
         .target(name: "BrokerVault", dependencies: ["BrokerCore", "CSecret"]),
         // Test support: runs one vault operation in a child process (private bus, locked keyring).
         .executableTarget(
-            name: "vault-probe", dependencies: ["BrokerVault", "BrokerCore"], path: "Tests/Support/vault-probe"),
+            name: "vault-probe", dependencies: ["BrokerVault", "BrokerCore", "CMalloc"], path: "Tests/Support/vault-probe"),
         .target(name: "BrokerRPC", dependencies: ["CJansson"]),
         // The URL handler's desktop file: plain text and subprocesses, shared by the CLI and the daemon.
         .target(name: "DesktopEntry"),

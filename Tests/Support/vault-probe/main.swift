@@ -6,12 +6,27 @@
 //   vault-probe store CLIENT ATTEMPT SECRET
 //   vault-probe lookup CLIENT ATTEMPT
 //   vault-probe remove CLIENT ATTEMPT
+//   vault-probe rounds CLIENT N    (the broker's pattern N times: prints `grew KIB`)
 //
 // Prints `available=B locked=B`, `ok`, `found SECRET`, `missing`, or
 // `unavailable: …` / `locked: …` / `failed: …`, then ` ms=N`.
 import BrokerCore
 import BrokerVault
+import CMalloc
 import Foundation
+
+/// RssAnon of this process in KiB, after giving freed heap pages back.
+func restingAnonymousKiB() -> Int {
+    _ = malloc_trim(0)
+    guard let file = fopen("/proc/self/status", "r") else { return 0 }
+    defer { fclose(file) }
+    var line = [CChar](repeating: 0, count: 256)
+    while fgets(&line, Int32(line.count), file) != nil {
+        let text = String(decoding: line.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        if text.hasPrefix("RssAnon:") { return Int(text.filter(\.isNumber)) ?? 0 }
+    }
+    return 0
+}
 
 @main struct VaultProbe {
     static func main() async {
@@ -32,6 +47,23 @@ import Foundation
                 line =
                     try await vault.lookup(attributes: attributes()).map { "found " + String(decoding: $0, as: UTF8.self) }
                     ?? "missing"
+            case ("rounds", 3):
+                // Store an attempt's proof, look it up, replace a session, remove the proof.
+                let client = arguments[1]
+                func round(_ i: Int) async throws(VaultError) {
+                    let proof = ["client": client, "attempt": "att-\(i)", "kind": "verifier"]
+                    try await vault.store(Array("verifier-\(i)".utf8), label: "proof", attributes: proof)
+                    _ = try await vault.lookup(attributes: proof)
+                    try await vault.store(
+                        Array("session-\(i)".utf8), label: "session", attributes: ["client": client, "kind": "session"])
+                    try await vault.remove(attributes: proof)
+                }
+                for i in 0..<60 { try await round(i) }
+                let before = restingAnonymousKiB()
+                for i in 60..<(60 + (Int(arguments[2]) ?? 0)) { try await round(i) }
+                let after = restingAnonymousKiB()
+                try await vault.remove(attributes: ["client": client, "kind": "session"])
+                line = "grew \(after - before)"
             case ("remove", 3):
                 try await vault.remove(attributes: attributes())
                 line = "ok"
