@@ -253,13 +253,16 @@ public enum BrokerDaemon {
             while !Task.isCancelled {
                 try? await Task.sleep(nanoseconds: 1_000_000_000)
                 let statistics = server.statistics
-                if idle.check(messages: statistics.messages, inFlight: statistics.inFlight) {
-                    let before = IdleTrim.residentKiB()
+                guard idle.check(messages: statistics.messages, inFlight: statistics.inFlight) else { continue }
+                guard Logger.Level.debug <= logger.minimum else {
                     IdleTrim.trimHeap()
-                    logger.debug(
-                        "idle: heap trimmed",
-                        ["rss.kib.before": "\(before ?? -1)", "rss.kib.after": "\(IdleTrim.residentKiB() ?? -1)"])
+                    continue
                 }
+                let before = IdleTrim.residentKiB()
+                IdleTrim.trimHeap()
+                logger.debug(
+                    "idle: heap trimmed",
+                    ["rss.kib.before": "\(before ?? -1)", "rss.kib.after": "\(IdleTrim.residentKiB() ?? -1)"])
             }
         }
         let watchdog = Task {

@@ -160,7 +160,6 @@ public final class RPCServer: Sendable {
         var listenerClosed = false
         var nextConnectionID: UInt64 = 1
         var connections: [UInt64: RPCConnection] = [:]
-        var inFlight = 0
         var statistics = RPCServerStatistics()
     }
     private let state = Mutex(State())
@@ -271,13 +270,7 @@ public final class RPCServer: Sendable {
     }
 
     /// The current counters.
-    public var statistics: RPCServerStatistics {
-        state.withLock { state in
-            var statistics = state.statistics
-            statistics.inFlight = state.inFlight
-            return statistics
-        }
-    }
+    public var statistics: RPCServerStatistics { state.withLock { $0.statistics } }
 
     /// Connections open now.
     public var connections: [RPCConnection] { state.withLock { Array($0.connections.values) } }
@@ -319,7 +312,7 @@ public final class RPCServer: Sendable {
             }
             await eachConnection { $0.stopReading() }
             let deadline = ContinuousClock.now + configuration.shutdownGracePeriod
-            while state.withLock({ $0.inFlight }) > 0 && ContinuousClock.now < deadline && !Task.isCancelled {
+            while state.withLock({ $0.statistics.inFlight }) > 0 && ContinuousClock.now < deadline && !Task.isCancelled {
                 try? await Task.sleep(for: .milliseconds(5))
             }
             group.cancelAll()
@@ -494,7 +487,7 @@ public final class RPCServer: Sendable {
     private func submit(io: ConnectionIO, bytes: [UInt8]) -> ConnectionIO.Submitted {
         let connection = state.withLock { state -> RPCConnection? in
             guard !state.stopping, let connection = state.connections[io.connectionID] else { return nil }
-            state.inFlight += 1
+            state.statistics.inFlight += 1
             state.statistics.messages += 1
             return connection
         }
@@ -505,7 +498,7 @@ public final class RPCServer: Sendable {
                 RPCRequestContext(connection: connection, requestID: request.id), request.method, request.params)
         {
             // Answered here, on the connection's queue: no task, no hop.
-            state.withLock { $0.inFlight -= 1 }
+            state.withLock { $0.statistics.inFlight -= 1 }
             return .answered(request.id.map { RPCCodec.encode(id: $0, serializedResult: result) })
         }
         let handler = self.handler
@@ -519,10 +512,10 @@ public final class RPCServer: Sendable {
                 }
             }?.serialized()
             io.queue.async { io.finished(reply: reply) }
-            self.state.withLock { $0.inFlight -= 1 }
+            self.state.withLock { $0.statistics.inFlight -= 1 }
         }
         if case .terminated = workContinuation.yield(item) {
-            state.withLock { $0.inFlight -= 1 }
+            state.withLock { $0.statistics.inFlight -= 1 }
             return .refused
         }
         return .started
