@@ -54,7 +54,7 @@ let package = Package(
             name: "Broker",
             dependencies: [
                 "BrokerCore", "BrokerStore", "BrokerRPC", "BrokerHTTP", "BrokerVault", "BrokerSystem", "DesktopEntry",
-                "BrowserLoginProtocol", "CMalloc",
+                "BrowserLoginProtocol", "CMalloc", "SQLiteSupport",
             ]
         ),
 

@@ -201,6 +201,20 @@ final class ChildProcess: Sendable {
 
     var isRunning: Bool { kill(pid, 0) == 0 }
 
+    /// Running and not a zombie (a killed child that nobody reaped yet is not alive).
+    var isAlive: Bool {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = text.lastIndex(of: ")")
+        else { return false }
+        return !text[text.index(after: close)...].hasPrefix(" Z")
+    }
+
+    /// Waits for the child to end and reaps it.
+    func reap() {
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    }
+
     /// Resident memory in KiB (VmRSS), nil when gone.
     var residentKiB: Int? { readResidentKiB(pid) }
     /// User plus system CPU time so far, in seconds (10 ms resolution).

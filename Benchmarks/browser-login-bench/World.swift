@@ -21,10 +21,17 @@ final class World: @unchecked Sendable {
     var serverOrigin = ""
     var broker: ChildProcess?
     let testEmailBase: String
+    /// More arguments for the reference server, and more variables for brokers.
+    var serverExtraArguments: [String] = []
+    var brokerEnvironment: [String: String] = [:]
+    /// Counts of the server's replay and reuse warnings already judged (the crash run).
+    var seenReplays = 0
+    var seenReuses = 0
+    var foreignItems: Set<String> = []
 
     static let baseEmail = "ada@example.com"
 
-    init(binDirectory: String, clientCount: Int) throws {
+    init(binDirectory: String, clientCount: Int, clientPrefix: String = "com.example.bench") throws {
         let base = ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp"
         var template = Array("\(base)/blb-XXXXXX".utf8CString)
         guard mkdtemp(&template) != nil else { throw BenchError("mkdtemp failed") }
@@ -35,7 +42,7 @@ final class World: @unchecked Sendable {
         chmod(dir + "/run", 0o700)
         self.binDirectory = binDirectory
         let letters = Array("abcdefghijklmnopqrstuvwxyz")
-        clientIds = (0..<clientCount).map { "com.example.bench" + String(letters[$0 % 26]) }
+        clientIds = (0..<clientCount).map { clientPrefix + String(letters[$0 % 26]) }
         testEmailBase = "ada+bltest\(UInt32.random(in: 0...UInt32.max))"
     }
 
@@ -67,11 +74,12 @@ final class World: @unchecked Sendable {
         ]
         let data = try JSONSerialization.data(withJSONObject: config)
         _ = FileManager.default.createFile(atPath: dir + "/server/server.json", contents: data)
-        let args = [
-            binDirectory + "/browser-login-server", "serve", "--config", dir + "/server/server.json", "--listen",
-            "127.0.0.1", "--port", "0", "--database", dir + "/server/server.sqlite", "--outbox", dir + "/server/outbox",
-            "--ready-file", dir + "/server/ready", "--lifetime-ms", "300000",
-        ]
+        let args =
+            [
+                binDirectory + "/browser-login-server", "serve", "--config", dir + "/server/server.json", "--listen",
+                "127.0.0.1", "--port", "0", "--database", dir + "/server/server.sqlite", "--outbox", dir + "/server/outbox",
+                "--ready-file", dir + "/server/ready", "--lifetime-ms", "300000",
+            ] + serverExtraArguments
         server = try ChildProcess(args, environment: ProcessInfo.processInfo.environment, log: dir + "/server.log")
         try waitFor(15, "the reference server") { FileManager.default.fileExists(atPath: dir + "/server/ready") }
         usleep(20_000)
@@ -105,6 +113,7 @@ final class World: @unchecked Sendable {
         env.removeValue(forKey: "LISTEN_FDNAMES")
         env.removeValue(forKey: "NOTIFY_SOCKET")
         if let notifySocket { env["NOTIFY_SOCKET"] = notifySocket }
+        for (k, v) in brokerEnvironment { env[k] = v }
         return env
     }
 

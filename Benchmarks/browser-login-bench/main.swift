@@ -33,6 +33,25 @@ let usage = """
 
 var arguments = Array(CommandLine.arguments.dropFirst())
 if arguments.first == "--echo-server", arguments.count == 2 { EchoServer.run(path: arguments[1]) }
+if arguments.first == "--crash" {
+    // The crash-point stress run (debug binaries): --crash [ROUNDS] [--only NAME] [--bin-dir DIR]
+    var rounds = 100
+    var workers = 2
+    var onlyPlan: String?
+    var dir =
+        ((CommandLine.arguments[0].hasPrefix("/") ? "" : FileManager.default.currentDirectoryPath + "/")
+        + CommandLine.arguments[0] as NSString).deletingLastPathComponent
+    var rest = arguments.dropFirst()
+    while let arg = rest.popFirst() {
+        switch arg {
+        case "--only": onlyPlan = rest.popFirst()
+        case "--workers": workers = rest.popFirst().flatMap { Int($0) } ?? workers
+        case "--bin-dir": dir = rest.popFirst() ?? dir
+        default: rounds = Int(arg) ?? rounds
+        }
+    }
+    exit(Crash.run(binDirectory: dir, rounds: rounds, only: onlyPlan, workers: max(1, workers)))
+}
 if arguments.first == "--micro" {
     Micro.run()
     exit(0)

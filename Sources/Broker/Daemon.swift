@@ -204,11 +204,14 @@ public enum BrokerDaemon {
         let engine: BrokerEngine
         do {
             engine = try BrokerEngine(
-                storePath: stateDirectory + "/state.sqlite", clients: loaded.clients, vault: SecretServiceVault(),
-                makeServer: { LoginServerAdapter($0, transport: transport) },
+                storePath: stateDirectory + "/state.sqlite", clients: loaded.clients,
+                vault: TestFaults.armed ? FaultingVault(base: SecretServiceVault()) : SecretServiceVault(),
+                makeServer: {
+                    let server = LoginServerAdapter($0, transport: transport)
+                    return TestFaults.armed ? FaultingLoginServer(base: server) : server
+                },
                 launcher: ProcessBrowserLauncher(environment: environment, logger: logger), transport: transport,
-                logger: logger, socketPath: socketDescription, verifyIntervalMilliseconds: options.verifyIntervalMilliseconds,
-                testFault: environment["BROWSER_LOGIN_TEST_FAULT"])
+                logger: logger, socketPath: socketDescription, verifyIntervalMilliseconds: options.verifyIntervalMilliseconds)
         } catch {
             logger.error("cannot open the state database", ["path": stateDirectory, "error": "\(error)"])
             return 74
@@ -322,6 +325,7 @@ public enum BrokerDaemon {
                 case .nameLost(let name):
                     logger.notice("the bus name is owned elsewhere or the bus went away", ["dbus.name": name])
                 case .registrationFailed(let detail): logger.warning("D-Bus registration failed", ["detail": detail])
+                case .busClosed: logger.warning("the session bus closed; reconnecting when it is back", [:])
                 case .activated: logger.info("activated over D-Bus")
                 case .actionRefused: logger.info("D-Bus ActivateAction refused: the broker has no actions")
                 }

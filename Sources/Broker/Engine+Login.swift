@@ -55,14 +55,21 @@ extension BrokerEngine {
         let id = try newLocalId()
         var secrets = AttemptSecrets(codeVerifier: codeVerifier.value, recoveryKey: recoveryKey.value)
         let keys = VaultKeys.attempt(client: client.id, attemptId: id)
-        do {
-            try await vault.storeJSON(secrets, label: VaultKeys.attemptLabel(appName: client.appName), attributes: keys)
-        } catch { throw error.brokerError }
+        // The row first, then the proofs: a crash between them leaves a
+        // `starting` row, which start-up recovery fails and cleans up, never
+        // a vault item that nothing names.
         let createdAt = now()
         var record = AttemptRecord(
             id: id, client: client.id, state: .starting, returnURL: client.returnURL.text,
             issuer: client.server.serialized, ephemeral: ephemeral, createdAt: createdAt)
         try store.insert(record)
+        do {
+            try await vault.storeJSON(secrets, label: VaultKeys.attemptLabel(appName: client.appName), attributes: keys)
+        } catch {
+            // Nothing was sent: the attempt never existed for anyone.
+            try store.delete(attemptId: id, client: client.id)
+            throw error.brokerError
+        }
         logger.info("attempt created", ["attempt.id": id, "client": client.id])
         publishAttempt(record)
 
@@ -253,8 +260,7 @@ extension BrokerEngine {
             return result
         }
         if record.state == .exchanging {
-            keptCallbacks[record.id] = callback
-            return view(record)
+            return try await keepUntilSettled(&record, callback: callback, code: code)
         }
         if record.state == .waiting, let expiresAt = record.expiresAt, now() >= expiresAt {
             try expireLocally(&record)
@@ -263,11 +269,68 @@ extension BrokerEngine {
         return try await exchange(&record, code: code, digest: digest)
     }
 
+    /// A callback that arrives while its attempt is exchanging (§7): it is
+    /// kept (the latest one only), and this call answers once that exchange
+    /// is settled — by exchanging the kept callback itself when the exchange
+    /// answered `INVALID_GRANT`, else with the attempt as it then is.
+    private func keepUntilSettled(_ record: inout AttemptRecord, callback: Callback, code: String) async throws
+        -> AttemptView
+    {
+        keptCounter += 1
+        let token = keptCounter
+        keptCallbacks[record.id] = KeptCallback(callback: callback, token: token)
+        while true {
+            await waitForExchange(record.id)
+            record = try attempt(record.id)
+            if record.state == .exchanging && exchangesInFlight.contains(record.id) && !Task.isCancelled { continue }
+            break
+        }
+        if keptCallbacks[record.id]?.token == token {
+            keptCallbacks[record.id] = nil
+            if record.state == .waiting && !Task.isCancelled {
+                return try await finishCode(&record, callback: callback, code: code)
+            }
+        }
+        var result = view(record)
+        if record.state == .completed { result.session = try sessionView(record.client) }
+        return result
+    }
+
+    /// Suspends until the attempt's exchange in flight settles (or the caller is cancelled).
+    private func waitForExchange(_ attemptId: String) async {
+        guard exchangesInFlight.contains(attemptId) else { return }
+        waiterCounter += 1
+        let id = waiterCounter
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                exchangeWaiters[attemptId, default: [:]][id] = continuation
+            }
+        } onCancel: {
+            Task { await self.releaseExchangeWaiter(attemptId, id) }
+        }
+    }
+
+    private func releaseExchangeWaiter(_ attemptId: String, _ id: UInt64) {
+        exchangeWaiters[attemptId]?.removeValue(forKey: id)?.resume()
+        if exchangeWaiters[attemptId]?.isEmpty == true { exchangeWaiters[attemptId] = nil }
+    }
+
+    /// The exchange of `attemptId` is settled: its `finish` waiters answer.
+    func exchangeSettled(_ attemptId: String) {
+        exchangesInFlight.remove(attemptId)
+        if let state = try? store.attempt(id: attemptId)?.state, state != .waiting { keptCallbacks[attemptId] = nil }
+        for continuation in (exchangeWaiters.removeValue(forKey: attemptId) ?? [:]).values { continuation.resume() }
+    }
+
     private func exchange(_ record: inout AttemptRecord, code: String, digest: String) async throws -> AttemptView {
         try commit(&record, .exchangeBegan) {
             $0.callbackDigest = digest
             $0.error = nil
         }
+        let attemptId = record.id
+        exchangesInFlight.insert(attemptId)
+        defer { exchangeSettled(attemptId) }
+        faultPoint("after-exchanging-commit")
         let secrets: AttemptSecrets
         do {
             secrets = try await attemptSecrets(record)
@@ -362,12 +425,14 @@ extension BrokerEngine {
         sessionCache[client] = SessionSecrets(session: session, attemptId: attemptId)
         nextRefresh[client] = nil
         nextVerify[client] = now().adding(milliseconds: verifyIntervalMilliseconds)
-        try store.save(
-            SessionRecord(
-                client: client, status: .signedIn, account: session.account, authMethod: session.authMethod,
-                authenticatedAt: session.authenticatedAt, expiresAt: session.expiresAt,
-                accessTokenExpiresAt: session.accessTokenExpiresAt, attemptId: attemptId, updatedAt: now(),
-                verifiedAt: now()))
+        var record = SessionRecord(
+            client: client, status: .signedIn, account: session.account, authMethod: session.authMethod,
+            authenticatedAt: session.authenticatedAt, expiresAt: session.expiresAt,
+            accessTokenExpiresAt: session.accessTokenExpiresAt, attemptId: attemptId, updatedAt: now(),
+            verifiedAt: now())
+        // A revoke still owed for an earlier session stays owed.
+        record.revokePending = (try store.session(client: client))?.revokePending ?? false
+        try store.save(record)
         logger.info("signed in", ["client": client, "attempt.id": attemptId])
         // Published with the attempt's commit that follows, in that order.
     }
@@ -394,11 +459,8 @@ extension BrokerEngine {
                 throw uncertain(record)
             }
             if record.state.isTerminal { scheduleFollowUp(record.id) }
-            if record.state == .waiting, code == .invalidGrant, let kept = keptCallbacks.removeValue(forKey: record.id),
-                case .code(let keptCode) = kept.outcome
-            {
-                return try await exchange(&record, code: keptCode, digest: Crypto.digest(keptCode))
-            }
+            // Only an INVALID_GRANT lets a kept callback be tried (§7).
+            if code != .invalidGrant { keptCallbacks[record.id] = nil }
             throw brokerError
         case .notSent:
             try commit(

@@ -14,7 +14,7 @@ extension BrokerEngine {
         guard let record = try? store.attempt(id: attemptId) else { return }
         if record.state == .uncertain && record.resolution == .none {
             await reconcileNow(attemptId)
-        } else if record.followUp != .none {
+        } else if record.followUp != .none || record.state == .uncertain {
             await runFollowUp(attemptId)
         }
     }
@@ -63,6 +63,7 @@ extension BrokerEngine {
             record = try attempt(attemptId)
             if case .refused(_, .attemptUnknown, _, _) = error {
                 try settle(&record, .retired, followUp: .none)
+                try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
                 return
             }
             try backoff(&record, "\(error)")
@@ -126,7 +127,7 @@ extension BrokerEngine {
         case .cancelled, .expired:
             try settle(&record, .retired, followUp: .acknowledge)
         }
-        await runFollowUp(attemptId)
+        try await followUpSteps(attemptId)
     }
 
     enum Verification {
@@ -172,7 +173,7 @@ extension BrokerEngine {
             $0.nextReconcileAt = nil
         }
         logger.notice("uncertain attempt adopted", ["attempt.id": record.id, "client": record.client])
-        await runFollowUp(record.id)
+        try await followUpSteps(record.id)
     }
 
     private func settle(
@@ -186,10 +187,13 @@ extension BrokerEngine {
             record.receiptIssuedAt = receipt.issuedAt
             record.receiptSessionExpiresAt = sessionExpiresAt
         }
-        try save(&record, publish: true)
+        try save(&record)
         logger.notice(
             "uncertain attempt reconciled",
             ["attempt.id": record.id, "client": record.client, "resolution": resolution.rawValue])
+        faultPoint("after-reconcile-settled")
+        // Reconciled: nothing waits on anyone, so the broker retires it itself (§7).
+        try commit(&record, .acknowledge)
     }
 
     // MARK: - Server follow-ups
@@ -211,7 +215,10 @@ extension BrokerEngine {
 
     private func followUpSteps(_ attemptId: String) async throws {
         var record = try attempt(attemptId)
-        guard record.followUp != .none else { return }
+        guard record.followUp != .none else {
+            try await retireIfReconciled(&record)
+            return
+        }
         let server = server(record.client)
         let keys = VaultKeys.attempt(client: record.client, attemptId: record.id)
         guard let serverId = record.serverAttemptId,
@@ -223,6 +230,24 @@ extension BrokerEngine {
             return
         }
         var step = record.followUp
+        if record.reconcileTries > 0 {
+            // An earlier try may have reached the server: never send it again
+            // blind (PROTOCOL.md §4); ask `status` (safe) and act on what it says.
+            do {
+                let status = try await server.status(attemptId: serverId, recoveryKey: secrets.recoveryKey)
+                step = Self.followUp(step, after: status)
+            } catch {
+                if case .refused(_, .attemptUnknown, _, _) = error {
+                    step = .none
+                } else if case .refused(_, .proofInvalid, _, _) = error {
+                    step = .none
+                } else {
+                    record = try attempt(attemptId)
+                    try backoff(&record, "status: \(error)")
+                    return
+                }
+            }
+        }
         while step != .none {
             do {
                 switch step {
@@ -256,13 +281,43 @@ extension BrokerEngine {
             }
         }
         record = try attempt(attemptId)
+        // The server has forgotten the attempt. Its proofs are useless now,
+        // except for an uncertain attempt awaiting its local acknowledge.
+        // They go before the follow-up is marked done, so a crash in between
+        // repeats the (idempotent) removal rather than leaving them behind.
+        if record.state != .uncertain {
+            do { try await vault.remove(attributes: keys) } catch {
+                record = try attempt(attemptId)
+                record.followUp = .acknowledge
+                try backoff(&record, "keyring: \(error)")
+                return
+            }
+            faultPoint("after-proofs-removed")
+            record = try attempt(attemptId)
+        }
         record.followUp = .none
         record.nextReconcileAt = nil
         try save(&record)
-        // The server has forgotten the attempt. Its proofs are useless now,
-        // except for an uncertain attempt awaiting its local acknowledge.
-        if record.state != .uncertain {
-            try? await vault.remove(attributes: keys)
+        try await retireIfReconciled(&record)
+    }
+
+    /// An uncertain attempt that is reconciled and owes the server nothing
+    /// more is retired here (§7: the broker acknowledges it on its own),
+    /// also when the broker stopped between those steps.
+    private func retireIfReconciled(_ record: inout AttemptRecord) async throws {
+        guard record.state == .uncertain, record.resolution != .none, record.followUp == .none else { return }
+        try commit(&record, .acknowledge)
+        try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
+    }
+
+    /// The follow-up still owed for `intent`, given what the server reports now.
+    static func followUp(_ intent: ServerFollowUp, after status: StatusResponse) -> ServerFollowUp {
+        switch status.state {
+        case .pending, .authorized: return .cancel
+        case .cancelled, .expired: return .acknowledge
+        case .completed:
+            if intent == .revoke || intent == .cancel { return status.sessionRevoked == true ? .acknowledge : .revoke }
+            return .acknowledge
         }
     }
 
@@ -290,6 +345,11 @@ extension BrokerEngine {
             default:
                 break
             }
+            if record.followUp != .none && record.reconcileTries == 0 {
+                // The broker may have stopped with that request in flight.
+                record.reconcileTries = 1
+                try save(&record)
+            }
         }
         await tick()
     }
@@ -300,6 +360,22 @@ extension BrokerEngine {
         let now = now()
         guard let records = try? store.attemptsNeedingWork() else { return }
         for var record in records {
+            if record.state == .exchanging && !exchangesInFlight.contains(record.id) {
+                // Its exchange ended without its answer being committed (the
+                // state file could not be written): reconcile it, as after a crash.
+                do {
+                    try commit(
+                        &record, .recovered,
+                        error: AttemptError(
+                            code: BrokerErrorCode.exchangeUncertain.rawValue,
+                            message: "the exchange's answer could not be recorded; reconciling with the server")
+                    ) { $0.nextReconcileAt = now }
+                    scheduleFollowUp(record.id)
+                } catch {
+                    logger.warning("cannot record the attempt's state", ["attempt.id": record.id, "error": "\(error)"])
+                }
+                continue
+            }
             if record.state == .waiting, let expiresAt = record.expiresAt, now >= expiresAt {
                 try? expireLocally(&record)
                 scheduleFollowUp(record.id)
@@ -307,9 +383,7 @@ extension BrokerEngine {
             }
             let due = record.nextReconcileAt.map { now >= $0 } ?? true
             guard due, !busy.contains(record.id) else { continue }
-            if record.state == .uncertain && record.resolution == .none {
-                scheduleFollowUp(record.id)
-            } else if record.followUp != .none {
+            if record.state == .uncertain || record.followUp != .none {
                 scheduleFollowUp(record.id)
             }
         }

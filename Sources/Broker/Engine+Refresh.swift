@@ -15,9 +15,13 @@ extension BrokerEngine {
             found = try await vault.lookupJSON(SessionSecrets.self, attributes: VaultKeys.session(client: clientId))
         } catch { throw error.brokerError }
         guard let found else {
-            try await endSession(clientId, status: .signedOut, reason: nil)
+            // Not in the keyring now is not "gone" (a keyring restored from a
+            // backup, another keyring daemon): the session stays signed in and
+            // works again once its item is back; signing out ends it.
             throw BrokerError(
-                .notSignedIn, "the session's tokens are missing from the keyring; sign in again")
+                .vaultUnavailable,
+                "the session's tokens are not in the keyring now; unlock or restore the login keyring, or sign out and sign in again"
+            )
         }
         if try store.session(client: clientId)?.status == .signedIn { sessionCache[clientId] = found }
         return found

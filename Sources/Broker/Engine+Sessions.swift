@@ -56,50 +56,88 @@ extension BrokerEngine {
         do { secrets = try await vault.lookupJSON(SessionSecrets.self, attributes: keys) } catch {
             throw error.brokerError
         }
-        if let secrets {
-            // Keep what the revoke needs before the session item goes.
-            do {
-                try await vault.storeJSON(
-                    secrets, label: VaultKeys.revokeLabel(appName: client.appName),
-                    attributes: VaultKeys.pendingRevoke(client: clientId))
-            } catch { throw error.brokerError }
-        }
+        // Signed out locally first, with the revoke owed; then the tokens move
+        // to the owed-revoke item. A crash in between leaves them in the
+        // session item, where the owed revoke finds them.
         record = try store.session(client: clientId) ?? record
         record.status = .signedOut
         record.reason = nil
-        record.revokePending = secrets != nil
+        record.revokePending = record.revokePending || secrets != nil
         record.updatedAt = now()
         try store.save(record)
         sessionCache[clientId] = nil
         nextRefresh[clientId] = nil
         nextVerify[clientId] = nil
-        try? await vault.remove(attributes: keys)
         logger.info("signed out", ["client": clientId])
         publishSessionIfChanged(clientId)
-        if secrets != nil { await revokePending(clientId) }
+        if let secrets {
+            do {
+                try await vault.storeJSON(
+                    secrets, label: VaultKeys.revokeLabel(appName: client.appName),
+                    attributes: VaultKeys.pendingRevoke(client: clientId))
+                faultPoint("after-revoke-item")
+                try? await vault.remove(attributes: keys)
+            } catch {
+                logger.notice("the owed revoke keeps the session item", ["client": clientId, "error": "\(error)"])
+            }
+        }
+        if record.revokePending { await revokePending(clientId) }
         return try sessionView(clientId)
     }
 
-    /// Revokes a signed-out session at the server (idempotent, RFC 7009).
+    /// Revokes a signed-out session at the server (RFC 7009), at most once
+    /// in flight per client (PROTOCOL.md §4). The revoke stays owed only when
+    /// it provably never reached the server (`notSent`); one that may have
+    /// reached it (no answer, a 5xx, a broken answer) is never sent again.
     func revokePending(_ clientId: String) async {
+        guard !revokesInFlight.contains(clientId),
+            let record = try? store.session(client: clientId), record.revokePending
+        else { return }
+        revokesInFlight.insert(clientId)
+        defer { revokesInFlight.remove(clientId) }
         let keys = VaultKeys.pendingRevoke(client: clientId)
-        guard let secrets = try? await vault.lookupJSON(SessionSecrets.self, attributes: keys) else { return }
+        // The tokens are in the owed-revoke item, or still in the session
+        // item when the broker stopped before moving them.
+        let signedOut = record.status != .signedIn
+        var secrets: SessionSecrets?
         do {
-            _ = try await server(clientId).revoke(accessToken: secrets.session.accessToken)
+            secrets = try await vault.lookupJSON(SessionSecrets.self, attributes: keys)
+            if secrets == nil && signedOut {
+                secrets = try await vault.lookupJSON(SessionSecrets.self, attributes: VaultKeys.session(client: clientId))
+            }
         } catch {
-            if case .refused = error {
-            } else {
-                logger.notice("sign-out revoke postponed", ["client": clientId, "error": "\(error)"])
-                return
+            // Cannot read the keyring now: the revoke stays owed.
+            logger.notice("sign-out revoke postponed: keyring", ["client": clientId, "error": "\(error)"])
+            return
+        }
+        if let secrets {
+            do {
+                faultPoint("before-signout-revoke")
+                _ = try await server(clientId).revoke(accessToken: secrets.session.accessToken)
+                faultPoint("after-signout-revoke")
+                logger.info("signed-out session revoked at the server", ["client": clientId])
+            } catch {
+                switch error {
+                case .notSent:
+                    logger.notice(
+                        "sign-out revoke owed: the server could not be reached", ["client": clientId, "error": "\(error)"])
+                    return
+                case .refused:
+                    logger.info("signed-out session revoked at the server", ["client": clientId])
+                default:
+                    logger.warning(
+                        "sign-out revoke may not have reached the server; it is not sent again (PROTOCOL.md §4)",
+                        ["client": clientId, "error": "\(error)"])
+                }
             }
         }
         try? await vault.remove(attributes: keys)
+        if signedOut { try? await vault.remove(attributes: VaultKeys.session(client: clientId)) }
         if var record = try? store.session(client: clientId), record.revokePending {
             record.revokePending = false
             record.updatedAt = now()
             try? store.save(record)
         }
-        logger.info("signed-out session revoked at the server", ["client": clientId])
     }
 
     func retryPendingRevokes() async {

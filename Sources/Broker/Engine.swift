@@ -22,10 +22,17 @@ public actor BrokerEngine {
     let clock: any BrokerCore.Clock
     let logger: Logger
     public let socketPath: String
+    /// The directory of the state database (named in `STORAGE_UNAVAILABLE` errors).
+    public nonisolated let stateDirectory: String
 
     var hub = EventHub()
     /// The latest callback that arrived while its attempt was exchanging (memory only: it holds a code).
-    var keptCallbacks: [String: Callback] = [:]
+    var keptCallbacks: [String: KeptCallback] = [:]
+    var keptCounter: UInt64 = 0
+    /// Attempts whose exchange request is in flight now.
+    var exchangesInFlight: Set<String> = []
+    /// `login.finish` calls waiting for an attempt's exchange to settle.
+    var exchangeWaiters: [String: [UInt64: CheckedContinuation<Void, Never>]] = [:]
     /// Attempts whose reconciliation or follow-up is running now.
     var busy: Set<String> = []
     /// `login.start` calls in flight per client (one live attempt per client).
@@ -42,22 +49,21 @@ public actor BrokerEngine {
     var sessionCache: [String: SessionSecrets] = [:]
     /// Refreshes in flight per client: concurrent callers share one.
     var refreshing: [String: Task<SessionSecrets, any Error>] = [:]
+    /// Clients whose sign-out revoke is being sent now: at most one request per session in flight.
+    var revokesInFlight: Set<String> = []
     /// When each session is next refreshed and verified.
     var nextRefresh: [String: Timestamp] = [:]
     var nextVerify: [String: Timestamp] = [:]
     /// How often sessions are checked with `GET session`.
     let verifyIntervalMilliseconds: Int64
-    /// Test-only fault injection (`BROWSER_LOGIN_TEST_FAULT`): the crash tests
-    /// kill the daemon at an exact point of the durability order.
-    let testFault: String?
-
     public init(
         storePath: String, clients: [ClientConfig], vault: any SecretVault,
         makeServer: (ClientConfig) -> any LoginServerAPI, launcher: any BrowserLauncher, transport: any HTTPTransport,
         clock: any BrokerCore.Clock = SystemClock(), logger: Logger, socketPath: String,
-        verifyIntervalMilliseconds: Int64 = 300_000, testFault: String? = nil
+        verifyIntervalMilliseconds: Int64 = 300_000
     ) throws {
         self.store = try BrokerStore(path: storePath)
+        self.stateDirectory = (storePath as NSString).deletingLastPathComponent
         var byId: [String: ClientConfig] = [:]
         var servers: [String: any LoginServerAPI] = [:]
         for client in clients {
@@ -70,7 +76,6 @@ public actor BrokerEngine {
         self.launcher = launcher
         self.transport = transport
         self.verifyIntervalMilliseconds = verifyIntervalMilliseconds
-        self.testFault = testFault
         self.clock = clock
         self.logger = logger
         self.socketPath = socketPath
@@ -123,6 +128,7 @@ public actor BrokerEngine {
         change?(&record)
         record.updatedAt = now()
         try store.update(record, previous: previous)
+        faultPoint("commit:" + record.state.rawValue)
         logger.info(
             "attempt changed",
             ["attempt.id": record.id, "client": record.client, "from": previous.rawValue, "to": record.state.rawValue]
@@ -172,13 +178,8 @@ public actor BrokerEngine {
         return record?.view ?? .signedOut(client)
     }
 
-    /// Dies like `kill -9` when the test fault `point` is armed.
-    func faultPoint(_ point: String) {
-        if testFault == point {
-            logger.warning("test fault: killing the daemon", ["fault": point])
-            kill(getpid(), SIGKILL)
-        }
-    }
+    /// A fault point of the crash tests (`TestFaults`; a no-op in release builds).
+    func faultPoint(_ point: String) { TestFaults.hit(point) }
 
     func newLocalId() throws -> String {
         "at_" + (try Crypto.randomToken(bytes: 12))
@@ -246,6 +247,12 @@ public actor BrokerEngine {
     public func unsubscribe(_ id: String, connection: UInt64) -> Bool { hub.unsubscribe(id, connection: connection) }
 
     public func connectionClosed(_ connection: UInt64) { hub.dropConnection(connection) }
+}
+
+/// A callback kept while its attempt was exchanging, with the token of the `finish` call that delivered it.
+struct KeptCallback: Sendable {
+    var callback: Callback
+    var token: UInt64
 }
 
 /// The broker's version.

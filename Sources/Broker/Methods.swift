@@ -2,6 +2,7 @@ import BrokerCore
 import BrokerRPC
 import BrowserLoginProtocol
 import Foundation
+import SQLiteSupport
 
 /// The JSON-RPC method table of RPC.md: checks params, applies client
 /// binding, calls the engine and turns its answers into results and errors.
@@ -23,6 +24,11 @@ public struct MethodTable: Sendable {
             throw error
         } catch let error as BrokerError {
             throw Self.rpcError(error)
+        } catch let error as DatabaseError where error.isStorageFault {
+            logger.warning(
+                "the state directory cannot be written",
+                ["rpc.method": method, "path": engine.stateDirectory, "error": "\(error)"])
+            throw Self.rpcError(.storageUnavailable(directory: engine.stateDirectory, cause: error.cause))
         } catch {
             logger.error(
                 "internal error", ["rpc.method": method, "rpc.connection": "\(context.connectionID)", "error": "\(error)"])

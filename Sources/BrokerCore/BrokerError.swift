@@ -23,6 +23,7 @@ public enum BrokerErrorCode: String, Codable, Sendable, CaseIterable {
     case notSignedIn = "NOT_SIGNED_IN"
     case responseTooLarge = "RESPONSE_TOO_LARGE"
     case clientForbidden = "CLIENT_FORBIDDEN"
+    case storageUnavailable = "STORAGE_UNAVAILABLE"
 }
 
 /// An error that may reach an RPC client: a stable code, a message that
@@ -59,6 +60,14 @@ public struct BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
         BrokerError(
             .clientUnknown,
             "no client '\(client)' is configured; run 'browser-login clients' to list them, or add a file to ~/.config/browser-login/clients.d/"
+        )
+    }
+
+    /// The state directory cannot be written now (full, read-only, an I/O error).
+    public static func storageUnavailable(directory: String, cause: String) -> BrokerError {
+        BrokerError(
+            .storageUnavailable,
+            "the broker's state directory \(directory) cannot be written (\(cause)); free space or make it writable: the broker carries on by itself once it can write again, and nothing is lost"
         )
     }
 

@@ -140,6 +140,13 @@ public final class BrokerStore {
         didWrite?(attempt.client)
     }
 
+    /// Deletes an attempt (and its history) that never left the broker: its
+    /// proofs could not be kept, so nothing was ever sent for it.
+    public func delete(attemptId: String, client: String) throws {
+        _ = try db.run("DELETE FROM attempts WHERE id = ? AND state = 'starting'", attemptId)
+        didWrite?(client)
+    }
+
     /// Writes the attempt; when its state changed from `previous`, records
     /// the change in its history, in the same transaction.
     public func update(_ attempt: AttemptRecord, previous: AttemptState) throws {

@@ -1,5 +1,6 @@
 import CGIO
 import Foundation
+import Synchronization
 
 /// What the D-Bus service reports to its owner (for logs). Never carries a URI.
 public enum DBusApplicationEvent: Sendable, Equatable {
@@ -9,6 +10,8 @@ public enum DBusApplicationEvent: Sendable, Equatable {
     /// Another process owns the name, or the bus went away.
     case nameLost(String)
     case registrationFailed(String)
+    /// The session bus closed; the name is owned again once a bus is back.
+    case busClosed
     case activated
     case actionRefused
 }
@@ -24,9 +27,11 @@ public enum DBusApplicationEvent: Sendable, Equatable {
 public final class DBusApplication: @unchecked Sendable {
     // Safe: `context` and `loop` are created in init and never replaced; GLib
     // allows `g_main_loop_quit` from any thread. Every other GLib call happens
-    // on the loop thread. `callbacks` is immutable.
+    // on the loop thread. `callbacks` is immutable; the flags are atomics.
     private let context: OpaquePointer
     private let loop: OpaquePointer
+    private let stopping = Atomic<Bool>(false)
+    private let busClosed = Atomic<Bool>(false)
     private let callbacks: Callbacks
     public let busName: String
     public let objectPath: String
@@ -87,41 +92,65 @@ public final class DBusApplication: @unchecked Sendable {
 
     /// Stops `run()` (safe from any thread, before or after it started).
     public func shutdown() {
+        stopping.store(true, ordering: .sequentiallyConsistent)
         g_main_loop_quit(loop)
         g_main_context_wakeup(context)
     }
 
+    /// Serves the bus; when the bus goes away (its connection closes), waits
+    /// and connects again, owning the name anew, until `shutdown()`.
     private func serve() {
         g_main_context_push_thread_default(context)
         defer { g_main_context_pop_thread_default(context) }
+        var connectedBefore = false
+        var delayMilliseconds: UInt32 = 250
+        while !stopping.load(ordering: .sequentiallyConsistent) {
+            switch serveOnce(reconnecting: connectedBefore) {
+            case .stopped: return
+            case .noBus where !connectedBefore: return
+            case .noBus: delayMilliseconds = min(delayMilliseconds * 2, 10_000)
+            case .busClosed:
+                connectedBefore = true
+                delayMilliseconds = 250
+            }
+            pause(milliseconds: delayMilliseconds)
+        }
+    }
+
+    private enum Ended { case stopped, busClosed, noBus }
+
+    private func serveOnce(reconnecting: Bool) -> Ended {
         var error: UnsafeMutablePointer<GError>?
         guard let connection = g_bus_get_sync(G_BUS_TYPE_SESSION, nil, &error) else {
-            callbacks.events(.noSessionBus(Self.take(error)))
-            return
+            let detail = Self.take(error)
+            if !reconnecting { callbacks.events(.noSessionBus(detail)) }
+            return .noBus
         }
         defer { g_object_unref(UnsafeMutableRawPointer(connection)) }
+        // A closed bus must not end the daemon (GDBus's default for bus connections).
         g_dbus_connection_set_exit_on_close(connection, 0)
+        if g_dbus_connection_is_closed(connection) != 0 { return .noBus }
 
         guard let node = g_dbus_node_info_new_for_xml(Self.interfaceXML, &error) else {
             callbacks.events(.registrationFailed(Self.take(error)))
-            return
+            return .stopped
         }
         defer { g_dbus_node_info_unref(node) }
         guard let interface = g_dbus_node_info_lookup_interface(node, "org.freedesktop.Application") else {
             callbacks.events(.registrationFailed("the interface XML has no org.freedesktop.Application"))
-            return
+            return .stopped
         }
-        let userData = Unmanaged.passUnretained(callbacks).toOpaque()
+        let userData = Unmanaged.passUnretained(self).toOpaque()
         let registration = bl_dbus_register_object(
             connection, objectPath, interface,
             { _, _, _, _, method, parameters, invocation, userData in
                 guard let userData, let method, let invocation else { return }
-                let callbacks = Unmanaged<Callbacks>.fromOpaque(userData).takeUnretainedValue()
-                DBusApplication.handle(String(cString: method), parameters, invocation, callbacks)
+                let app = Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue()
+                DBusApplication.handle(String(cString: method), parameters, invocation, app.callbacks)
             }, userData, &error)
         guard registration != 0 else {
             callbacks.events(.registrationFailed(Self.take(error)))
-            return
+            return .stopped
         }
         defer { g_dbus_connection_unregister_object(connection, registration) }
 
@@ -129,16 +158,51 @@ public final class DBusApplication: @unchecked Sendable {
             connection, busName, G_BUS_NAME_OWNER_FLAGS_DO_NOT_QUEUE,
             { _, name, userData in
                 guard let userData, let name else { return }
-                Unmanaged<Callbacks>.fromOpaque(userData).takeUnretainedValue().events(.nameAcquired(String(cString: name)))
+                let app = Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue()
+                app.callbacks.events(.nameAcquired(String(cString: name)))
             },
             { _, name, userData in
                 guard let userData, let name else { return }
-                Unmanaged<Callbacks>.fromOpaque(userData).takeUnretainedValue().events(.nameLost(String(cString: name)))
+                let app = Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue()
+                app.callbacks.events(.nameLost(String(cString: name)))
             }, userData, nil)
         defer { g_bus_unown_name(owner) }
-        g_main_loop_run(loop)
+        // The bus went away: serve a new one once it is back.
+        let closedHandler = bl_dbus_on_closed(
+            connection,
+            { _, _, _, userData in
+                guard let userData else { return }
+                let app = Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue()
+                app.busClosed.store(true, ordering: .sequentiallyConsistent)
+                g_main_loop_quit(app.loop)
+            }, userData)
+        defer { g_signal_handler_disconnect(UnsafeMutableRawPointer(connection), closedHandler) }
+        busClosed.store(false, ordering: .sequentiallyConsistent)
+        if !stopping.load(ordering: .sequentiallyConsistent) { g_main_loop_run(loop) }
+        if busClosed.load(ordering: .sequentiallyConsistent) && !stopping.load(ordering: .sequentiallyConsistent) {
+            callbacks.events(.busClosed)
+            return .busClosed
+        }
         // Let the unown and unregister reach the bus before the connection goes.
         g_dbus_connection_flush_sync(connection, nil, nil)
+        return .stopped
+    }
+
+    /// Runs the loop for `milliseconds` (or until `shutdown()`).
+    private func pause(milliseconds: UInt32) {
+        guard !stopping.load(ordering: .sequentiallyConsistent), let source = g_timeout_source_new(milliseconds) else {
+            return
+        }
+        defer { g_source_unref(source) }
+        g_source_set_callback(
+            source,
+            { loop in
+                if let loop { g_main_loop_quit(OpaquePointer(loop)) }
+                return 0
+            }, UnsafeMutableRawPointer(loop), nil)
+        g_source_attach(source, context)
+        g_main_loop_run(loop)
+        g_source_destroy(source)
     }
 
     static func handle(

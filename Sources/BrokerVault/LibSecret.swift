@@ -143,6 +143,13 @@ enum LibSecret {
         guard let service else {
             throw .unavailable(VaultMessages.unavailable("no Secret Service answered"))
         }
+        if bl_secret_connection_closed(service) != 0 {
+            // The cached service lives on a bus that died: drop it; the next call connects afresh.
+            g_object_unref(UnsafeMutableRawPointer(service))
+            secret_service_disconnect()
+            throw .unavailable(VaultMessages.unavailable("the session bus connection closed"))
+        }
+        bl_secret_keep_running_on_close(service)
         return GObjectRef(taking: service)
     }
 
@@ -232,6 +239,14 @@ enum LibSecret {
         }
     }
 
+    /// Throws unless there is a default collection and it is unlocked (no prompt).
+    private static func requireReadableDefaultCollection(_ service: GObjectRef<SecretService>) throws(VaultError) {
+        guard let collection = try defaultCollection(service) else {
+            throw .unavailable(VaultMessages.noDefaultCollection)
+        }
+        if isLocked(collection) { throw .locked(VaultMessages.locked) }
+    }
+
     /// The items matching all three attributes exactly, unlocked where the
     /// service can (a prompt on a desktop). Throws `.locked` if any stays locked.
     private static func search(
@@ -271,7 +286,14 @@ enum LibSecret {
         let items = try search(service, attributes, loadSecrets: true)
         // Duplicates can only come from another collection: take the newest.
         guard let item = items.max(by: { secret_item_get_modified($0.pointer) < secret_item_get_modified($1.pointer) })
-        else { return nil }
+        else {
+            // "Not found" only counts from the unlocked default keyring. A
+            // keyring restarted without the user's password, or without its
+            // default collection, cannot say what it holds: that is "cannot
+            // read it now", never "it is gone".
+            try requireReadableDefaultCollection(service)
+            return nil
+        }
         guard let value = secret_item_get_secret(item.pointer) else {
             throw .failed(VaultMessages.itemUnreadable)
         }

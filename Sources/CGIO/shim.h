@@ -13,4 +13,11 @@ static inline guint bl_dbus_register_object(GDBusConnection *connection, const g
     GDBusInterfaceVTable vtable = {method_call, NULL, NULL, {0}};
     return g_dbus_connection_register_object(connection, path, info, &vtable, user_data, NULL, error);
 }
+
+/// Connects `handler` to the connection's "closed" signal (g_signal_connect is a macro).
+typedef void (*bl_dbus_closed_handler)(GDBusConnection *connection, gboolean remote_peer_vanished, GError *error,
+                                       gpointer user_data);
+static inline gulong bl_dbus_on_closed(GDBusConnection *connection, bl_dbus_closed_handler handler, gpointer user_data) {
+    return g_signal_connect_data(connection, "closed", G_CALLBACK(handler), user_data, NULL, (GConnectFlags)0);
+}
 #endif

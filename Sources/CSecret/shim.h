@@ -47,4 +47,16 @@ static inline GAsyncResult *bl_secret_wait(GMainContext *context, GAsyncResult *
     }
     return *slot;
 }
+
+/// The bus connection of a Secret Service proxy must never end the process
+/// when the bus goes away (GDBus's default for shared bus connections is to
+/// raise SIGTERM): the broker reconnects instead.
+static inline void bl_secret_keep_running_on_close(SecretService *service) {
+    g_dbus_connection_set_exit_on_close(g_dbus_proxy_get_connection(G_DBUS_PROXY(service)), FALSE);
+}
+
+/// Whether the Secret Service proxy's bus connection has closed (the bus died).
+static inline gboolean bl_secret_connection_closed(SecretService *service) {
+    return g_dbus_connection_is_closed(g_dbus_proxy_get_connection(G_DBUS_PROXY(service)));
+}
 #endif

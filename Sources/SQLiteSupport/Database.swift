@@ -1,13 +1,37 @@
 import CSQLite
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// An SQLite error: the result code, SQLite's message and the operation.
 /// The message may contain SQL: log it, never send it to a client.
 public struct DatabaseError: Error, Sendable, CustomStringConvertible {
     public var code: Int32
     public var message: String
     public var operation: String
+    /// The operating system's errno behind an I/O failure (0 when none).
+    public var systemErrno: Int32 = 0
 
-    public var description: String { "\(operation): SQLite error \(code): \(message)" }
+    public var description: String {
+        "\(operation): SQLite error \(code): \(message)" + (systemErrno != 0 ? " (errno \(systemErrno))" : "")
+    }
+
+    /// The file cannot be written now (full, read-only, an I/O error), as
+    /// opposed to a bug: callers report it as such and try again later.
+    public var isStorageFault: Bool {
+        [SQLITE_FULL, SQLITE_READONLY, SQLITE_IOERR, SQLITE_CANTOPEN, SQLITE_PERM].contains(code & 0xFF)
+    }
+
+    /// The cause in words, for an operator: "no space left on device", "read-only file system", …
+    public var cause: String {
+        if systemErrno != 0, let text = strerror(systemErrno) { return String(cString: text).lowercased() }
+        switch code & 0xFF {
+        case SQLITE_FULL: return "no space left on device"
+        case SQLITE_READONLY: return "read-only"
+        default: return String(cString: sqlite3_errstr(code))
+        }
+    }
 
     /// SQLITE_BUSY / SQLITE_LOCKED: another process holds the database.
     public var isBusy: Bool { code & 0xFF == SQLITE_BUSY || code & 0xFF == SQLITE_LOCKED }
@@ -122,7 +146,8 @@ public final class Database {
 
     private func error(_ rc: Int32, _ operation: String) -> DatabaseError {
         let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "closed"
-        return DatabaseError(code: rc, message: message, operation: operation)
+        let systemErrno = handle.map { sqlite3_system_errno($0) } ?? 0
+        return DatabaseError(code: rc, message: message, operation: operation, systemErrno: systemErrno)
     }
 
     /// Runs one or more statements with no parameters and no results.
@@ -133,7 +158,7 @@ public final class Database {
         if rc != SQLITE_OK {
             let text = message.map { String(cString: $0) } ?? "error"
             sqlite3_free(message)
-            throw DatabaseError(code: rc, message: text, operation: "exec")
+            throw DatabaseError(code: rc, message: text, operation: "exec", systemErrno: sqlite3_system_errno(handle))
         }
     }
 

@@ -18,6 +18,9 @@ final class FakeServer: LoginServerAPI {
         var status: [Result<StatusResponse, ServerFailure>] = []
         var created: [String] = []
         var exchangeGate: (@Sendable () async -> Void)?
+        var revokeByToken: [Result<RevokeResponse, ServerFailure>] = []
+        var revokeGate: (@Sendable () async -> Void)?
+        var acknowledge: [Result<StateResponse, ServerFailure>] = []
     }
     let state = Mutex(State())
     let issuer = "https://login.example.com"
@@ -56,7 +59,11 @@ final class FakeServer: LoginServerAPI {
     }
     func acknowledge(attemptId: String, recoveryKey: String) async throws(ServerFailure) -> StateResponse {
         called("acknowledge")
-        return StateResponse(state: "acknowledged")
+        let next = state.withLock { $0.acknowledge.isEmpty ? nil : $0.acknowledge.removeFirst() }
+        switch next ?? .success(StateResponse(state: "acknowledged")) {
+        case .success(let r): return r
+        case .failure(let f): throw f
+        }
     }
     func revoke(attemptId: String, recoveryKey: String) async throws(ServerFailure) -> RevokeResponse {
         called("revokeByProof")
@@ -64,7 +71,12 @@ final class FakeServer: LoginServerAPI {
     }
     func revoke(accessToken: String) async throws(ServerFailure) -> RevokeResponse {
         called("revokeByToken")
-        return RevokeResponse(revoked: true)
+        if let gate = state.withLock({ $0.revokeGate }) { await gate() }
+        let next = state.withLock { $0.revokeByToken.isEmpty ? nil : $0.revokeByToken.removeFirst() }
+        switch next ?? .success(RevokeResponse(revoked: true)) {
+        case .success(let r): return r
+        case .failure(let f): throw f
+        }
     }
     func session(accessToken: String) async throws(ServerFailure) -> SessionInfoResponse {
         called("session")
@@ -165,15 +177,97 @@ struct NoTransport: HTTPTransport {
         let engine = self.engine
         let forged = Task { try await engine.finish(url: callback("forged", attempt: serverId)) }
         try await waitFor { release.withLock { $0 != nil } }
-        // The genuine callback arrives while the forged one is being exchanged: kept.
-        let kept = try await engine.finish(url: callback("genuine", attempt: serverId))
-        #expect(kept.state == .exchanging)
+        // The genuine callback arrives while the forged one is being exchanged:
+        // kept, and its finish call answers once that exchange is settled.
+        let genuine = Task { try await engine.finish(url: callback("genuine", attempt: serverId)) }
+        try await Task.sleep(nanoseconds: 50_000_000)
+        #expect(server.count("exchange") == 1)
         release.withLock { $0?.resume() }
-        let result = try await forged.value
+        // The forged exchange answers its own refusal…
+        await #expect(throws: BrokerError.self) { try await forged.value }
+        // …and the kept one is exchanged by the call that delivered it.
+        let result = try await genuine.value
         #expect(result.state == .completed)
+        #expect(result.session?.status == .signedIn)
         #expect(server.count("exchange") == 2)
         #expect(try await engine.session(client: "com.example.notes").status == .signedIn)
         _ = view
+    }
+
+    @Test func aCallbackKeptWhileAnExchangeSucceedsAnswersTheCompletedAttempt() async throws {
+        let (_, serverId) = try await started()
+        let release = Mutex<CheckedContinuation<Void, Never>?>(nil)
+        let entered = Mutex(false)
+        server.state.withLock {
+            $0.exchange = [.success(server.issued(for: serverId))]
+            $0.exchangeGate = {
+                if entered.withLock({
+                    let first = !$0; $0 = true; return first
+                }) {
+                    await withCheckedContinuation { c in release.withLock { $0 = c } }
+                }
+            }
+        }
+        let engine = self.engine
+        let first = Task { try await engine.finish(url: callback("good", attempt: serverId)) }
+        try await waitFor { release.withLock { $0 != nil } }
+        let second = Task { try await engine.finish(url: callback("other", attempt: serverId)) }
+        try await Task.sleep(nanoseconds: 50_000_000)
+        release.withLock { $0?.resume() }
+        #expect(try await first.value.state == .completed)
+        let kept = try await second.value
+        #expect(kept.state == .completed)
+        #expect(kept.session?.status == .signedIn)
+        // The kept callback is never exchanged once the attempt completed.
+        #expect(server.count("exchange") == 1)
+    }
+
+    func signedIn() async throws {
+        let (_, serverId) = try await started()
+        server.state.withLock { $0.exchange = [.success(server.issued(for: serverId))] }
+        _ = try await engine.finish(url: callback("c1", attempt: serverId))
+    }
+
+    @Test func signOutSendsItsRevokeOnceEvenWhenTheTimerRuns() async throws {
+        try await signedIn()
+        let release = Mutex<CheckedContinuation<Void, Never>?>(nil)
+        server.state.withLock {
+            $0.revokeGate = { await withCheckedContinuation { c in release.withLock { $0 = c } } }
+        }
+        let engine = self.engine
+        let signOut = Task { try await engine.signOut(client: "com.example.notes") }
+        try await waitFor { release.withLock { $0 != nil } }
+        // The owed-revoke timer runs while the sign-out's own revoke is in flight.
+        for _ in 0..<5 { await engine.tick() }
+        server.state.withLock { $0.revokeGate = nil }
+        release.withLock { $0?.resume() }
+        #expect(try await signOut.value.status == .signedOut)
+        for _ in 0..<5 { await engine.tick() }
+        #expect(server.count("revokeByToken") == 1)
+        #expect(try await vault.lookup(attributes: ["kind": "revoke", "client": "com.example.notes"]) == nil)
+    }
+
+    @Test func aSignOutRevokeIsOwedOnlyWhenItNeverReachedTheServer() async throws {
+        try await signedIn()
+        // Not sent: owed, and sent once later.
+        server.state.withLock { $0.revokeByToken = [.failure(.notSent("refused"))] }
+        _ = try await engine.signOut(client: "com.example.notes")
+        #expect(try await vault.lookup(attributes: ["kind": "revoke", "client": "com.example.notes"]) != nil)
+        await engine.tick()
+        #expect(server.count("revokeByToken") == 2)
+        #expect(try await vault.lookup(attributes: ["kind": "revoke", "client": "com.example.notes"]) == nil)
+        for _ in 0..<3 { await engine.tick() }
+        #expect(server.count("revokeByToken") == 2)
+
+        // Sent with no answer: may have reached the server, never sent again.
+        let (_, serverId) = try await started()
+        server.state.withLock { $0.exchange = [.success(server.issued(for: serverId))] }
+        _ = try await engine.finish(url: callback("c2", attempt: serverId))
+        server.state.withLock { $0.revokeByToken = [.failure(.noAnswer("lost"))] }
+        _ = try await engine.signOut(client: "com.example.notes")
+        for _ in 0..<3 { await engine.tick() }
+        #expect(server.count("revokeByToken") == 3)
+        #expect(try await vault.lookup(attributes: ["kind": "revoke", "client": "com.example.notes"]) == nil)
     }
 
     @Test func aLostRefreshAnswerIsRepeatedOnceOnly() async throws {
@@ -222,12 +316,36 @@ struct NoTransport: HTTPTransport {
             try await Task.sleep(nanoseconds: 10_000_000)
             settled = try await engine.status(attemptId: view.attemptId, reconcile: true)
         }
-        #expect(settled.state == .uncertain)
+        // Reconciled, the broker retires it on its own (§7): nothing is left for anyone to acknowledge.
+        #expect(settled.state == .acknowledged)
         #expect(settled.reconciled)
         #expect(server.count("revokeByProof") == 1)
         #expect(server.count("session") == 0)
         #expect(try await engine.session(client: "com.example.notes").status == .signedOut)
+        try await waitFor { server.count("acknowledge") == 1 }
         #expect(try await engine.acknowledge(attemptId: view.attemptId).state == .acknowledged)
+        #expect(
+            try await vault.lookup(attributes: VaultKeys.attempt(client: "com.example.notes", attemptId: view.attemptId)) == nil)
+    }
+
+    @Test func aFollowUpWhoseAnswerWasLostIsNotSentAgainBlind() async throws {
+        let (view, serverId) = try await started()
+        server.state.withLock {
+            $0.exchange = [.success(server.issued(for: serverId))]
+            $0.acknowledge = [.failure(.noAnswer("lost"))]
+            // The server says the attempt is gone: the lost acknowledge took effect.
+            $0.status = [.failure(.refused(status: 404, code: .attemptUnknown, message: "gone", retryAfterSeconds: nil))]
+        }
+        _ = try await engine.finish(url: callback("c1", attempt: serverId))
+        try await waitFor { server.count("acknowledge") == 1 }
+        try await waitFor { server.state.withLock { $0.acknowledge.isEmpty } }
+        // Once due (the back-off's 2 s), the timer asks status first and sends nothing else.
+        try await Task.sleep(nanoseconds: 2_100_000_000)
+        await engine.tick()
+        try await waitFor { server.count("status") == 1 }
+        try await Task.sleep(nanoseconds: 50_000_000)
+        #expect(server.count("acknowledge") == 1)
+        #expect(try await engine.attempt(view.attemptId).followUp == .none)
     }
 }
 

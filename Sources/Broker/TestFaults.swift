@@ -1,0 +1,143 @@
+import BrokerCore
+import BrowserLoginProtocol
+import Foundation
+import Synchronization
+
+/// Fault injection for the crash and fault tests (`docs/reliability.md`),
+/// compiled into debug (test) builds only; release builds ignore the
+/// variables and every point is a no-op.
+///
+/// `BROWSER_LOGIN_TEST_FAULT=POINT[@N]` kills the daemon with SIGKILL (as
+/// `kill -9` would) the Nth time (default: the first) it passes `POINT`;
+/// `pause:POINT[@N]` instead writes `POINT.paused` into
+/// `$BROWSER_LOGIN_TEST_FAULT_DIR` and blocks there until a test removes that
+/// file. Points (each a durability point of docs/protocol.md §7):
+/// - `commit:STATE` — right after an attempt's move to STATE is committed;
+/// - `vault:store`, `vault:remove` — right after a vault write;
+/// - `answer:ROUTE` — after a request to the login server was sent and
+///   answered, before the answer is used (a crash between send and answer):
+///   `create`, `exchange`, `cancel`, `acknowledge`, `revoke-proof`,
+///   `revoke-token`, `refresh`;
+/// - named points in the engine (`after-session-in-vault`,
+///   `after-reconcile-settled`, `before-signout-revoke`, …).
+public enum TestFaults {
+    struct Plan: Sendable {
+        var point: String
+        var occurrence: Int
+        var pause: Bool
+        var directory: String
+    }
+
+    /// Parsed once from the environment.
+    static let plan: Plan? = {
+        #if DEBUG
+            guard var spec = ProcessInfo.processInfo.environment["BROWSER_LOGIN_TEST_FAULT"], !spec.isEmpty else {
+                return nil
+            }
+            var pause = false
+            if spec.hasPrefix("pause:") {
+                pause = true
+                spec.removeFirst("pause:".count)
+            }
+            var occurrence = 1
+            if let at = spec.lastIndex(of: "@"), let n = Int(spec[spec.index(after: at)...]), n > 0 {
+                occurrence = n
+                spec = String(spec[..<at])
+            }
+            let directory = ProcessInfo.processInfo.environment["BROWSER_LOGIN_TEST_FAULT_DIR"] ?? "/tmp"
+            return Plan(point: spec, occurrence: occurrence, pause: pause, directory: directory)
+        #else
+            return nil
+        #endif
+    }()
+
+    static let hits = Mutex<[String: Int]>([:])
+
+    /// Whether any fault is armed (the decorators are only put in place then).
+    public static var armed: Bool { plan != nil }
+
+    /// Passes the point `name`: kills or pauses the daemon when it is the armed one.
+    public static func hit(_ name: String) {
+        guard let plan, plan.point == name else { return }
+        let count = hits.withLock { hits in
+            hits[name, default: 0] += 1
+            return hits[name]!
+        }
+        guard count == plan.occurrence else { return }
+        if plan.pause {
+            let marker = plan.directory + "/" + name.replacingOccurrences(of: "/", with: "_") + ".paused"
+            FileManager.default.createFile(atPath: marker, contents: nil)
+            // Blocks this thread on purpose: the point holds still until the test releases it.
+            while FileManager.default.fileExists(atPath: marker) { usleep(10_000) }
+        } else {
+            FileHandle.standardError.write(Data("<4>browser-login-broker: test fault: killing the daemon fault=\(name)\n".utf8))
+            kill(getpid(), SIGKILL)
+        }
+    }
+}
+
+/// A login server whose answers pass the `answer:ROUTE` fault points.
+struct FaultingLoginServer: LoginServerAPI {
+    let base: any LoginServerAPI
+
+    private func after<T>(_ route: String, _ body: () async throws(ServerFailure) -> T) async throws(ServerFailure) -> T {
+        let result: Result<T, ServerFailure>
+        do { result = .success(try await body()) } catch { result = .failure(error) }
+        TestFaults.hit("answer:" + route)
+        return try result.get()
+    }
+
+    func create(_ request: CreateAttemptRequest) async throws(ServerFailure) -> CreateAttemptResponse {
+        try await after("create") { () async throws(ServerFailure) in try await base.create(request) }
+    }
+    func exchange(attemptId: String, _ request: ExchangeRequest) async throws(ServerFailure) -> ExchangeResponse {
+        try await after("exchange") { () async throws(ServerFailure) in try await base.exchange(attemptId: attemptId, request) }
+    }
+    func status(attemptId: String, recoveryKey: String) async throws(ServerFailure) -> StatusResponse {
+        try await after("status") { () async throws(ServerFailure) in
+            try await base.status(attemptId: attemptId, recoveryKey: recoveryKey)
+        }
+    }
+    func cancel(attemptId: String, recoveryKey: String) async throws(ServerFailure) -> StateResponse {
+        try await after("cancel") { () async throws(ServerFailure) in
+            try await base.cancel(attemptId: attemptId, recoveryKey: recoveryKey)
+        }
+    }
+    func acknowledge(attemptId: String, recoveryKey: String) async throws(ServerFailure) -> StateResponse {
+        try await after("acknowledge") { () async throws(ServerFailure) in
+            try await base.acknowledge(attemptId: attemptId, recoveryKey: recoveryKey)
+        }
+    }
+    func revoke(attemptId: String, recoveryKey: String) async throws(ServerFailure) -> RevokeResponse {
+        try await after("revoke-proof") { () async throws(ServerFailure) in
+            try await base.revoke(attemptId: attemptId, recoveryKey: recoveryKey)
+        }
+    }
+    func revoke(accessToken: String) async throws(ServerFailure) -> RevokeResponse {
+        try await after("revoke-token") { () async throws(ServerFailure) in try await base.revoke(accessToken: accessToken) }
+    }
+    func session(accessToken: String) async throws(ServerFailure) -> SessionInfoResponse {
+        try await after("session") { () async throws(ServerFailure) in try await base.session(accessToken: accessToken) }
+    }
+    func refresh(refreshToken: String) async throws(ServerFailure) -> RefreshResponse {
+        try await after("refresh") { () async throws(ServerFailure) in try await base.refresh(refreshToken: refreshToken) }
+    }
+}
+
+/// A vault whose writes pass the `vault:store` and `vault:remove` fault points.
+struct FaultingVault: SecretVault {
+    let base: any SecretVault
+
+    func store(_ secret: [UInt8], label: String, attributes: [String: String]) async throws(VaultError) {
+        try await base.store(secret, label: label, attributes: attributes)
+        TestFaults.hit("vault:store")
+    }
+    func lookup(attributes: [String: String]) async throws(VaultError) -> [UInt8]? {
+        try await base.lookup(attributes: attributes)
+    }
+    func remove(attributes: [String: String]) async throws(VaultError) {
+        try await base.remove(attributes: attributes)
+        TestFaults.hit("vault:remove")
+    }
+    func health() async -> VaultHealth { await base.health() }
+}
