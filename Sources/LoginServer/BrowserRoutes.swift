@@ -166,7 +166,7 @@ extension LoginService {
 
     /// §1: `automatic` applies only to an https return URL.
     func appliedPolicy(client: ClientRegistration, returnUrl: String) -> ClientPolicy {
-        client.policy == .automatic && returnUrl.hasPrefix("https://") ? .automatic : .confirm
+        client.policy == .automatic && URLParts(splitting: returnUrl)?.scheme.lowercased() == "https" ? .automatic : .confirm
     }
 
     // MARK: §6 Authorize
