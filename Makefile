@@ -74,3 +74,12 @@ soak:
 	scripts/install-deps
 	$(SWIFT) build -c release
 	scripts/with-keyring .build/release/browser-login-bench --soak $(MINUTES)
+
+# Fuzzing (docs/reliability.md): every libFuzzer target for FUZZ_SECONDS each
+# (CI runs `scripts/fuzz`, 20 s each). `make fuzz FUZZ_SECONDS=60 FUZZ_TARGETS=callback`.
+FUZZ_SECONDS ?= 300
+FUZZ_TARGETS ?=
+.PHONY: fuzz
+fuzz:
+	scripts/install-deps
+	scripts/fuzz --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS)

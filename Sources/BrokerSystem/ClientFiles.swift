@@ -48,16 +48,48 @@ public enum ClientFiles {
         return Loaded(clients: kept, problems: problems + clashes, files: files)
     }
 
+    /// One client file's contents, parsed and validated as `load` does each
+    /// file it reads (`file` names it in the problems); for fuzzing and tests.
+    /// Clashes between files (`checkTogether`) are not part of it.
+    public static func parse(contents: [UInt8], file: String) -> (client: ClientConfig?, problems: [ConfigProblem]) {
+        let keyFile = g_key_file_new()
+        defer { g_key_file_free(keyFile) }
+        var error: UnsafeMutablePointer<GError>?
+        // One byte more, so that even empty contents have an address; GKeyFile reads `count` bytes.
+        let bytes = contents + [0]
+        let loaded = bytes.withUnsafeBufferPointer { buffer in
+            buffer.withMemoryRebound(to: CChar.self) { chars in
+                g_key_file_load_from_data(keyFile, chars.baseAddress, gsize(contents.count), G_KEY_FILE_NONE, &error)
+            }
+        }
+        switch loaded != 0 ? readGroup(keyFile, path: file, group: ClientConfigValidator.group) : unreadable(file, error) {
+        case .failure(let problem): return (nil, [problem])
+        case .success(let keys): return ClientConfigValidator.validate(file: file, keys: keys)
+        }
+    }
+
+    private static func unreadable(_ path: String, _ error: UnsafeMutablePointer<GError>?) -> Result<
+        [String: String], ConfigProblem
+    > {
+        let message = error.map { String(cString: $0.pointee.message) } ?? "unreadable"
+        g_error_free(error)
+        return .failure(ConfigProblem(.error, file: path, key: nil, "cannot be read as a key file: \(message)"))
+    }
+
     /// The keys of one group of a key file, unescaped by GKeyFile.
     static func readGroup(path: String, group: String) -> Result<[String: String], ConfigProblem> {
         let keyFile = g_key_file_new()
         defer { g_key_file_free(keyFile) }
         var error: UnsafeMutablePointer<GError>?
         guard g_key_file_load_from_file(keyFile, path, G_KEY_FILE_NONE, &error) != 0 else {
-            let message = error.map { String(cString: $0.pointee.message) } ?? "unreadable"
-            g_error_free(error)
-            return .failure(ConfigProblem(.error, file: path, key: nil, "cannot be read as a key file: \(message)"))
+            return unreadable(path, error)
         }
+        return readGroup(keyFile, path: path, group: group)
+    }
+
+    private static func readGroup(_ keyFile: OpaquePointer?, path: String, group: String) -> Result<
+        [String: String], ConfigProblem
+    > {
         guard g_key_file_has_group(keyFile, group) != 0 else {
             return .failure(
                 ConfigProblem(.error, file: path, key: nil, "has no [\(group)] group; client settings go under [\(group)]"))

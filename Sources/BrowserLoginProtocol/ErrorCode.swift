@@ -35,6 +35,8 @@ public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, Cu
     public static let tokenExpired = ServerErrorCode("TOKEN_EXPIRED")
     public static let unauthenticated = ServerErrorCode("UNAUTHENTICATED")
     public static let originMismatch = ServerErrorCode("ORIGIN_MISMATCH")
+    /// §6: authorize from a browser that does not hold the attempt's binding cookie.
+    public static let browserMismatch = ServerErrorCode("BROWSER_MISMATCH")
     public static let sessionChanged = ServerErrorCode("SESSION_CHANGED")
     public static let policyMismatch = ServerErrorCode("POLICY_MISMATCH")
     public static let loginRequired = ServerErrorCode("LOGIN_REQUIRED")
@@ -53,7 +55,7 @@ public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, Cu
             return 400
         case .unauthenticated, .sessionRevoked, .sessionExpired, .tokenExpired, .loginRequired:
             return 401
-        case .nativeOnly, .authUserDisabled, .proofInvalid, .originMismatch:
+        case .nativeOnly, .authUserDisabled, .proofInvalid, .originMismatch, .browserMismatch:
             return 403
         case .clientUnknown, .attemptUnknown, .notFound:
             return 404

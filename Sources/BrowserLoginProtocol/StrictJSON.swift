@@ -12,7 +12,8 @@ public enum StrictJSONError: Error, Sendable, Equatable, CustomStringConvertible
         switch self {
         case .notJSON: "the body is not JSON"
         case .notAnObject: "the body is not one JSON object"
-        case .duplicateMember: "the body has a duplicate member"
+        case .duplicateMember:
+            "the body has a duplicate member (or a member name not in Unicode NFC, which may name another member)"
         case .invalidMembers(let detail): "a required member is missing or has the wrong type (\(detail))"
         }
     }
@@ -22,6 +23,12 @@ public enum StrictJSONError: Error, Sendable, Equatable, CustomStringConvertible
 /// object, or a duplicate member anywhere is refused. The duplicate check is
 /// jansson's `JSON_REJECT_DUPLICATES`; the typed decode is Foundation's.
 /// Unknown members are ignored.
+///
+/// jansson compares member names byte for byte, Foundation (Swift strings)
+/// by canonical equivalence: `"recoveryKey"` written with U+212A KELVIN SIGN
+/// is another member to jansson and the same one to the decoder. So a member
+/// name must also be in NFC (found while writing the strict-json fuzz
+/// target; docs/reliability.md): then byte-equal and equivalent agree.
 public enum StrictJSON {
     public static func validateObject(_ data: Data) throws(StrictJSONError) {
         var error = json_error_t()
@@ -38,6 +45,40 @@ public enum StrictJSON {
         let root = UnsafeMutablePointer<json_t>(parsed)
         defer { bl_json_decref(root) }
         guard bl_json_is_object(root) != 0 else { throw .notAnObject }
+        guard allMemberNamesAreNFC(root) else { throw .duplicateMember }
+    }
+
+    /// True when every member name of every object in the tree is in NFC.
+    static func allMemberNamesAreNFC(_ root: UnsafeMutablePointer<json_t>) -> Bool {
+        var pending = [root]
+        while let json = pending.popLast() {
+            switch json.pointee.type {
+            case JSON_OBJECT:
+                var iterator = json_object_iter(json)
+                while let current = iterator {
+                    if let key = json_object_iter_key(current), !isNFC(key, length: json_object_iter_key_len(current)) {
+                        return false
+                    }
+                    if let value = json_object_iter_value(current) { pending.append(value) }
+                    iterator = json_object_iter_next(json, current)
+                }
+            case JSON_ARRAY:
+                for index in 0..<json_array_size(json) {
+                    if let element = json_array_get(json, index) { pending.append(element) }
+                }
+            default: break
+            }
+        }
+        return true
+    }
+
+    private static func isNFC(_ key: UnsafePointer<CChar>, length: Int) -> Bool {
+        key.withMemoryRebound(to: UInt8.self, capacity: length) { pointer in
+            let bytes = UnsafeBufferPointer(start: pointer, count: length)
+            if bytes.allSatisfy({ $0 < 0x80 }) { return true }
+            let name = String(decoding: bytes, as: UTF8.self)
+            return name.precomposedStringWithCanonicalMapping.utf8.elementsEqual(bytes)
+        }
     }
 
     public static func decode<T: Decodable>(_ type: T.Type, from data: Data) throws(StrictJSONError) -> T {

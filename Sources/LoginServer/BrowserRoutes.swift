@@ -104,6 +104,17 @@ extension LoginService {
         ("Set-Cookie", "\(name)=\(value); Path=/; Max-Age=\(max(0, maxAgeSeconds)); Secure; HttpOnly; SameSite=Lax")
     }
 
+    /// True when the request holds this attempt's binding cookie (§6): set by
+    /// the page's first load in the browser where sign-in started.
+    func isBound(_ request: HTTPServerRequest, _ attempt: AttemptRecord, cookieName: String) -> Bool {
+        guard let binding = request.cookies[cookieName], let bindingHash = attempt.bindingHash else { return false }
+        return Crypto.constantTimeEquals(Records.hash(binding), bindingHash)
+    }
+
+    /// §6: authorize (or decline) without the attempt's binding cookie.
+    static let browserMismatch = APIError(
+        .browserMismatch, "this sign-in was started in another browser; finish it in the browser where it started")
+
     /// The live browser session named by the request's session cookie.
     /// Throws 403 AUTH_USER_DISABLED for a disabled user's cookie (even
     /// though disabling revoked the session); nil when there is none.
@@ -166,7 +177,7 @@ extension LoginService {
 
     /// §1: `automatic` applies only to an https return URL.
     func appliedPolicy(client: ClientRegistration, returnUrl: String) -> ClientPolicy {
-        client.policy == .automatic && returnUrl.hasPrefix("https://") ? .automatic : .confirm
+        client.policy == .automatic && URLParts(splitting: returnUrl)?.scheme.lowercased() == "https" ? .automatic : .confirm
     }
 
     // MARK: §6 Authorize
@@ -181,12 +192,7 @@ extension LoginService {
             else {
                 return .failure(APIError(.attemptUnknown, "no such attempt"))
             }
-            guard let binding = request.cookies[cookieName], let bindingHash = attempt.bindingHash,
-                Crypto.constantTimeEquals(Records.hash(binding), bindingHash)
-            else {
-                return .failure(
-                    APIError(.originMismatch, "this attempt was opened in another browser; open it from the app again"))
-            }
+            guard isBound(request, attempt, cookieName: cookieName) else { return .failure(Self.browserMismatch) }
             switch attempt.state {
             case .expired: return .failure(APIError(.attemptExpired, "the attempt has expired"))
             case .cancelled: return .failure(APIError(.attemptCancelled, "the attempt was cancelled"))
@@ -235,12 +241,7 @@ extension LoginService {
             guard let attempt = try Records.attempt(db, id: attemptId, now: now) else {
                 return .failure(APIError(.attemptUnknown, "no such attempt"))
             }
-            guard let binding = request.cookies[cookieName], let bindingHash = attempt.bindingHash,
-                Crypto.constantTimeEquals(Records.hash(binding), bindingHash)
-            else {
-                return .failure(
-                    APIError(.originMismatch, "this attempt was opened in another browser; open it from the app again"))
-            }
+            guard isBound(request, attempt, cookieName: cookieName) else { return .failure(Self.browserMismatch) }
             switch attempt.state {
             case .expired: return .failure(APIError(.attemptExpired, "the attempt has expired"))
             case .completed: return .failure(APIError(.attemptAlreadyExchanged, "the attempt was already completed"))

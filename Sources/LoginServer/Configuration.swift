@@ -14,6 +14,14 @@ public struct ClientRegistration: Sendable, Equatable {
         self.returnUrls = returnUrls
         self.policy = policy
     }
+
+    /// The registered return URL that `text` names (PROTOCOL.md §1: exactly as
+    /// written, scheme and host case-insensitively), or nil. The one place the
+    /// server compares return URLs; it uses the protocol library's matcher.
+    public func registeredReturnURL(matching text: String) -> ReturnURL? {
+        guard let parts = URLParts(splitting: text) else { return nil }
+        return returnUrls.first { $0.matches(parts) }
+    }
 }
 
 /// A token bucket: `burst` requests at once, refilled at `perMinute`.
@@ -160,8 +168,9 @@ public struct ServerConfiguration: Sendable {
             if client.returnUrls.isEmpty {
                 throw fail(field + ".returnUrls", "at-least-one", "register at least one return URL")
             }
-            if Set(client.returnUrls.map(\.text)).count != client.returnUrls.count {
-                throw fail(field + ".returnUrls", "unique", "a return URL is listed twice")
+            // Listed twice as the matcher sees them (scheme and host case aside).
+            if Set(client.returnUrls.map(\.parts.matchKey)).count != client.returnUrls.count {
+                throw fail(field + ".returnUrls", "unique", "a return URL is listed twice (scheme and host case aside)")
             }
         }
         for (i, email) in testAccounts.enumerated() {

@@ -15,6 +15,22 @@ public struct HTTPServerRequest: Sendable {
     public var bodyTooLarge: Bool
     public var remoteAddress: String
 
+    /// A request as the listener hands it over: header names in lower case,
+    /// the path percent-decoded, the first of each cookie and query argument.
+    public init(
+        method: String, path: String, query: [String: String] = [:], headers: [(name: String, value: String)] = [],
+        cookies: [String: String] = [:], body: [UInt8] = [], bodyTooLarge: Bool = false, remoteAddress: String = "127.0.0.1"
+    ) {
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers.map { ($0.name.lowercased(), $0.value) }
+        self.cookies = cookies
+        self.body = body
+        self.bodyTooLarge = bodyTooLarge
+        self.remoteAddress = remoteAddress
+    }
+
     public func header(_ name: String) -> String? {
         let lower = name.lowercased()
         return headers.first { $0.name == lower }?.value

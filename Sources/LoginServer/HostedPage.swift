@@ -118,7 +118,9 @@ enum HostedPage {
             ATTEMPT_EXPIRED: stateMessages.expired,
             ATTEMPT_CANCELLED: stateMessages.cancelled,
             ATTEMPT_ALREADY_EXCHANGED: stateMessages.completed,
-            ORIGIN_MISMATCH: "This sign-in was opened in another browser. Start again from the app.",
+            BROWSER_MISMATCH: "This sign-in was started in another browser. Finish signing in in the browser where " +
+              "you started it (the one your app opened); nothing here can continue it.",
+            ORIGIN_MISMATCH: "This page could not prove where the request came from. Reload the page.",
             AUTH_USER_DISABLED: "This account is disabled.",
             OTP_INVALID: "That code is not right. Try again.",
             OTP_EXPIRED: "That code has expired. Ask for a new one.",
@@ -176,6 +178,10 @@ enum HostedPage {
               await withSession();
             } else if (code === "LOGIN_REQUIRED") {
               showSignIn();
+            } else if (code === "BROWSER_MISMATCH") {
+              // Nothing in this browser can continue (or cancel) the attempt.
+              sayError(answer);
+              ["signin", "confirm", "cancel"].forEach((id) => show(id, false));
             } else {
               sayError(answer);
               show("confirm", false);

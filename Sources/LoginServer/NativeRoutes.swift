@@ -17,7 +17,9 @@ extension LoginService {
         guard let client = clients[body.clientId] else {
             throw APIError(.clientUnknown, "no client is registered with this client id")
         }
-        guard client.returnUrls.contains(where: { $0.text == body.returnUrl }) else {
+        // §1: matched exactly, scheme and host case-insensitively; the attempt
+        // keeps the URL as registered, so every callback is built on it.
+        guard let returnURL = client.registeredReturnURL(matching: body.returnUrl) else {
             throw APIError(.returnURLNotRegistered, "the return URL is not registered for this client (matched exactly)")
         }
         try limit("create.client", client.clientId, configuration.rateLimits.create)
@@ -31,7 +33,7 @@ extension LoginService {
                 """
                 INSERT INTO attempts (id_hash, client_id, return_url, code_challenge, recovery_challenge, ephemeral,
                     state, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?)
-                """, Records.hash(attemptId), client.clientId, body.returnUrl, body.codeChallenge,
+                """, Records.hash(attemptId), client.clientId, returnURL.text, body.codeChallenge,
                 body.recoveryChallenge, body.ephemeral, now, expiresAt)
             return .success(())
         }

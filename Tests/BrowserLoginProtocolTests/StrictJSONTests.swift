@@ -21,12 +21,19 @@ let strictJSONCases: [StrictJSONCase] = [
     valid(#"{"attemptId":"a1","recoveryKey":"k1","extra":{"x":[1,2]},"more":null}"#),
     valid("{\"attemptId\":\"a1\",\"recoveryKey\":\"k1\"}\n"),
     valid(#"{"attemptId":"a\u0031","recoveryKey":"k1"}"#),
+    valid(#"{"attemptId":"a1","recoveryKey":"k1","café":1,"caf\u00e9s":2,"Kelvin":"\u212A"}"#),
 
     invalid(#"{"attemptId":"a1","recoveryKey":"k1","attemptId":"a2"}"#, .duplicateMember),
     invalid(#"{"attemptId":"a1","recoveryKey":"k1","recoveryKey":"k1"}"#, .duplicateMember),
     invalid(#"{"attemptId":"a1","recoveryKey":"k1","\u0061ttemptId":"a2"}"#, .duplicateMember),
     invalid(#"{"attemptId":"a1","recoveryKey":"k1","extra":{"x":1,"x":2}}"#, .duplicateMember),
     invalid(#"{"attemptId":"a1","recoveryKey":"k1","extra":[{"y":{"z":1,"z":1}}]}"#, .duplicateMember),
+    // Names jansson tells apart but Swift strings do not (canonical equivalence):
+    // U+212A KELVIN SIGN for "K", and a decomposed "é", as a duplicate or alone.
+    invalid(#"{"attemptId":"a1","recoveryKey":"k1","recoveryKey":"k2"}"#, .duplicateMember),
+    invalid("{\"attemptId\":\"a1\",\"recovery\u{212A}ey\":\"k2\"}", .duplicateMember),
+    invalid(#"{"attemptId":"a1","recoveryKey":"k1","extra":[{"café":1,"café":2}]}"#, .duplicateMember),
+    invalid("{\"attemptId\":\"a1\",\"recoveryKey\":\"k1\",\"cafe\u{301}\":1}", .duplicateMember),
     invalid(#"[{"attemptId":"a1","recoveryKey":"k1"}]"#, .notAnObject),
     invalid("[]", .notAnObject),
     invalid("", .notJSON),

@@ -210,7 +210,7 @@ let specErrorCodes: [(String, Int)] = [
     ("ATTEMPT_CANCELLED", 410), ("ATTEMPT_UNKNOWN", 404), ("AUTH_USER_DISABLED", 403), ("PROOF_INVALID", 403),
     ("ATTEMPT_ACTIVE", 409), ("SESSION_REVOKED", 401), ("SESSION_EXPIRED", 401), ("TOKEN_EXPIRED", 401),
     ("UNAUTHENTICATED", 401), ("ORIGIN_MISMATCH", 403), ("SESSION_CHANGED", 409), ("POLICY_MISMATCH", 400),
-    ("LOGIN_REQUIRED", 401),
+    ("LOGIN_REQUIRED", 401), ("BROWSER_MISMATCH", 403),
 ]
 
 @Suite struct ServerErrorCodeTests {
@@ -229,6 +229,7 @@ let specErrorCodes: [(String, Int)] = [
             .invalidGrant, .attemptNotAuthorized, .attemptAlreadyExchanged, .attemptExpired, .attemptCancelled,
             .attemptUnknown, .authUserDisabled, .proofInvalid, .attemptActive, .sessionRevoked, .sessionExpired,
             .tokenExpired, .unauthenticated, .originMismatch, .sessionChanged, .policyMismatch, .loginRequired,
+            .browserMismatch,
         ]
         #expect(named.map(\.rawValue) == specErrorCodes.map(\.0))
     }

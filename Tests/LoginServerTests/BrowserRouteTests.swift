@@ -129,10 +129,66 @@ import Testing
             _ = try thief.signInAndAuthorize(authorizeURL: attempt.created.authorizeUrl, email: testBase, code: "000000")
             Issue.record("a second browser authorized the attempt")
         } catch let error as ScriptedBrowserError {
-            #expect(error.code == "ORIGIN_MISMATCH")
+            #expect(error.code == "BROWSER_MISMATCH")
         }
         let callback = try owner.signInAndAuthorize(authorizeURL: attempt.created.authorizeUrl, email: testBase, code: "000000")
         #expect(callback.hasPrefix(confirmReturn + "?code="))
+    }
+
+    /// §6: authorize without this attempt's binding cookie answers
+    /// 403 BROWSER_MISMATCH (no cookie, or a cookie for another attempt);
+    /// a wrong Origin is still ORIGIN_MISMATCH.
+    @Test func authorizeWithoutTheBindingCookieIsABrowserMismatch() throws {
+        let server = try TestServer()
+        let mine = try NativeAttempt.create(server)
+        let theirs = try NativeAttempt.create(server)
+        let unopened = try NativeAttempt.create(server)
+        // The binding cookies ("name=secret") as each attempt's first load sets them.
+        func bind(_ attempt: NativeAttempt) throws -> (name: String, secret: String) {
+            let page = try server.get(attempt.created.authorizeUrl)
+            let pair = try #require(page.headers("set-cookie").first?.split(separator: ";").first)
+            let eq = try #require(pair.firstIndex(of: "="))
+            return (String(pair[..<eq]), String(pair[pair.index(after: eq)...]))
+        }
+        let mineCookie = try bind(mine)
+        let theirsCookie = try bind(theirs)
+        let body = Array(#"{"decision":"continue","expectedSessionId":"x"}"#.utf8)
+        func authorize(_ attempt: NativeAttempt, cookie: String?, origin: String? = nil) throws -> HTTPAnswer {
+            var headers = [("Content-Type", "application/json"), ("Origin", origin ?? server.origin)]
+            if let cookie { headers.append(("Cookie", cookie)) }
+            return try RawHTTP.send(
+                "POST", server.base + "/browser/attempts/\(attempt.id)/authorize", headers: headers, body: body)
+        }
+        // With its own binding cookie the request gets past the binding (and wants a session).
+        expectError(try authorize(mine, cookie: "\(mineCookie.name)=\(mineCookie.secret)"), .loginRequired)
+        // No binding cookie at all.
+        expectError(try authorize(mine, cookie: nil), .browserMismatch)
+        expectError(try authorize(unopened, cookie: nil), .browserMismatch)
+        // A binding cookie for another attempt: under its own name, or its secret under this attempt's name.
+        expectError(try authorize(theirs, cookie: "\(mineCookie.name)=\(mineCookie.secret)"), .browserMismatch)
+        expectError(try authorize(theirs, cookie: "\(theirsCookie.name)=\(mineCookie.secret)"), .browserMismatch)
+        expectError(try authorize(unopened, cookie: "\(mineCookie.name)=\(mineCookie.secret)"), .browserMismatch)
+        // A browser that opened one attempt, signed in, cannot authorize another it did not open.
+        let browser = try server.browser()
+        try browser.loadPage(mine.created.authorizeUrl)
+        let session = try browser.verifySignIn(email: testBase, code: "000000")
+        do {
+            _ = try browser.authorize(attemptId: theirs.id, decision: .continue, expectedSessionId: session.sessionId)
+            Issue.record("authorized an attempt bound to another browser")
+        } catch let error as ScriptedBrowserError {
+            #expect(error.code == "BROWSER_MISMATCH")
+        }
+        // A wrong Origin is still ORIGIN_MISMATCH, with or without the binding cookie.
+        let evil = "http://evil.example"
+        expectError(try authorize(mine, cookie: "\(mineCookie.name)=\(mineCookie.secret)", origin: evil), .originMismatch)
+        expectError(try authorize(mine, cookie: nil, origin: evil), .originMismatch)
+        // Declining is bound the same way.
+        expectError(
+            try RawHTTP.send(
+                "POST", server.base + "/browser/attempts/\(theirs.id)/decline",
+                headers: [("Content-Type", "application/json"), ("Origin", server.origin)], body: Array("{}".utf8)),
+            .browserMismatch)
+        #expect(try theirs.status(server).decode(StatusResponse.self).state == .pending)
     }
 
     @Test func authorizeRefusesEndedAttempts() throws {

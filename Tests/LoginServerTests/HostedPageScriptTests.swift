@@ -60,12 +60,39 @@ import Testing
         #expect(try other.status(server).decode(StatusResponse.self).state == .cancelled)
     }
 
+    /// §6: a leaked attempt id opened in another browser can sign in there but
+    /// not authorize; the page says to finish in the browser where sign-in
+    /// started, not to try again.
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: node)))
+    func thePageSendsAnotherBrowserBackToTheOneWhereSignInStarted() throws {
+        let server = try TestServer()
+        let attempt = try NativeAttempt.create(server)
+        // The app's browser opens the page first and holds the binding cookie.
+        #expect(try server.get(attempt.created.authorizeUrl).headers("set-cookie").count == 1)
+        let result = try drive(
+            attempt.created.authorizeUrl, email: testBase, code: "000000", action: "continue-refused",
+            in: server.directory.path)
+        #expect(result["callbackUrl"] is NSNull)
+        let status = try #require(result["status"] as? String)
+        #expect(status == Self.browserMismatchMessage)
+        #expect(status.contains("in the browser where you started"))
+        #expect(!status.lowercased().contains("try again") && !status.lowercased().contains("start again"))
+        #expect(result["confirmShown"] as? Bool == false)
+        #expect(result["cancelShown"] as? Bool == false)
+        #expect(result["signinShown"] as? Bool == false)
+        #expect(try attempt.status(server).decode(StatusResponse.self).state == .pending)
+    }
+
+    static let browserMismatchMessage =
+        "This sign-in was started in another browser. Finish signing in in the browser where you started it "
+        + "(the one your app opened); nothing here can continue it."
+
     static let driver = #"""
         // Runs the hosted page's own script (login.js, fetched from the server) in
         // Node with a minimal DOM, as a browser would: same-origin fetch with a
         // cookie jar, Origin and Sec-Fetch-Site, form submits and clicks. Prints one
         // JSON line: the callback URL the page navigated to and the manual link.
-        // usage: node drive-page.js AUTHORIZE_URL EMAIL CODE [continue|cancel]
+        // usage: node drive-page.js AUTHORIZE_URL EMAIL CODE [continue|continue-refused|cancel]
         "use strict";
         const [authorizeUrl, email, code, action = "continue"] = process.argv.slice(2);
         const origin = new URL(authorizeUrl).origin;
@@ -142,10 +169,13 @@ import Testing
               await elements.continue.fire("click");
             }
           }
-          await until(() => navigatedTo !== null, "navigation");
+          // "continue-refused": the page answers an error instead of navigating.
+          if (action !== "continue-refused") await until(() => navigatedTo !== null, "navigation");
           console.log(JSON.stringify({
             callbackUrl: navigatedTo, link: elements["return-link"].href, linkShown: !elements.return.hidden,
-            appName: elements["app-name"].textContent
+            appName: elements["app-name"].textContent, status: elements.status.textContent,
+            confirmShown: !elements.confirm.hidden, cancelShown: !elements.cancel.hidden,
+            signinShown: !elements.signin.hidden
           }));
         })().catch((error) => { console.error(String(error)); process.exit(1); });
         """#

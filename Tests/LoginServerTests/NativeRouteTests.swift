@@ -41,6 +41,49 @@ import Testing
         #expect(try server.native("/attempts", extra).status == 201)
     }
 
+    /// §1: a return URL matches exactly, as written; only the scheme and the
+    /// host compare case-insensitively. The attempt keeps the URL as registered.
+    @Test func returnURLsMatchAsWrittenExceptSchemeAndHostCase() throws {
+        let web = "https://example.com/cb"
+        let custom = "myapp://auth/callback"
+        let server = try TestServer {
+            $0.clients.append(
+                ClientRegistration(
+                    clientId: "variants", appName: "Variants", returnUrls: [try! ReturnURL(web), try! ReturnURL(custom)],
+                    policy: .automatic))
+        }
+        let matching = [
+            (web, web), ("HTTPS://Example.COM/cb", web), ("https://EXAMPLE.com/cb", web), ("Https://example.com/cb", web),
+            (custom, custom), ("myapp://AUTH/callback", custom), ("MYAPP://auth/callback", custom),
+            ("MyApp://Auth/callback", custom),
+        ]
+        for (sent, registered) in matching {
+            let attempt = try NativeAttempt.create(server, client: "variants", returnUrl: sent)
+            let callback = try server.browser().signInAndAuthorize(
+                authorizeURL: attempt.created.authorizeUrl, email: testBase, code: "000000")
+            // The callback is built on the URL as registered; an https one keeps its automatic policy.
+            #expect(callback.hasPrefix(registered + "?code="), "\(sent) → \(callback)")
+        }
+        let refused = [
+            "https://example.com/CB", "https://example.com/Cb", "https://example.com/cb/", "https://example.com:443/cb",
+            "HTTPS://EXAMPLE.COM:443/cb", "https://example.com/%63b", "https://example.com/c%62", "https://example.com/./cb",
+            "https://example.com/x/../cb", "https://example.com//cb", "https://example.com/cb?", "https://example.com/cb#",
+            "https://user@example.com/cb", "https://example.com./cb", "https://example.com", "https://example.com/c",
+            "http://example.com/cb", "https://example.com/cbx", " https://example.com/cb", "https://example.com/cb ",
+            "myapp://auth/Callback", "myapp://auth/callback/", "myapp:/auth/callback", "myapp://auth//callback",
+            "myapp://auth/%63allback", "myapp://auth:443/callback", "myapp://auth/./callback", "myapp://auth.example/callback",
+            "myapp:auth/callback", "myapp:///callback", "",
+        ]
+        for url in refused {
+            let body = try JSONEncoder().encode(
+                CreateAttemptRequest(
+                    clientId: "variants", returnUrl: url, codeChallenge: try ProofSecret.generate().challenge,
+                    recoveryChallenge: try ProofSecret.generate().challenge))
+            let answer = try server.native("/attempts", String(decoding: body, as: UTF8.self))
+            expectError(answer, .returnURLNotRegistered)
+        }
+    }
+
     @Test func nativeRoutesRefuseBrowsers() throws {
         let server = try TestServer()
         let attempt = try NativeAttempt.create(server)

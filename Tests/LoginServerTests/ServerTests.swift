@@ -192,6 +192,14 @@ import Testing
             #""clients": [{"clientId":"a","appName":"N","returnUrls":["x.y:/c"],"policy":"confirm","extra":1}]"#,
             "clients[0].extra", "known-member"
         ),
+        (
+            #""clients": [{"clientId":"a","appName":"N","returnUrls":["https://a.example.com/c","https://A.Example.com/c"],"policy":"confirm"}]"#,
+            "clients[0].returnUrls", "unique"
+        ),
+        (
+            #""clients": [{"clientId":"a","appName":"N","returnUrls":["x.y://Host/c","x.y://host/c"],"policy":"confirm"}]"#,
+            "clients[0].returnUrls", "unique"
+        ),
         (#""port": 1, "port": 2"#, "(file)", "no-duplicates"),
     ]
 

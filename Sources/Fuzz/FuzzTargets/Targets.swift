@@ -1,0 +1,128 @@
+import BrokerRPC
+import BrokerSystem
+import BrowserLoginProtocol
+import Foundation
+
+/// The fuzz targets (docs/reliability.md, "Fuzzing"). Each takes any bytes;
+/// a refusal is a normal outcome, a crash (or a broken property, see
+/// `fuzzCheck`) is a finding. The fuzz programs and the regression test
+/// (`Tests/FuzzRegressionTests`) run the same entries.
+public enum FuzzTargets {
+    public struct Target: Sendable {
+        public let name: String
+        public let run: @Sendable ([UInt8]) -> Void
+    }
+
+    public static let all: [Target] = [
+        strictJSON, rpcFraming, rpcMessage, callbackURL, clientFile, serverRequest,
+    ]
+
+    public static func named(_ name: String) -> Target? { all.first { $0.name == name } }
+
+    /// The strict JSON decoder (PROTOCOL.md §4) on every wire type, and timestamps.
+    public static let strictJSON = Target(name: "strict-json") { bytes in
+        let data = Data(bytes)
+        let valid = (try? StrictJSON.validateObject(data)) != nil
+        func decode<T: Decodable>(_ type: T.Type) {
+            if (try? StrictJSON.decode(type, from: data)) != nil { fuzzCheck(valid, "decoded \(T.self) but not valid") }
+        }
+        decode(CreateAttemptRequest.self)
+        decode(CreateAttemptResponse.self)
+        decode(ExchangeRequest.self)
+        decode(ExchangeResponse.self)
+        decode(RecoveryRequest.self)
+        decode(StatusResponse.self)
+        decode(SessionInfoResponse.self)
+        decode(RefreshResponse.self)
+        decode(RevokeByProofRequest.self)
+        decode(DescribeResponse.self)
+        decode(AuthorizeRequest.self)
+        decode(ErrorBody.self)
+        // §4: times parse only in the strict form, which formats back byte for byte.
+        let text = String(decoding: bytes, as: UTF8.self)
+        if let time = Timestamp(rfc3339: text) { fuzzCheck(time.rfc3339 == text, "timestamp \(text) → \(time.rfc3339)") }
+    }
+
+    /// Both RPC framings (RPC.md), fed in pieces: the first byte picks the
+    /// framing (or detection), the piece size and the size limit.
+    /// Properties: the pieces never change the messages; every message frames
+    /// back to itself; the message decoder takes each message.
+    public static let rpcFraming = Target(name: "rpc-framing") { bytes in
+        guard let control = bytes.first else { return }
+        let framing: RPCFraming? = [nil, .ndjson, .contentLength][Int(control % 3)]
+        // Known, reported (docs/reliability.md): while detecting the framing, whitespace
+        // in a piece of its own is dropped, but kept at the start of the first message
+        // when it arrives with it. Skipped here so the fuzzer looks past it;
+        // FuzzRegressionTests keeps the case as a known issue.
+        var stream = bytes.dropFirst()
+        if framing == nil { stream = stream.drop { [0x20, 0x09, 0x0A, 0x0D].contains($0) } }
+        let piece = Int(control / 3 % 8) * 3 + 1
+        let limit = control & 0x80 != 0 ? 64 : RPCFrameDecoder.defaultMaxMessageSize
+        var whole = RPCFrameDecoder(framing: framing, maxMessageSize: limit)
+        let atOnce = whole.feed(stream)
+        var pieces = RPCFrameDecoder(framing: framing, maxMessageSize: limit)
+        var inPieces: [RPCFrameEvent] = []
+        var index = stream.startIndex
+        while index < stream.endIndex {
+            let end = stream.index(index, offsetBy: piece, limitedBy: stream.endIndex) ?? stream.endIndex
+            inPieces += pieces.feed(stream[index..<end])
+            index = end
+        }
+        fuzzCheck(atOnce == inPieces, "pieces of \(piece) bytes decode differently: \(atOnce) vs \(inPieces)")
+        for case .message(let message) in atOnce {
+            guard let used = whole.framing else { break }
+            // A line ending "\r\r\n" keeps one "\r" (JSON whitespace); written again, it is the line end.
+            if used == .ndjson && message.last == 0x0D { continue }
+            var again = RPCFrameDecoder(framing: used, maxMessageSize: limit)
+            let reframed = again.feed(RPCFrameEncoder.encode(message, framing: used))
+            fuzzCheck(reframed == [.message(message)], "\(used) message does not frame back: \(reframed)")
+            _ = RPCCodec.decodeIncoming(message)
+        }
+    }
+
+    /// One RPC message (RPC.md): the server's decoder straight from jansson's
+    /// tree must agree with its decoder of the parsed value; the client's
+    /// decoder; and a parsed value serializes back to itself.
+    public static let rpcMessage = Target(name: "rpc-message") { bytes in
+        let direct = RPCCodec.decodeIncoming(bytes)
+        _ = RPCCodec.decodeClientMessage(bytes)
+        guard let json = try? JSONValue.parse(bytes) else {
+            if case .rejected(let error) = direct { fuzzCheck(error.code == .parseError, "not JSON but \(error)") }
+            return
+        }
+        let viaValue = RPCCodec.decodeIncoming(json: json)
+        fuzzCheck(direct == viaValue, "the two server decoders disagree: \(direct) vs \(viaValue)")
+        let reparsed = try? JSONValue.parse(json.serialized())
+        fuzzCheck(reparsed == json, "\(json.jsonText) does not parse back to itself")
+    }
+
+    /// The callback URL parser (PROTOCOL.md §7) and the return URL rules and
+    /// matcher (§1). Properties: a parsed callback rebuilt with
+    /// `Callback.url` parses back to itself; a valid return URL matches itself.
+    public static let callbackURL = Target(name: "callback") { bytes in
+        let text = String(decoding: bytes, as: UTF8.self)
+        if let callback = try? Callback(parsing: text) {
+            let target = callback.target
+            let base = target.scheme + ":" + (target.authority.map { "//" + $0 } ?? "") + target.path
+            let rebuilt = Callback.url(
+                returnURL: base, outcome: callback.outcome, attempt: callback.attempt, issuer: callback.issuer)
+            if rebuilt.utf8.count <= Callback.maximumLength {
+                let again = try? Callback(parsing: rebuilt)
+                fuzzCheck(again == callback, "\(text) rebuilt as \(rebuilt) parses differently")
+            }
+        }
+        if let returnURL = try? ReturnURL(text) {
+            fuzzCheck(URLParts(splitting: text).map(returnURL.matches) == true, "\(text) does not match itself")
+        }
+        _ = try? Origin(text)
+    }
+
+    /// A client drop-in file (`clients.d/*.conf`, GKeyFile) parsed and validated.
+    public static let clientFile = Target(name: "client-file") { bytes in
+        let (client, problems) = ClientFiles.parse(contents: bytes, file: "fuzz.conf")
+        fuzzCheck(client != nil || !problems.isEmpty, "a file refused without a problem")
+    }
+
+    /// The reference server's request handling: see `ServerRequestFuzzing`.
+    public static let serverRequest = Target(name: "server-request") { bytes in ServerRequestFuzzing.run(bytes) }
+}
