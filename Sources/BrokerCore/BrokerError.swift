@@ -23,6 +23,8 @@ public enum BrokerErrorCode: String, Codable, Sendable, CaseIterable {
     case notSignedIn = "NOT_SIGNED_IN"
     case responseTooLarge = "RESPONSE_TOO_LARGE"
     case clientForbidden = "CLIENT_FORBIDDEN"
+    /// The broker's connection, subscription or memory budget is spent; try again.
+    case busy = "BUSY"
 }
 
 /// An error that may reach an RPC client: a stable code, a message that
