@@ -236,6 +236,8 @@ final class ConnectionIO: @unchecked Sendable {
         self.onFrameError = onFrameError
         self.onSlowReader = onSlowReader
         self.decoder = RPCFrameDecoder(maxMessageSize: limits.maxMessageSize)
+        // Idle from the start: nothing in flight, nothing unsent.
+        idleSince.store(monotonicNanoseconds(), ordering: .relaxed)
     }
 
     /// The framing replies use (NDJSON until the first byte said otherwise).
@@ -308,8 +310,12 @@ final class ConnectionIO: @unchecked Sendable {
                 pauseReading()
                 return
             }
-            if count < readBuffer.bytes.count { return }
+            // Read on until EAGAIN even after a short read: the source does not
+            // report again an end of stream that came with the last bytes, and a
+            // peer that sends a request and closes must be seen to hang up.
         }
+        // Bounded per event: more is waiting; go on after the other connections' events.
+        queue.async { [weak self] in self?.readAvailable() }
     }
 
     /// The peer will send nothing more: it closed, or only shut down its
