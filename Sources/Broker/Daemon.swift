@@ -460,7 +460,7 @@ final class RPCEventLog: Sendable {
                 error == .tooManyOpenFiles
                     ? "cannot accept RPC connections: the broker is out of file descriptors; accepting paused for 100 ms"
                     : "cannot accept RPC connections: the system is out of file descriptors; accepting paused for 100 ms",
-                ["errno": "\(error)", "nofile": "\(descriptorLimit)"])
+                ["errno": "\(error)", "nofile": "\(Self.currentDescriptorLimit() ?? descriptorLimit)"])
         case .acceptFailed(let error):
             limited(
                 "accept", .warning, "cannot accept an RPC connection; accepting paused for 100 ms",
@@ -487,6 +487,13 @@ final class RPCEventLog: Sendable {
         default:
             logger.debug("rpc event", ["event": "\(event)"])
         }
+    }
+
+    /// The soft `RLIMIT_NOFILE` now (it may have been lowered from outside since start-up).
+    static func currentDescriptorLimit() -> Int? {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return nil }
+        return Int(min(UInt64(limit.rlim_cur), UInt64(Int32.max)))
     }
 
     private func limited(_ kind: String, _ level: Logger.Level, _ message: String, _ metadata: [String: String]) {
