@@ -186,6 +186,24 @@ final class RawConnections: @unchecked Sendable {
         try await live.stop()
     }
 
+    @Test func aRequestSentJustBeforeClosingIsCancelled() async throws {
+        let cancelled = Counter()
+        let live = try LiveServer(handler: Self.sleeper(cancelled))
+        let raw = RawConnections()
+        for _ in 0..<50 {
+            let fd = try raw.open(live.path)
+            raw.send(fd, #"{"jsonrpc":"2.0","id":1,"method":"sleep","params":{"ms":60000}}"# + "\n")
+            raw.closeAll()
+        }
+        #expect(
+            await live.log.wait(timeout: .seconds(10)) { _ in
+                let statistics = live.server.statistics
+                return statistics.accepted == 50 && statistics.open == 0 && statistics.inFlight == 0
+            })
+        #expect(cancelled.count == 50)
+        try await live.stop()
+    }
+
     @Test func aHangUpIsNoticedWhileReadingIsPaused() async throws {
         let cancelled = Counter()
         let live = try LiveServer(configure: { $0.maxInFlightPerConnection = 4 }, handler: Self.sleeper(cancelled))
