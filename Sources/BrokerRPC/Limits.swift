@@ -61,18 +61,23 @@ final class OutputBudget: Sendable {
 /// How many connections a server keeps, and which it closes to make room.
 ///
 /// - Up to `maxConnections` connections are served.
-/// - At that limit a new connection first makes room by closing the
-///   connection that has been idle longest — idle: no request in flight,
-///   nothing unsent, and nothing held for it (an event subscription,
-///   `RPCConnection.hold()`). The closed connection is sent one `BUSY` error
-///   (`"id": null`) first.
-/// - When none is idle, a process that has no connection open yet (the CLI,
-///   a newly started app) still gets one of `reservedConnections` slots
-///   beyond the limit.
-/// - Anyone else gets one `BUSY` error (`"id": null`, NDJSON) and is closed.
+/// - At that limit a new connection first makes room by closing an idle
+///   connection (idle for at least 0.5 s: no request in flight, nothing
+///   unsent, nothing held for it — an event subscription, `hold()`) of a
+///   process holding more connections than its own — of the one holding
+///   most, the connection idle longest. A process hoarding connections can
+///   so never take another's place.
+/// - Else a process holding fewer than 4 connections (the CLI, an app)
+///   gets one of `reservedConnections` slots beyond the limit.
+/// - Else it makes room by closing one of its own idle connections.
+/// - Else it gets one `BUSY` error (`"id": null`, NDJSON) and is closed.
+/// A connection closed to make room is sent one `BUSY` error first.
 struct ConnectionPolicy: Sendable, Hashable {
     var maxConnections: Int
     var reservedConnections: Int
+    /// Only connections idle at least this long (ns) are closed to make
+    /// room: one just opened has had no time to send its first request.
+    var minimumIdleNanoseconds: UInt64 = 500_000_000
 
     enum Decision: Sendable, Hashable {
         case admit
@@ -88,22 +93,60 @@ struct ConnectionPolicy: Sendable, Hashable {
         var id: UInt64
         /// When it became idle (monotonic ns); nil while it is busy or held.
         var idleSince: UInt64?
+        /// Connections its peer process holds.
+        var peerConnections: Int = 1
+        /// Its peer is the process asking for a new connection.
+        var sameProcess = false
     }
 
     /// The decision for a new connection of a process holding `peerConnections`
     /// connections, with `open` counted (connections being closed to make room
-    /// excluded) and the current candidates.
-    func decide(open: Int, peerConnections: Int, candidates: some Sequence<Candidate>) -> Decision {
+    /// excluded), `total` open (those included) and the current candidates.
+    func decide(
+        open: Int, total: Int? = nil, peerConnections: Int, candidates: some Sequence<Candidate>,
+        now: UInt64 = monotonicNanoseconds()
+    ) -> Decision {
         if open < maxConnections { return .admit }
+        // Never more than the limit, the reserve and a few being closed to make room.
+        if (total ?? open) >= maxConnections + reservedConnections + Self.closingSlack { return .refuse }
+        // A process may close idle connections of a process holding more than
+        // it does (of the one holding most, the one idle longest): a process
+        // hoarding connections can never close another's to make room.
+        if let victim = best(candidates, now: now, where: { !$0.sameProcess && $0.peerConnections > peerConnections }) {
+            return .admitEvicting(victim.id)
+        }
+        if open < maxConnections + reservedConnections && peerConnections < Self.fewConnections {
+            return .admitReserved
+        }
+        // Else it makes room among its own.
+        if let victim = best(candidates, now: now, where: \.sameProcess) { return .admitEvicting(victim.id) }
+        return .refuse
+    }
+
+    /// Connections being closed to make room that may be open on top of the
+    /// limit and the reserve (one that turned busy is not closed after all).
+    static let closingSlack = 16
+
+    /// A process holding fewer connections than this may use the reserve.
+    static let fewConnections = 4
+
+    /// Of the candidates idle long enough that `eligible` accepts, the one
+    /// whose process holds most connections, idle longest.
+    private func best(
+        _ candidates: some Sequence<Candidate>, now: UInt64, where eligible: (Candidate) -> Bool
+    ) -> Candidate? {
         var victim: Candidate?
         for candidate in candidates {
-            guard let since = candidate.idleSince else { continue }
-            if let chosen = victim, let chosenSince = chosen.idleSince, chosenSince <= since { continue }
+            guard let since = candidate.idleSince, since + minimumIdleNanoseconds <= now, eligible(candidate) else {
+                continue
+            }
+            if let chosen = victim, let chosenSince = chosen.idleSince {
+                if chosen.peerConnections > candidate.peerConnections { continue }
+                if chosen.peerConnections == candidate.peerConnections && chosenSince <= since { continue }
+            }
             victim = candidate
         }
-        if let victim { return .admitEvicting(victim.id) }
-        if open < maxConnections + reservedConnections && peerConnections == 0 { return .admitReserved }
-        return .refuse
+        return victim
     }
 }
 

@@ -273,8 +273,10 @@ final class ConnectionIO: @unchecked Sendable {
     private func readAvailable() {
         guard !closed, !readingStopped else { return }
         defer { updateIdle() }
-        // Bounded per event, so that one busy client does not starve the others on this queue.
-        for _ in 0..<8 {
+        // At most one full buffer per event, so that a client that sends without
+        // pause does not starve the others on this queue: after a full read the
+        // rest waits behind their events.
+        for _ in 0..<2 {
             let count: Int
             do {
                 count = try Syscalls.read(fd, into: &readBuffer.bytes)
@@ -310,9 +312,10 @@ final class ConnectionIO: @unchecked Sendable {
                 pauseReading()
                 return
             }
-            // Read on until EAGAIN even after a short read: the source does not
-            // report again an end of stream that came with the last bytes, and a
-            // peer that sends a request and closes must be seen to hang up.
+            if count == readBuffer.bytes.count { break }
+            // Read on until EAGAIN after a short read: the source does not report
+            // again an end of stream that came with the last bytes, and a peer
+            // that sends a request and closes must be seen to hang up.
         }
         // Bounded per event: more is waiting; go on after the other connections' events.
         queue.async { [weak self] in self?.readAvailable() }

@@ -53,8 +53,11 @@ public struct RPCServerConfiguration: Sendable {
     /// that have no connection open yet (the CLI, a newly started app).
     /// Everyone else is answered `BUSY` and closed. Default 32.
     public var reservedConnections: Int
+    /// How long a connection must have been idle before it may be closed to
+    /// make room. Default 0.5 s.
+    public var minimumIdleBeforeEviction: Duration = .milliseconds(500)
     /// Requests of one connection handled at once; past it the connection is
-    /// not read until some complete. Default 512.
+    /// not read until some complete. Default 64.
     public var maxInFlightPerConnection: Int
     /// How long shutdown waits for requests in flight before cancelling them. Default 5 s.
     public var shutdownGracePeriod: Duration
@@ -70,7 +73,7 @@ public struct RPCServerConfiguration: Sendable {
         outputBudget: Int = RPCServerConfiguration.defaultOutputBudget,
         maxConnections: Int = RPCServerConfiguration.defaultMaxConnections,
         reservedConnections: Int = RPCServerConfiguration.defaultReservedConnections,
-        maxInFlightPerConnection: Int = 512,
+        maxInFlightPerConnection: Int = 64,
         shutdownGracePeriod: Duration = .seconds(5),
         backlog: Int32 = 128
     ) {
@@ -242,7 +245,9 @@ public final class RPCServer: Sendable {
         (stopSignal, stopContinuation) = AsyncStream.makeStream(bufferingPolicy: .unbounded)
         budget = OutputBudget(total: configuration.outputBudget, perConnection: configuration.maxQueuedOutput)
         policy = ConnectionPolicy(
-            maxConnections: configuration.maxConnections, reservedConnections: configuration.reservedConnections)
+            maxConnections: configuration.maxConnections, reservedConnections: configuration.reservedConnections,
+            minimumIdleNanoseconds: UInt64(configuration.minimumIdleBeforeEviction.components.seconds) * 1_000_000_000
+                + UInt64(configuration.minimumIdleBeforeEviction.components.attoseconds / 1_000_000_000))
         switch configuration.listen {
         case .fileDescriptor(let fd):
             guard (try? Syscalls.isListeningStreamSocket(fd)) == true else { throw .notAListeningSocket }
@@ -373,6 +378,8 @@ public final class RPCServer: Sendable {
                 done.resume()
             }
         }
+        // The listener closes (and its socket file goes) in the source's cancel handler.
+        for _ in 0..<200 where !state.withLock({ $0.listenerClosed }) { await pause() }
         await eachConnection { $0.stopReading() }
         let deadline = ContinuousClock.now + configuration.shutdownGracePeriod
         while state.withLock({ $0.statistics.inFlight > 0 && !$0.cancelled }) && ContinuousClock.now < deadline {
@@ -537,10 +544,13 @@ public final class RPCServer: Sendable {
         let outcome = state.withLock { state -> Outcome in
             let open = state.connections.count - state.evicting.count
             let evicting = state.evicting
+            let counts = state.peerConnections
             let decision = policy.decide(
-                open: open, peerConnections: state.peerConnections[peer.pid, default: 0],
+                open: open, total: state.connections.count, peerConnections: counts[peer.pid, default: 0],
                 candidates: state.connections.values.lazy.filter { !evicting.contains($0.id) }.map {
-                    ConnectionPolicy.Candidate(id: $0.id, idleSince: $0.idleSince)
+                    ConnectionPolicy.Candidate(
+                        id: $0.id, idleSince: $0.idleSince, peerConnections: counts[$0.peer.pid, default: 1],
+                        sameProcess: $0.peer.pid == peer.pid)
                 })
             var victim: RPCConnection?
             switch decision {
@@ -669,6 +679,11 @@ public final class RPCServer: Sendable {
             }
             return .answered(Self.busyReply(to: incoming))
         }
+        if let reply = Self.inlineReply(to: incoming) {
+            // Nothing to handle (malformed, or only invalid elements): answered here.
+            state.withLock { $0.statistics.inFlight -= 1 }
+            return .answered(reply)
+        }
         if let fastHandler, case .single(.request(let request)) = incoming,
             let result = fastHandler(
                 RPCRequestContext(connection: connection, requestID: request.id), request.method, request.params)
@@ -691,6 +706,26 @@ public final class RPCServer: Sendable {
             self.state.withLock { $0.statistics.inFlight -= 1 }
         }
         return .started(task)
+    }
+
+    /// The reply to a message that holds no valid request (a parse error, an
+    /// invalid request, a batch of invalid elements); nil when it holds one.
+    static func inlineReply(to incoming: RPCIncoming) -> [UInt8]?? {
+        switch incoming {
+        case .rejected(let error):
+            return .some(RPCCodec.encode(RPCResponse(id: .null, error: error)))
+        case .single(.invalid(let id, let error)):
+            return .some(RPCCodec.encode(RPCResponse(id: id, error: error)))
+        case .single(.request):
+            return nil
+        case .batch(let elements):
+            var responses: [RPCResponse] = []
+            for element in elements {
+                guard case .invalid(let id, let error) = element else { return nil }
+                responses.append(RPCResponse(id: id, error: error))
+            }
+            return .some(responses.isEmpty ? nil : JSONValue.array(responses.map(\.json)).serialized())
+        }
     }
 
     /// `BUSY` for each request of `incoming` (nil when it has none).

@@ -67,14 +67,42 @@ import Testing
 
     @Test func atTheLimitTheConnectionIdleLongestMakesRoom() {
         let candidates = [C(id: 1, idleSince: 300), C(id: 2, idleSince: nil), C(id: 3, idleSince: 100)]
-        #expect(policy.decide(open: 3, peerConnections: 3, candidates: candidates) == .admitEvicting(3))
+        #expect(policy.decide(open: 3, peerConnections: 0, candidates: candidates, now: 1_000_000_000) == .admitEvicting(3))
+    }
+
+    @Test func aProcessHoardingConnectionsClosesOnlyItsOwn() {
+        let candidates = [
+            C(id: 1, idleSince: 100, peerConnections: 2),
+            C(id: 2, idleSince: 200, peerConnections: 9, sameProcess: true),
+            C(id: 3, idleSince: 300, peerConnections: 9, sameProcess: true),
+        ]
+        // The hoarder (9 connections) may not take the app's (2): it loses its own, idle longest.
+        #expect(policy.decide(open: 3, peerConnections: 9, candidates: candidates, now: 1_000_000_000) == .admitEvicting(2))
+        #expect(
+            policy.decide(open: 3, peerConnections: 9, candidates: candidates.prefix(1), now: 1_000_000_000)
+                == .refuse)
+        // Another process (1 connection) takes from the one holding most.
+        let others = candidates.map { C(id: $0.id, idleSince: $0.idleSince, peerConnections: $0.peerConnections) }
+        #expect(policy.decide(open: 3, peerConnections: 1, candidates: others, now: 1_000_000_000) == .admitEvicting(2))
+    }
+
+    @Test func aConnectionJustOpenedIsNotClosedToMakeRoom() {
+        let candidates = [C(id: 1, idleSince: 900_000_000, sameProcess: true)]
+        #expect(policy.decide(open: 3, peerConnections: 5, candidates: candidates, now: 1_000_000_000) == .refuse)
+        #expect(policy.decide(open: 3, peerConnections: 5, candidates: candidates, now: 1_400_000_000) == .admitEvicting(1))
+    }
+
+    @Test func neverMoreThanTheLimitAndTheReserveWhateverIsBeingClosed() {
+        let candidates = [C(id: 1, idleSince: 1)]
+        #expect(policy.decide(open: 3, total: 5 + 16, peerConnections: 0, candidates: candidates) == .refuse)
     }
 
     @Test func busyOrHeldConnectionsAreNeverClosed() {
         let candidates = [C(id: 1, idleSince: nil), C(id: 2, idleSince: nil), C(id: 3, idleSince: nil)]
-        // A process with no connection gets a reserved slot; one that has some is refused.
+        // A process with few connections gets a reserved slot; one that has many is refused.
         #expect(policy.decide(open: 3, peerConnections: 0, candidates: candidates) == .admitReserved)
-        #expect(policy.decide(open: 3, peerConnections: 1, candidates: candidates) == .refuse)
+        #expect(policy.decide(open: 3, peerConnections: 3, candidates: candidates) == .admitReserved)
+        #expect(policy.decide(open: 3, peerConnections: 4, candidates: candidates) == .refuse)
         #expect(policy.decide(open: 4, peerConnections: 0, candidates: candidates) == .admitReserved)
         // The reserve is bounded too.
         #expect(policy.decide(open: 5, peerConnections: 0, candidates: candidates) == .refuse)
@@ -225,16 +253,16 @@ final class RawConnections: @unchecked Sendable {
 
     @Test func pastTheLimitWithNoIdleConnectionANewOneGetsBusy() async throws {
         let live = try LiveServer(configure: {
-            $0.maxConnections = 3
+            $0.maxConnections = 4
             $0.reservedConnections = 2
         })
         let raw = RawConnections()
-        for _ in 0..<3 {
+        for _ in 0..<4 {
             let fd = try raw.open(live.path)
             raw.send(fd, #"{"jsonrpc":"2.0","id":1,"method":"sleep","params":{"ms":30000}}"# + "\n")
         }
-        #expect(await live.log.wait { _ in live.server.statistics.inFlight == 3 })
-        // This process holds connections already: no reserved slot for it.
+        #expect(await live.log.wait { _ in live.server.statistics.inFlight == 4 })
+        // This process holds 4 connections already: no reserved slot for it.
         let error = try await onThread { () -> RPCError? in
             let client = try live.client()
             do {
@@ -261,6 +289,7 @@ final class RawConnections: @unchecked Sendable {
         let live = try LiveServer(configure: {
             $0.maxConnections = 2
             $0.reservedConnections = 0
+            $0.minimumIdleBeforeEviction = .zero
         })
         let first = SerialClient(try live.client())
         #expect(try await first.call("echo", params: ["x": 1]) == ["x": 1])
@@ -287,6 +316,7 @@ final class RawConnections: @unchecked Sendable {
             configure: {
                 $0.maxConnections = 1
                 $0.reservedConnections = 0
+                $0.minimumIdleBeforeEviction = .zero
             },
             handler: { context, method, params throws(RPCError) in
                 if method == "hold" {
