@@ -91,6 +91,11 @@ let package = Package(
             ],
             path: "Benchmarks/browser-login-bench"
         ),
+        // The load-and-abuse run against the real daemon (docs/reliability.md).
+        .executableTarget(
+            name: "browser-login-load", dependencies: ["BrokerRPC", "ScriptedBrowser"],
+            path: "Benchmarks/browser-login-load"
+        ),
     ],
     swiftLanguageModes: [.v6]
 )
