@@ -109,6 +109,12 @@ func descriptorLimits(_ pid: pid_t) -> (soft: String, hard: String)? {
 }
 
 extension Harness {
+    /// Stops its processes and removes its directory (nothing a test starts outlives it).
+    func removeAll() {
+        stopAll()
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
     /// Starts the broker through `prlimit` (its descriptor limit set by `limits`, e.g. `--nofile=256:4096`).
     func startBroker(prlimit limits: String, arguments: [String] = ["--log-level", "debug"]) throws {
         broker = try Child(
@@ -139,6 +145,7 @@ func request(_ id: Int, _ method: String, _ params: String) -> [UInt8] {
 struct LimitsTests {
     @Test func pastTheLimitANewConnectionGetsBusyAndTheCLIIsStillServed() throws {
         let h = try Harness()
+        defer { h.removeAll() }
         try h.startServer()
         h.writeClient()
         try h.startBroker(arguments: ["--log-level", "debug", "--max-connections", "8"])
@@ -181,6 +188,7 @@ struct LimitsTests {
 
     @Test func abandonedWaitsReleaseTheirDescriptorsAtOnce() throws {
         let h = try Harness()
+        defer { h.removeAll() }
         try h.startServer()
         h.writeClient()
         try h.startBroker()
@@ -209,6 +217,7 @@ struct LimitsTests {
 
     @Test func clientsThatNeverReadAreDroppedWithALogLine() throws {
         let h = try Harness()
+        defer { h.removeAll() }
         try h.startServer()
         h.writeClient()
         try h.startBroker()
@@ -241,6 +250,7 @@ struct LimitsTests {
 
     @Test func descriptorExhaustionIsReportedAndTheBrokerRecovers() throws {
         let h = try Harness()
+        defer { h.removeAll() }
         try h.startServer()
         h.writeClient()
         try h.startBroker()
@@ -269,6 +279,7 @@ struct LimitsTests {
 
     @Test func theDescriptorLimitIsRaisedToTheHardLimitAtStartUp() throws {
         let h = try Harness()
+        defer { h.removeAll() }
         try h.startServer()
         h.writeClient()
         var hard = rlimit()
