@@ -94,6 +94,11 @@ let package = Package(
             ],
             path: "Benchmarks/browser-login-bench"
         ),
+        // The load-and-abuse run against the real daemon (docs/reliability.md).
+        .executableTarget(
+            name: "browser-login-load", dependencies: ["BrokerRPC", "ScriptedBrowser"],
+            path: "Benchmarks/browser-login-load"
+        ),
 
         // Fuzzing (docs/reliability.md): `scripts/fuzz`, `make fuzz`. The targets and their glue are one
         // library, also run by FuzzRegressionTests; each fuzzer is an executable that runs the files named

@@ -6,6 +6,7 @@ import BrokerVault
 import DesktopEntry
 import Dispatch
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -28,6 +29,8 @@ public struct DaemonOptions: Sendable {
     public var tickMilliseconds = 250
     /// How often signed-in sessions are checked with the server (`GET session`).
     public var verifyIntervalMilliseconds: Int64 = 300_000
+    /// `--max-connections`: RPC connections served at once (docs/rpc.md, Limits).
+    public var maxConnections = RPCServerConfiguration.defaultMaxConnections
 
     public static let help = """
         browser-login-broker — the browser-login daemon
@@ -49,6 +52,9 @@ public struct DaemonOptions: Sendable {
           --verify-interval S check each signed-in session with its server every S
                               seconds (default 300); sessions revoked or disabled at the
                               server end within that time
+          --max-connections N serve at most N RPC connections (default 512); at the limit
+                              the connection idle longest is closed to make room, else
+                              new ones get BUSY (32 more for processes with none open)
           --check-config      validate the client files, print the problems, and exit
                               (status 78 when a file is refused)
           --check-servers     ask each client's login server whether it speaks the
@@ -112,6 +118,11 @@ public struct DaemonOptions: Sendable {
                     return .usage("--verify-interval takes a number of seconds (at least 0.1)")
                 }
                 options.verifyIntervalMilliseconds = Int64(seconds * 1000)
+            case "--max-connections":
+                guard let v = value(arg), let n = Int(v), (1...1_000_000).contains(n) else {
+                    return .usage("--max-connections takes a number of connections (1 to 1000000)")
+                }
+                options.maxConnections = n
             case "--check-config":
                 options.checkConfig = true
             case "--check-servers":
@@ -134,6 +145,7 @@ public struct DaemonOptions: Sendable {
 public enum BrokerDaemon {
     public static func run(_ options: DaemonOptions, environment: [String: String]) async -> Int32 {
         let logger = Logger(label: "browser-login-broker", minimum: options.logLevel)
+        let descriptorLimit = raiseDescriptorLimit(logger: logger)
         Systemd.notify("STATUS=reading client files")
         let directories = options.clientDirectories ?? ClientFiles.directories(environment: environment)
         let loaded = ClientFiles.load(directories: directories)
@@ -217,11 +229,22 @@ public enum BrokerDaemon {
             return 74
         }
         let methods = MethodTable(engine: engine, logger: logger)
+        let limits = ConnectionLimits(requested: options.maxConnections, descriptorLimit: descriptorLimit)
+        if limits.lowered {
+            logger.warning(
+                "fewer RPC connections than asked: the descriptor limit leaves room for these only",
+                [
+                    "rpc.max_connections": "\(limits.maxConnections)", "rpc.reserved": "\(limits.reserved)",
+                    "requested": "\(options.maxConnections)", "nofile": "\(descriptorLimit)",
+                ])
+        }
+        let rpcLog = RPCEventLog(logger: logger, descriptorLimit: descriptorLimit)
         let server: RPCServer
         do {
             server = try RPCServer(
-                configuration: RPCServerConfiguration(listen: listen),
-                events: { event in logger.debug("rpc event", ["event": "\(event)"]) },
+                configuration: RPCServerConfiguration(
+                    listen: listen, maxConnections: limits.maxConnections, reservedConnections: limits.reserved),
+                events: { event in rpcLog.record(event) },
                 fast: { context, method, params in methods.handleFast(context, method, params) },
                 handler: { context, method, params async throws(RPCError) in
                     try await methods.handle(context, method, params)
@@ -332,6 +355,31 @@ public enum BrokerDaemon {
             })
     }
 
+    /// Raises the soft `RLIMIT_NOFILE` to the hard limit; answers the soft limit now in force.
+    static func raiseDescriptorLimit(logger: Logger) -> Int {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else {
+            logger.warning("cannot read the descriptor limit (RLIMIT_NOFILE)", ["errno": "\(errno)"])
+            return 1024
+        }
+        let before = limit.rlim_cur
+        if limit.rlim_cur < limit.rlim_max {
+            var raised = limit
+            raised.rlim_cur = limit.rlim_max
+            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 {
+                limit = raised
+            } else {
+                logger.warning(
+                    "cannot raise the descriptor limit (RLIMIT_NOFILE)", ["errno": "\(errno)", "soft": "\(before)"])
+            }
+        }
+        let current = Int(min(UInt64(limit.rlim_cur), UInt64(Int32.max)))
+        logger.debug(
+            "descriptor limit (RLIMIT_NOFILE)",
+            ["nofile.soft": "\(current)", "nofile.before": "\(before)", "nofile.hard": "\(limit.rlim_max)"])
+        return current
+    }
+
     static func socketPath(_ environment: [String: String]) -> String? {
         guard let runtime = environment["XDG_RUNTIME_DIR"], !runtime.isEmpty else { return nil }
         return runtime + "/browser-login/broker.sock"
@@ -360,4 +408,114 @@ final class SignalWatcher {
     }
 
     func cancel() { for source in sources { source.cancel() } }
+}
+
+/// The connection limits the descriptor limit allows: `maxConnections` plus
+/// `reserved` connections, and `descriptorReserve` descriptors kept for
+/// everything else (the listener, SQLite and its journal, libcurl's sockets,
+/// the vault's D-Bus connection, logs), so that RPC connections can never
+/// take the descriptors a sign-in needs.
+struct ConnectionLimits: Equatable {
+    static let descriptorReserve = 64
+    var maxConnections: Int
+    var reserved: Int
+    /// The descriptor limit forced fewer than asked.
+    var lowered: Bool
+
+    init(requested: Int, descriptorLimit: Int) {
+        let available = max(2, descriptorLimit - Self.descriptorReserve)
+        var reserved = RPCServerConfiguration.defaultReservedConnections
+        if requested + reserved <= available {
+            maxConnections = requested
+            lowered = false
+        } else {
+            reserved = min(reserved, available / 16)
+            maxConnections = max(1, available - reserved)
+            lowered = maxConnections < requested
+        }
+        self.reserved = reserved
+    }
+}
+
+/// Logs the RPC server's events: the ones an operator must see (out of
+/// descriptors, connections refused or closed at the limits, slow readers
+/// dropped) at warning or notice — at most one line per kind every 10 s,
+/// with how many were not logged — and the rest at debug.
+final class RPCEventLog: Sendable {
+    private let logger: Logger
+    private let descriptorLimit: Int
+    private let interval: UInt64 = 10_000_000_000
+    private struct Kind {
+        var lastLogged: UInt64 = 0
+        var suppressed = 0
+    }
+    private let kinds = Mutex<[String: Kind]>([:])
+
+    init(logger: Logger, descriptorLimit: Int) {
+        self.logger = logger
+        self.descriptorLimit = descriptorLimit
+    }
+
+    func record(_ event: RPCServerEvent) {
+        switch event {
+        case .acceptFailed(let error) where error == .tooManyOpenFiles || error == .tooManyOpenFilesInSystem:
+            limited(
+                "emfile", .warning,
+                error == .tooManyOpenFiles
+                    ? "cannot accept RPC connections: the broker is out of file descriptors; accepting paused for 100 ms"
+                    : "cannot accept RPC connections: the system is out of file descriptors; accepting paused for 100 ms",
+                ["errno": "\(error)", "nofile": "\(Self.currentDescriptorLimit() ?? descriptorLimit)"])
+        case .acceptFailed(let error):
+            limited(
+                "accept", .warning, "cannot accept an RPC connection; accepting paused for 100 ms",
+                ["errno": "\(error)"])
+        case .connectionRefusedBusy(let peer, let open):
+            limited(
+                "busy", .warning,
+                "RPC connection limit reached and no connection idle: a new connection was answered BUSY and closed",
+                ["rpc.open": "\(open)", "peer.pid": "\(peer.pid)"])
+        case .idleConnectionEvicted(let id, let peer):
+            limited(
+                "evicted", .notice, "RPC connection limit reached: closed the connection idle longest to make room",
+                ["rpc.connection": "\(id)", "peer.pid": "\(peer.pid)"])
+        case .slowReaderDropped(let id, let peer, let unsent, let total, let reason):
+            limited(
+                "slow", .warning,
+                reason == .outputBudgetSpent
+                    ? "dropped an RPC connection that does not read its replies: the output budget of all connections is spent"
+                    : "dropped an RPC connection that does not read its replies: over its own output cap",
+                [
+                    "rpc.connection": "\(id)", "peer.pid": "\(peer.pid)", "rpc.unsent.bytes": "\(unsent)",
+                    "rpc.unsent.total.bytes": "\(total)",
+                ])
+        default:
+            logger.debug("rpc event", ["event": "\(event)"])
+        }
+    }
+
+    /// The soft `RLIMIT_NOFILE` now (it may have been lowered from outside since start-up).
+    static func currentDescriptorLimit() -> Int? {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return nil }
+        return Int(min(UInt64(limit.rlim_cur), UInt64(Int32.max)))
+    }
+
+    private func limited(_ kind: String, _ level: Logger.Level, _ message: String, _ metadata: [String: String]) {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let suppressed = kinds.withLock { kinds -> Int? in
+            var entry = kinds[kind] ?? Kind()
+            defer { kinds[kind] = entry }
+            if entry.lastLogged != 0 && now - entry.lastLogged < interval {
+                entry.suppressed += 1
+                return nil
+            }
+            entry.lastLogged = now
+            defer { entry.suppressed = 0 }
+            return entry.suppressed
+        }
+        guard let suppressed else { return }
+        var metadata = metadata
+        if suppressed > 0 { metadata["suppressed"] = "\(suppressed)" }
+        logger.log(level, message, metadata)
+    }
 }

@@ -14,19 +14,31 @@ extension BrokerEngine {
     // MARK: - session.wait
 
     /// Answers once the client is signed in (also for a sign-in that starts
-    /// after the call), or nil after `timeoutMilliseconds`.
+    /// after the call), or nil after `timeoutMilliseconds` — or at once when
+    /// the calling task is cancelled (its connection closed): the waiter and
+    /// its timeout are removed then, nothing of the wait is left behind.
     public func waitForSession(client clientId: String, timeoutMilliseconds: Int) async throws -> SessionView? {
         _ = try client(clientId)
         let current = try sessionView(clientId)
         if current.status == .signedIn { return current }
+        if Task.isCancelled { return nil }
         waiterCounter += 1
         let id = waiterCounter
-        return await withCheckedContinuation { continuation in
-            waiters[clientId, default: [:]][id] = continuation
-            Task {
-                try? await Task.sleep(nanoseconds: UInt64(timeoutMilliseconds) * 1_000_000)
-                self.timeOutWaiter(client: clientId, id: id)
+        // The timeout: one sleeping task, ended as soon as the wait ends in any way.
+        let timer = Task {
+            try await Task.sleep(nanoseconds: UInt64(timeoutMilliseconds) * 1_000_000)
+            self.timeOutWaiter(client: clientId, id: id)
+        }
+        defer { timer.cancel() }
+        return await withTaskCancellationHandler {
+            // Runs on this actor up to the suspension: the waiter is registered
+            // before anything else (the cancellation's removal included) can run here.
+            await withCheckedContinuation { continuation in
+                waiters[clientId, default: [:]][id] = continuation
             }
+        } onCancel: {
+            timer.cancel()
+            Task { await self.timeOutWaiter(client: clientId, id: id) }
         }
     }
 

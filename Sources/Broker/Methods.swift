@@ -49,6 +49,9 @@ public struct MethodTable: Sendable {
         return entry.bytes
     }
 
+    /// `events.subscribe` calls one connection may have active at once.
+    static let maxSubscriptionsPerConnection = 32
+
     static func rpcError(_ error: BrokerError) -> RPCError {
         var data: [String: JSONValue] = ["code": .string(error.code.rawValue)]
         if let id = error.attemptId { data["attemptId"] = .string(id) }
@@ -174,12 +177,20 @@ public struct MethodTable: Sendable {
             let clients = try p.stringArray("clients")
             if let clients { for c in clients { try await requireUse(c, context) } }
             let connection = context.connection
+            guard connection.holdCount < Self.maxSubscriptionsPerConnection else {
+                throw BrokerError(
+                    .busy,
+                    "this connection has \(Self.maxSubscriptionsPerConnection) event subscriptions already; one subscription without 'clients' receives every client's events"
+                )
+            }
             let configs = await engine.clientConfigs()
             let pid = context.peer.pid
             let id = try await engine.subscribe(
                 connection: connection.id, clients: clients,
                 mayUse: { client in configs[client].map { PeerBinding.mayUse($0, pid: pid) } ?? true },
                 send: { method, params in connection.notify(method: method, params: params) })
+            // Held: a subscribed connection is never closed to make room for others.
+            connection.hold()
             let engine = self.engine
             connection.onClose { Task { await engine.connectionClosed(connection.id) } }
             return ["subscription": .string(id)]
@@ -190,6 +201,7 @@ public struct MethodTable: Sendable {
             guard await engine.unsubscribe(id, connection: context.connectionID) else {
                 throw RPCError.invalidParams("no subscription '\(id)' on this connection")
             }
+            context.connection.release()
             return .object([:])
 
         case "http.request":

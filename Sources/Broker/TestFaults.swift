@@ -66,7 +66,7 @@ public enum TestFaults {
         guard count == plan.occurrence else { return }
         if plan.pause {
             let marker = plan.directory + "/" + name.replacingOccurrences(of: "/", with: "_") + ".paused"
-            FileManager.default.createFile(atPath: marker, contents: nil)
+            _ = FileManager.default.createFile(atPath: marker, contents: nil)
             // Blocks this thread on purpose: the point holds still until the test releases it.
             while FileManager.default.fileExists(atPath: marker) { usleep(10_000) }
         } else {

@@ -24,6 +24,8 @@ public enum BrokerErrorCode: String, Codable, Sendable, CaseIterable {
     case responseTooLarge = "RESPONSE_TOO_LARGE"
     case clientForbidden = "CLIENT_FORBIDDEN"
     case storageUnavailable = "STORAGE_UNAVAILABLE"
+    /// The broker's connection, subscription or memory budget is spent; try again.
+    case busy = "BUSY"
 }
 
 /// An error that may reach an RPC client: a stable code, a message that

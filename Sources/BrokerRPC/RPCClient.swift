@@ -112,7 +112,13 @@ public final class RPCClient {
     public func call(_ method: String, params: JSONValue? = nil, timeout: Duration? = nil) throws -> JSONValue {
         let id = RPCID.integer(nextID)
         nextID += 1
-        try send(RPCRequest(id: id, method: method, params: params))
+        do {
+            try send(RPCRequest(id: id, method: method, params: params))
+        } catch .connectionClosed {
+            // Refused at the connection limit: the server wrote `BUSY` and closed.
+            if let busy = busyNotice() { throw busy }
+            throw RPCClientError.connectionClosed
+        }
         let response = try waitForResponse(id: id, deadline: deadline(timeout))
         return try response.outcome.get()
     }
@@ -165,6 +171,20 @@ public final class RPCClient {
 
     // MARK: Reading
 
+    /// A `BUSY` error (null id) that the server sent before closing, if one is waiting to be read.
+    private func busyNotice() -> RPCError? {
+        let deadline = ContinuousClock.now + .milliseconds(100)
+        while let message = try? readMessage(deadline: deadline) {
+            if case .response(let response) = message, response.id == .null,
+                case .failure(let error) = response.outcome, error.applicationCode == "BUSY"
+            {
+                return error
+            }
+            pending.append(message)
+        }
+        return nil
+    }
+
     private func deadline(_ timeout: Duration?) -> ContinuousClock.Instant {
         ContinuousClock.now + (timeout ?? self.timeout)
     }
@@ -178,6 +198,13 @@ public final class RPCClient {
         while true {
             let message = try readMessage(deadline: deadline)
             if case .response(let response) = message, response.id == id { return response }
+            // `BUSY` with a null id: the server refused the connection, or closed
+            // it to make room, at its connection limit. It is this call's answer.
+            if case .response(let response) = message, response.id == .null,
+                case .failure(let error) = response.outcome, error.applicationCode == "BUSY"
+            {
+                return response
+            }
             pending.append(message)
         }
     }

@@ -1,4 +1,5 @@
 import Dispatch
+import Glibc
 import Synchronization
 
 /// The credentials of a connected process, read with `SO_PEERCRED` at accept.
@@ -22,8 +23,18 @@ public enum RPCCloseReason: Sendable, Hashable {
     case oversize
     /// The `Content-Length` framing was broken (answered `-32700` first).
     case malformedFraming
-    /// The peer did not read its replies and more than the output bound was queued.
+    /// The peer did not read its replies and more than the connection's
+    /// output bound was queued (a slow reader).
     case outputOverflow
+    /// The peer did not read its replies while the unsent replies of all
+    /// connections had spent the server's output budget (a slow reader).
+    case outputBudgetSpent
+    /// The peer closed the connection (both ways) while requests were in
+    /// flight or replies unsent: the requests were cancelled.
+    case peerHungUp
+    /// Closed to make room for a new connection at the connection limit: it
+    /// was the connection idle longest (it was sent one `BUSY` error first).
+    case evictedIdle
     case readFailed(Errno)
     case writeFailed(Errno)
     /// `RPCConnection.close()` was called.
@@ -45,6 +56,8 @@ public final class RPCConnection: Sendable {
         var onClose: [@Sendable () -> Void] = []
     }
     private let hooks = Mutex(Hooks())
+    /// Holds taken by `hold()` and not yet released.
+    private let holds = Atomic<Int>(0)
 
     init(id: UInt64, peer: RPCPeer, io: ConnectionIO) {
         self.id = id
@@ -73,6 +86,30 @@ public final class RPCConnection: Sendable {
     }
 
     public var isClosed: Bool { hooks.withLock { $0.closed } }
+
+    /// Marks the connection as holding state that its peer relies on (an
+    /// event subscription): while any hold is taken, it is never closed to
+    /// make room for new connections at the connection limit. Balance each
+    /// call with `release()` (closing the connection drops them all).
+    public func hold() {
+        holds.add(1, ordering: .relaxed)
+    }
+
+    /// Gives back one `hold()`.
+    public func release() {
+        holds.subtract(1, ordering: .relaxed)
+    }
+
+    /// Holds taken now.
+    public var holdCount: Int { holds.load(ordering: .relaxed) }
+
+    /// When the connection became idle (monotonic ns): nothing in flight,
+    /// nothing unsent, no hold. nil while busy, held or closed.
+    var idleSince: UInt64? {
+        guard holds.load(ordering: .relaxed) <= 0 else { return nil }
+        let since = io.idleSince.load(ordering: .relaxed)
+        return since == 0 ? nil : since
+    }
 
     /// Closes the connection now (queued replies that were not sent are dropped).
     public func close() {
@@ -117,40 +154,48 @@ public struct RPCRequestContext: Sendable {
 }
 
 /// The I/O side of one connection: the descriptor, its dispatch sources,
-/// the framing decoder and the output buffer.
+/// the framing decoder, the output buffer and the handlers in flight.
 ///
 /// `@unchecked Sendable`: every mutable member is touched only on `queue`
 /// (a serial queue) — the sources' handlers run there, and every other
-/// caller goes through `queue.async`. The `let` members are immutable.
+/// caller goes through `queue.async`. The `let` members are immutable, and
+/// `idleSince` is an atomic, read from other queues.
 final class ConnectionIO: @unchecked Sendable {
     /// What became of one message handed to `submit`.
     enum Submitted {
         /// The server takes no more work; the message gets no reply.
         case refused
-        /// Handling started; `finished(reply:)` follows on `queue`.
-        case started
-        /// Answered at once (the fast path), with this reply (nil: none due).
+        /// Handling started in this task; `finished(handler:reply:)` follows on `queue`.
+        case started(Task<Void, Never>)
+        /// Answered at once (the fast path, or `BUSY`), with this reply (nil: none due).
         case answered([UInt8]?)
     }
 
     struct Limits {
         var maxMessageSize: Int
-        var maxQueuedOutput: Int
         var maxInFlight: Int
     }
 
     let connectionID: UInt64
+    let peer: RPCPeer
     let fd: Int32
     let queue: DispatchQueue
     let limits: Limits
-    /// Starts the handling of one message; false when the server no longer takes work.
-    private let submit: @Sendable (ConnectionIO, [UInt8]) -> Submitted
+    /// The server's budget for unsent output (shared by all connections).
+    let budget: OutputBudget
+    /// When the connection became idle (monotonic ns): nothing in flight and
+    /// nothing unsent. 0 while busy or closed. Written on `queue` only.
+    let idleSince = Atomic<UInt64>(0)
+    /// Starts the handling of one message (its handler token given).
+    private let submit: @Sendable (ConnectionIO, UInt64, [UInt8]) -> Submitted
     /// The queue's read buffer (shared with the other connections on `queue`).
     private let readBuffer: ReadBuffer
     /// Called once on `queue` when the connection closed.
     var onClosed: ((RPCCloseReason) -> Void)?
     /// Reports framing failures.
     private let onFrameError: @Sendable (RPCFrameError) -> Void
+    /// Reports a slow reader being dropped: its unsent bytes and the reason.
+    private let onSlowReader: @Sendable (Int, RPCCloseReason) -> Void
 
     private var decoder: RPCFrameDecoder
     private var readSource: DispatchSourceRead?
@@ -161,6 +206,11 @@ final class ConnectionIO: @unchecked Sendable {
     private var output: [UInt8] = []
     private var outputStart = 0
     private var inFlight = 0
+    /// The tasks handling this connection's messages, by token: cancelled when it closes.
+    private var handlers: [UInt64: Task<Void, Never>] = [:]
+    private var nextHandler: UInt64 = 0
+    /// A timer checks for a hang-up while reading is paused or stopped with work left.
+    private var watchingHangUp = false
     /// No more requests are read (end of stream, framing failure, or shutdown).
     private var readingStopped = false
     /// Close as soon as the output is written (after a framing failure).
@@ -169,22 +219,43 @@ final class ConnectionIO: @unchecked Sendable {
     private var descriptorClosed = false
 
     init(
-        connectionID: UInt64, fd: Int32, queue: DispatchQueue, readBuffer: ReadBuffer, limits: Limits,
-        submit: @escaping @Sendable (ConnectionIO, [UInt8]) -> Submitted,
-        onFrameError: @escaping @Sendable (RPCFrameError) -> Void
+        connectionID: UInt64, peer: RPCPeer, fd: Int32, queue: DispatchQueue, readBuffer: ReadBuffer, limits: Limits,
+        budget: OutputBudget,
+        submit: @escaping @Sendable (ConnectionIO, UInt64, [UInt8]) -> Submitted,
+        onFrameError: @escaping @Sendable (RPCFrameError) -> Void,
+        onSlowReader: @escaping @Sendable (Int, RPCCloseReason) -> Void
     ) {
         self.connectionID = connectionID
+        self.peer = peer
         self.fd = fd
         self.queue = queue
         self.readBuffer = readBuffer
         self.limits = limits
+        self.budget = budget
         self.submit = submit
         self.onFrameError = onFrameError
+        self.onSlowReader = onSlowReader
         self.decoder = RPCFrameDecoder(maxMessageSize: limits.maxMessageSize)
+        // Idle from the start: nothing in flight, nothing unsent.
+        idleSince.store(monotonicNanoseconds(), ordering: .relaxed)
     }
 
     /// The framing replies use (NDJSON until the first byte said otherwise).
     var framing: RPCFraming { decoder.framing ?? .ndjson }
+
+    /// Bytes queued and not yet written.
+    private var unsent: Int { output.count - outputStart }
+
+    /// Publishes whether the connection is idle now (for the connection limit).
+    private func updateIdle() {
+        let idle = !closed && inFlight == 0 && unsent == 0
+        let current = idleSince.load(ordering: .relaxed)
+        if idle {
+            if current == 0 { idleSince.store(monotonicNanoseconds(), ordering: .relaxed) }
+        } else if current != 0 {
+            idleSince.store(0, ordering: .relaxed)
+        }
+    }
 
     // MARK: Reading
 
@@ -195,13 +266,17 @@ final class ConnectionIO: @unchecked Sendable {
         source.setCancelHandler { [self] in self.sourceFinished() }
         liveSources += 1
         readSource = source
+        updateIdle()
         source.resume()
     }
 
     private func readAvailable() {
         guard !closed, !readingStopped else { return }
-        // Bounded per event, so that one busy client does not starve the others on this queue.
-        for _ in 0..<8 {
+        defer { updateIdle() }
+        // At most one full buffer per event, so that a client that sends without
+        // pause does not starve the others on this queue: after a full read the
+        // rest waits behind their events.
+        for _ in 0..<2 {
             let count: Int
             do {
                 count = try Syscalls.read(fd, into: &readBuffer.bytes)
@@ -212,8 +287,7 @@ final class ConnectionIO: @unchecked Sendable {
                 return
             }
             if count == 0 {
-                stopReading()
-                closeIfDone()
+                endOfStream()
                 return
             }
             for event in decoder.feed(readBuffer.bytes[0..<count]) {
@@ -222,10 +296,12 @@ final class ConnectionIO: @unchecked Sendable {
                 switch event {
                 case .message(let bytes):
                     inFlight += 1
-                    switch submit(self, bytes) {
+                    nextHandler &+= 1
+                    let token = nextHandler
+                    switch submit(self, token, bytes) {
                     case .refused: inFlight -= 1
-                    case .started: break
-                    case .answered(let reply): finished(reply: reply)
+                    case .started(let task): handlers[token] = task
+                    case .answered(let reply): finished(handler: nil, reply: reply)
                     }
                 case .failure(let error):
                     frameFailed(error)
@@ -236,7 +312,58 @@ final class ConnectionIO: @unchecked Sendable {
                 pauseReading()
                 return
             }
-            if count < readBuffer.bytes.count { return }
+            if count == readBuffer.bytes.count { break }
+            // Read on until EAGAIN after a short read: the source does not report
+            // again an end of stream that came with the last bytes, and a peer
+            // that sends a request and closes must be seen to hang up.
+        }
+        // Bounded per event: more is waiting; go on after the other connections' events.
+        queue.async { [weak self] in self?.readAvailable() }
+    }
+
+    /// The peer will send nothing more: it closed, or only shut down its
+    /// writing side (it may still read its replies).
+    private func endOfStream() {
+        stopReading()
+        if inFlight > 0 || unsent > 0 {
+            if peerHungUp() {
+                close(.peerHungUp)
+                return
+            }
+            watchForHangUp()
+        }
+        closeIfDone()
+    }
+
+    /// Whether the peer closed both ways (`POLLHUP`; a half-close sets only `POLLRDHUP`).
+    private func peerHungUp() -> Bool {
+        guard !descriptorClosed, let events = try? Syscalls.poll(fd, events: 0, timeoutMilliseconds: 0) else {
+            return false
+        }
+        return events & Int16(POLLHUP | POLLERR) != 0
+    }
+
+    /// While reading is paused or stopped with work left, checks every
+    /// 200 ms whether the peer went away, to cancel what it no longer waits for.
+    private func watchForHangUp() {
+        guard !watchingHangUp, !closed else { return }
+        watchingHangUp = true
+        scheduleHangUpCheck()
+    }
+
+    private func scheduleHangUpCheck() {
+        queue.asyncAfter(deadline: .now() + .milliseconds(200)) { [weak self] in
+            guard let self else { return }
+            guard !self.closed, self.readPaused || (self.readingStopped && (self.inFlight > 0 || self.unsent > 0))
+            else {
+                self.watchingHangUp = false
+                return
+            }
+            if self.peerHungUp() {
+                self.close(.peerHungUp)
+            } else {
+                self.scheduleHangUpCheck()
+            }
         }
     }
 
@@ -258,6 +385,7 @@ final class ConnectionIO: @unchecked Sendable {
         guard !readPaused, let readSource else { return }
         readPaused = true
         readSource.suspend()
+        watchForHangUp()
     }
 
     private func resumeReading() {
@@ -281,15 +409,23 @@ final class ConnectionIO: @unchecked Sendable {
     }
 
     /// On `queue`: one message was handled; `reply` is nil when it gets none.
-    func finished(reply: [UInt8]?) {
+    func finished(handler: UInt64?, reply: [UInt8]?) {
         inFlight -= 1
+        if let handler { handlers[handler] = nil }
         if let reply, !closed { enqueue(body: reply) }
         if inFlight < limits.maxInFlight / 2 { resumeReading() }
         closeIfDone()
+        updateIdle()
+    }
+
+    /// On `queue`: cancels the handlers in flight (they still answer, if they do).
+    func cancelHandlers() {
+        for task in handlers.values { task.cancel() }
+        handlers = [:]
     }
 
     private func closeIfDone() {
-        guard !closed, readingStopped, inFlight == 0, outputStart == output.count else { return }
+        guard !closed, readingStopped, inFlight == 0, unsent == 0 else { return }
         close(closeWhenFlushed ? closeReason : .peerClosed)
     }
 
@@ -297,17 +433,55 @@ final class ConnectionIO: @unchecked Sendable {
 
     private var closeReason: RPCCloseReason = .peerClosed
 
-    /// On `queue`: frames and queues one message, and writes what the socket takes.
+    /// On `queue`: frames one message and writes what the socket takes; the
+    /// rest is queued within the output budget, or the connection is dropped
+    /// as a slow reader.
     func enqueue(body: [UInt8], reason: RPCCloseReason? = nil) {
         guard !closed else { return }
         if let reason { closeReason = reason }
         let framed = RPCFrameEncoder.encode(body, framing: framing)
-        if output.count - outputStart + framed.count > limits.maxQueuedOutput {
-            close(.outputOverflow)
+        var offset = 0
+        if unsent == 0 {
+            // Nothing pending: straight from the message, no copy.
+            while offset < framed.count {
+                do {
+                    offset += try Syscalls.send(fd, framed, from: offset)
+                } catch .wouldBlock {
+                    break
+                } catch {
+                    close(.writeFailed(error))
+                    return
+                }
+            }
+            if offset == framed.count {
+                allWritten()
+                return
+            }
+        }
+        let adding = framed.count - offset
+        switch budget.decide(connectionQueued: unsent, adding: adding) {
+        case .queue:
+            break
+        case .overConnectionCap:
+            dropSlowReader(.outputOverflow)
+            return
+        case .overBudget:
+            dropSlowReader(.outputBudgetSpent)
             return
         }
-        output.append(contentsOf: framed)
-        flush()
+        if offset == 0 {
+            output.append(contentsOf: framed)
+        } else {
+            output.append(contentsOf: framed[offset...])
+        }
+        budget.add(adding)
+        updateIdle()
+        armWriteSource()
+    }
+
+    private func dropSlowReader(_ reason: RPCCloseReason) {
+        onSlowReader(unsent, reason)
+        close(reason)
     }
 
     private func flush() {
@@ -327,14 +501,21 @@ final class ConnectionIO: @unchecked Sendable {
                 return
             }
             outputStart += written
+            budget.remove(written)
         }
         output.removeAll(keepingCapacity: output.capacity <= 262_144)
         outputStart = 0
         disarmWriteSource()
+        allWritten()
+    }
+
+    /// Everything queued is written.
+    private func allWritten() {
         if closeWhenFlushed {
             close(closeReason)
         } else {
             closeIfDone()
+            updateIdle()
         }
     }
 
@@ -356,12 +537,16 @@ final class ConnectionIO: @unchecked Sendable {
 
     // MARK: Closing
 
-    /// On `queue`: closes now. The descriptor is closed once no dispatch source uses it.
+    /// On `queue`: closes now, cancelling the handlers in flight. The
+    /// descriptor is closed once no dispatch source uses it.
     func close(_ reason: RPCCloseReason) {
         guard !closed else { return }
         closed = true
+        idleSince.store(0, ordering: .relaxed)
         stopReading()
         disarmWriteSource()
+        cancelHandlers()
+        budget.remove(unsent)
         output = []
         outputStart = 0
         // Reported before the descriptor goes, so that whoever sees the end
@@ -369,6 +554,16 @@ final class ConnectionIO: @unchecked Sendable {
         onClosed?(reason)
         onClosed = nil
         closeDescriptorIfUnused()
+    }
+
+    /// On `queue`: closes the connection to make room for another if it is
+    /// still idle (sending it one `BUSY` error first); false when it is busy now.
+    func evictIfIdle(notice: [UInt8], stillIdle: Bool) -> Bool {
+        guard !closed, stillIdle, inFlight == 0, unsent == 0 else { return false }
+        let framed = RPCFrameEncoder.encode(notice, framing: framing)
+        _ = try? Syscalls.send(fd, framed, from: 0)
+        close(.evictedIdle)
+        return true
     }
 
     /// On `queue` at shutdown: tries once more to write what is queued, then closes.

@@ -36,11 +36,28 @@ public struct RPCServerConfiguration: Sendable {
     public var ioQueueCount: Int
     /// The largest message accepted. Default 1 MiB.
     public var maxMessageSize: Int
-    /// A connection with more output queued than this (it does not read) is
-    /// closed. Default 16 MiB.
+    /// A connection that does not read its replies is closed when it has
+    /// unsent output and another message would take it over this. One
+    /// message of any size is always queued on a connection with nothing
+    /// pending. Default 4 MiB.
     public var maxQueuedOutput: Int
+    /// The unsent output of all connections together: a message that would
+    /// take it over this closes its connection (a slow reader), and while
+    /// three quarters of it are in use new requests are answered `BUSY`.
+    /// Default 64 MiB.
+    public var outputBudget: Int
+    /// Connections served at once; at the limit the connection idle longest
+    /// is closed to make room (see `reservedConnections`). Default 512.
+    public var maxConnections: Int
+    /// Connections beyond `maxConnections`, when none is idle, for processes
+    /// that have no connection open yet (the CLI, a newly started app).
+    /// Everyone else is answered `BUSY` and closed. Default 32.
+    public var reservedConnections: Int
+    /// How long a connection must have been idle before it may be closed to
+    /// make room. Default 0.5 s.
+    public var minimumIdleBeforeEviction: Duration = .milliseconds(500)
     /// Requests of one connection handled at once; past it the connection is
-    /// not read until some complete. Default 512.
+    /// not read until some complete. Default 64.
     public var maxInFlightPerConnection: Int
     /// How long shutdown waits for requests in flight before cancelling them. Default 5 s.
     public var shutdownGracePeriod: Duration
@@ -52,8 +69,11 @@ public struct RPCServerConfiguration: Sendable {
         allowedUID: UInt32? = nil,
         ioQueueCount: Int = 2,
         maxMessageSize: Int = RPCFrameDecoder.defaultMaxMessageSize,
-        maxQueuedOutput: Int = 16 * 1_048_576,
-        maxInFlightPerConnection: Int = 512,
+        maxQueuedOutput: Int = RPCServerConfiguration.defaultMaxQueuedOutput,
+        outputBudget: Int = RPCServerConfiguration.defaultOutputBudget,
+        maxConnections: Int = RPCServerConfiguration.defaultMaxConnections,
+        reservedConnections: Int = RPCServerConfiguration.defaultReservedConnections,
+        maxInFlightPerConnection: Int = 64,
         shutdownGracePeriod: Duration = .seconds(5),
         backlog: Int32 = 128
     ) {
@@ -61,11 +81,19 @@ public struct RPCServerConfiguration: Sendable {
         self.allowedUID = allowedUID ?? Syscalls.effectiveUID
         self.ioQueueCount = max(1, ioQueueCount)
         self.maxMessageSize = maxMessageSize
-        self.maxQueuedOutput = maxQueuedOutput
+        self.maxQueuedOutput = max(1, maxQueuedOutput)
+        self.outputBudget = max(1, outputBudget)
+        self.maxConnections = max(1, maxConnections)
+        self.reservedConnections = max(0, reservedConnections)
         self.maxInFlightPerConnection = max(2, maxInFlightPerConnection)
         self.shutdownGracePeriod = shutdownGracePeriod
         self.backlog = backlog
     }
+
+    public static let defaultMaxQueuedOutput = 4 * 1_048_576
+    public static let defaultOutputBudget = 64 * 1_048_576
+    public static let defaultMaxConnections = 512
+    public static let defaultReservedConnections = 32
 }
 
 /// Why the server could not start. The messages name no path.
@@ -108,8 +136,20 @@ public enum RPCServerEvent: Sendable, Hashable {
     case peerUnknown(Errno)
     /// A message was refused as a whole (over the limit, broken framing).
     case frameRejected(connectionID: UInt64, error: RPCFrameError)
-    /// `accept` failed (for example EMFILE); accepting pauses briefly.
+    /// `accept` failed (for example EMFILE: the process is out of file
+    /// descriptors); accepting pauses for 100 ms.
     case acceptFailed(Errno)
+    /// At the connection limit with no idle connection to close and no
+    /// reserved slot for this peer: answered `BUSY` and closed.
+    case connectionRefusedBusy(peer: RPCPeer, open: Int)
+    /// At the connection limit: this idle connection was closed to make room.
+    case idleConnectionEvicted(connectionID: UInt64, peer: RPCPeer)
+    /// A connection that did not read its replies was closed:
+    /// `unsentBytes` were queued for it, `totalUnsentBytes` for all
+    /// connections; `reason` is `.outputOverflow` (its own cap) or
+    /// `.outputBudgetSpent` (the server's budget).
+    case slowReaderDropped(
+        connectionID: UInt64, peer: RPCPeer, unsentBytes: Int, totalUnsentBytes: Int, reason: RPCCloseReason)
 }
 
 /// Counters of a server.
@@ -121,6 +161,18 @@ public struct RPCServerStatistics: Sendable, Hashable {
     public var messages = 0
     /// Messages taken and not yet answered.
     public var inFlight = 0
+    /// Connections answered `BUSY` and closed at the connection limit.
+    public var refusedBusy = 0
+    /// Idle connections closed to make room at the connection limit.
+    public var evictedIdle = 0
+    /// Connections closed because they did not read their replies.
+    public var slowReadersDropped = 0
+    /// Requests answered `BUSY` because the output budget was nearly spent.
+    public var requestsRefusedBusy = 0
+    /// Closed by their peer while requests were in flight (those were cancelled).
+    public var hungUp = 0
+    /// Unsent output of all connections now, in bytes.
+    public var unsentBytes = 0
 }
 
 /// JSON-RPC 2.0 over a Unix stream socket.
@@ -151,8 +203,11 @@ public final class RPCServer: Sendable {
     private let ioQueues: [DispatchQueue]
     /// One read buffer per I/O queue, shared by that queue's connections.
     private let readBuffers: [ReadBuffer]
-    private let work: AsyncStream<@Sendable () async -> Void>
-    private let workContinuation: AsyncStream<@Sendable () async -> Void>.Continuation
+    /// Ends when `shutdown()` is called.
+    private let stopSignal: AsyncStream<Void>
+    private let stopContinuation: AsyncStream<Void>.Continuation
+    private let budget: OutputBudget
+    private let policy: ConnectionPolicy
 
     private struct State {
         var running = false
@@ -160,7 +215,13 @@ public final class RPCServer: Sendable {
         var listenerClosed = false
         var nextConnectionID: UInt64 = 1
         var connections: [UInt64: RPCConnection] = [:]
+        /// Idle connections being closed to make room (not counted as open).
+        var evicting: Set<UInt64> = []
+        /// Open connections per peer process.
+        var peerConnections: [Int32: Int] = [:]
         var statistics = RPCServerStatistics()
+        /// Set when `run()` was cancelled (a hard stop).
+        var cancelled = false
     }
     private let state = Mutex(State())
     /// Touched only on `acceptQueue`. `@unchecked Sendable` box: see `AcceptSourceBox`.
@@ -181,7 +242,12 @@ public final class RPCServer: Sendable {
             DispatchQueue(label: "browser-login.rpc.io.\($0)")
         }
         self.readBuffers = ioQueues.map { _ in ReadBuffer() }
-        (work, workContinuation) = AsyncStream.makeStream(bufferingPolicy: .unbounded)
+        (stopSignal, stopContinuation) = AsyncStream.makeStream(bufferingPolicy: .unbounded)
+        budget = OutputBudget(total: configuration.outputBudget, perConnection: configuration.maxQueuedOutput)
+        policy = ConnectionPolicy(
+            maxConnections: configuration.maxConnections, reservedConnections: configuration.reservedConnections,
+            minimumIdleNanoseconds: UInt64(configuration.minimumIdleBeforeEviction.components.seconds) * 1_000_000_000
+                + UInt64(configuration.minimumIdleBeforeEviction.components.attoseconds / 1_000_000_000))
         switch configuration.listen {
         case .fileDescriptor(let fd):
             guard (try? Syscalls.isListeningStreamSocket(fd)) == true else { throw .notAListeningSocket }
@@ -270,7 +336,11 @@ public final class RPCServer: Sendable {
     }
 
     /// The current counters.
-    public var statistics: RPCServerStatistics { state.withLock { $0.statistics } }
+    public var statistics: RPCServerStatistics {
+        var statistics = state.withLock { $0.statistics }
+        statistics.unsentBytes = budget.current
+        return statistics
+    }
 
     /// Connections open now.
     public var connections: [RPCConnection] { state.withLock { Array($0.connections.values) } }
@@ -293,29 +363,33 @@ public final class RPCServer: Sendable {
         if alreadyRunning { throw RPCServerError.alreadyRunning }
 
         acceptQueue.async { self.startAccepting() }
-        await withDiscardingTaskGroup { group in
-            await withTaskCancellationHandler {
-                for await item in work {
-                    group.addTask { await item() }
-                }
-            } onCancel: {
-                self.shutdown()
+        await withTaskCancellationHandler {
+            for await _ in stopSignal {}
+        } onCancel: {
+            self.state.withLock { $0.cancelled = true }
+            self.shutdown()
+        }
+        // shutdown() was called (or the task was cancelled, which also
+        // cancels the handlers at once). New requests are no longer taken.
+        shutdown()
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            acceptQueue.async {
+                self.stopAccepting()
+                done.resume()
             }
-            // The stream ended: shutdown() was called (or the task was cancelled,
-            // which also cancels the handlers). New requests are no longer taken.
-            shutdown()
-            await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-                acceptQueue.async {
-                    self.stopAccepting()
-                    done.resume()
-                }
-            }
-            await eachConnection { $0.stopReading() }
-            let deadline = ContinuousClock.now + configuration.shutdownGracePeriod
-            while state.withLock({ $0.statistics.inFlight }) > 0 && ContinuousClock.now < deadline && !Task.isCancelled {
-                try? await Task.sleep(for: .milliseconds(5))
-            }
-            group.cancelAll()
+        }
+        // The listener closes (and its socket file goes) in the source's cancel handler.
+        for _ in 0..<200 where !state.withLock({ $0.listenerClosed }) { await pause() }
+        await eachConnection { $0.stopReading() }
+        let deadline = ContinuousClock.now + configuration.shutdownGracePeriod
+        while state.withLock({ $0.statistics.inFlight > 0 && !$0.cancelled }) && ContinuousClock.now < deadline {
+            await pause()
+        }
+        await eachConnection { $0.cancelHandlers() }
+        // Cancelled handlers still answer (if they do); their replies are written below.
+        while state.withLock({ $0.statistics.inFlight }) > 0 {
+            await eachConnection { $0.cancelHandlers() }
+            await pause()
         }
         await eachConnection { $0.flushAndClose() }
     }
@@ -326,7 +400,14 @@ public final class RPCServer: Sendable {
             defer { state.stopping = true }
             return !state.stopping
         }
-        if first { workContinuation.finish() }
+        if first { stopContinuation.finish() }
+    }
+
+    /// Waits 5 ms (also when the task is cancelled).
+    private func pause() async {
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            acceptQueue.asyncAfter(deadline: .now() + .milliseconds(5)) { done.resume() }
+        }
     }
 
     /// Runs `body` on each open connection's queue, and waits until all ran.
@@ -396,11 +477,26 @@ public final class RPCServer: Sendable {
                 fd = accepted
             } catch {
                 events(.acceptFailed(error))
+                if error == .tooManyOpenFiles || error == .tooManyOpenFilesInSystem { evictForDescriptor() }
                 pauseAccepting()
                 return
             }
             admit(fd)
         }
+    }
+
+    /// Out of descriptors: closes the connection idle longest, if any, so that
+    /// the pending connection can be accepted after the pause.
+    private func evictForDescriptor() {
+        let victim = state.withLock { state -> RPCConnection? in
+            let candidates = state.connections.values.filter { !state.evicting.contains($0.id) }
+            guard
+                let oldest = candidates.compactMap({ c in c.idleSince.map { (c, $0) } }).min(by: { $0.1 < $1.1 })?.0
+            else { return nil }
+            state.evicting.insert(oldest.id)
+            return oldest
+        }
+        if let victim { evict(victim) }
     }
 
     /// After an accept failure (EMFILE…), waits a little instead of spinning.
@@ -415,7 +511,8 @@ public final class RPCServer: Sendable {
         }
     }
 
-    /// Checks the peer of a new connection before reading anything, then serves it.
+    /// Checks the peer of a new connection before reading anything, applies
+    /// the connection limit, then serves it.
     private func admit(_ fd: Int32) {
         let credentials: PeerCredentials
         do {
@@ -440,24 +537,67 @@ public final class RPCServer: Sendable {
             events(.acceptFailed(error))
             return
         }
-        let id = state.withLock { state -> UInt64 in
+        enum Outcome {
+            case admitted(UInt64, evicting: RPCConnection?)
+            case refused(open: Int)
+        }
+        let outcome = state.withLock { state -> Outcome in
+            let open = state.connections.count - state.evicting.count
+            let evicting = state.evicting
+            let counts = state.peerConnections
+            let decision = policy.decide(
+                open: open, total: state.connections.count, peerConnections: counts[peer.pid, default: 0],
+                candidates: state.connections.values.lazy.filter { !evicting.contains($0.id) }.map {
+                    ConnectionPolicy.Candidate(
+                        id: $0.id, idleSince: $0.idleSince, peerConnections: counts[$0.peer.pid, default: 1],
+                        sameProcess: $0.peer.pid == peer.pid)
+                })
+            var victim: RPCConnection?
+            switch decision {
+            case .refuse:
+                state.statistics.refusedBusy += 1
+                return .refused(open: open)
+            case .admitEvicting(let id):
+                victim = state.connections[id]
+                state.evicting.insert(id)
+            case .admit, .admitReserved:
+                break
+            }
             defer { state.nextConnectionID += 1 }
-            return state.nextConnectionID
+            return .admitted(state.nextConnectionID, evicting: victim)
+        }
+        let id: UInt64
+        switch outcome {
+        case .refused(let open):
+            refuseBusy(fd, open: open)
+            events(.connectionRefusedBusy(peer: peer, open: open))
+            return
+        case .admitted(let admittedID, let victim):
+            id = admittedID
+            if let victim { evict(victim) }
         }
         let queueIndex = Int(id % UInt64(ioQueues.count))
         let queue = ioQueues[queueIndex]
         let limits = ConnectionIO.Limits(
-            maxMessageSize: configuration.maxMessageSize,
-            maxQueuedOutput: configuration.maxQueuedOutput,
-            maxInFlight: configuration.maxInFlightPerConnection)
+            maxMessageSize: configuration.maxMessageSize, maxInFlight: configuration.maxInFlightPerConnection)
         let events = self.events
+        let budget = self.budget
         let io = ConnectionIO(
-            connectionID: id, fd: fd, queue: queue, readBuffer: readBuffers[queueIndex], limits: limits,
-            submit: { [weak self] io, bytes in self?.submit(io: io, bytes: bytes) ?? .refused },
-            onFrameError: { error in events(.frameRejected(connectionID: id, error: error)) })
+            connectionID: id, peer: peer, fd: fd, queue: queue, readBuffer: readBuffers[queueIndex], limits: limits,
+            budget: budget,
+            submit: { [weak self] io, token, bytes in self?.submit(io: io, token: token, bytes: bytes) ?? .refused },
+            onFrameError: { error in events(.frameRejected(connectionID: id, error: error)) },
+            onSlowReader: { [weak self] unsent, reason in
+                self?.state.withLock { $0.statistics.slowReadersDropped += 1 }
+                events(
+                    .slowReaderDropped(
+                        connectionID: id, peer: peer, unsentBytes: unsent, totalUnsentBytes: budget.current,
+                        reason: reason))
+            })
         let connection = RPCConnection(id: id, peer: peer, io: io)
         state.withLock { state in
             state.connections[id] = connection
+            state.peerConnections[peer.pid, default: 0] += 1
             state.statistics.accepted += 1
             state.statistics.open += 1
         }
@@ -468,6 +608,10 @@ public final class RPCServer: Sendable {
                 // run even when nobody else holds the connection.
                 let removed = self?.state.withLock { state -> RPCConnection? in
                     state.statistics.open -= 1
+                    if reason == .peerHungUp { state.statistics.hungUp += 1 }
+                    state.evicting.remove(id)
+                    let count = state.peerConnections[peer.pid, default: 1] - 1
+                    state.peerConnections[peer.pid] = count > 0 ? count : nil
                     return state.connections.removeValue(forKey: id)
                 }
                 events(.connectionClosed(connectionID: id, reason: reason))
@@ -481,10 +625,44 @@ public final class RPCServer: Sendable {
         }
     }
 
+    /// The error sent to a connection refused, or closed to make room, at the connection limit.
+    private func busyError(open: Int, evicted: Bool) -> RPCError {
+        let message =
+            evicted
+            ? "the broker is at its connection limit (\(configuration.maxConnections)) and closed this connection, idle longest, to make room; connect again when needed"
+            : "the broker is at its connection limit (\(open) connections open, none idle); close unused connections or try again later"
+        return .application(code: "BUSY", message: message)
+    }
+
+    /// Answers one `BUSY` error (NDJSON, `"id": null`) and closes, without reading requests.
+    private func refuseBusy(_ fd: Int32, open: Int) {
+        let body = RPCCodec.encode(RPCResponse(id: .null, error: busyError(open: open, evicted: false)))
+        _ = try? Syscalls.send(fd, RPCFrameEncoder.encode(body, framing: .ndjson), from: 0)
+        // Take what the peer sent already, so that closing does not reset the
+        // connection before it reads the error.
+        var scratch = [UInt8](repeating: 0, count: 4096)
+        _ = try? Syscalls.read(fd, into: &scratch)
+        Syscalls.close(fd)
+    }
+
+    /// Closes an idle connection to make room (unless it became busy meanwhile).
+    private func evict(_ connection: RPCConnection) {
+        let io = connection.io
+        let notice = RPCCodec.encode(RPCResponse(id: .null, error: busyError(open: 0, evicted: true)))
+        io.queue.async { [self] in
+            if io.evictIfIdle(notice: notice, stillIdle: connection.holdCount <= 0) {
+                state.withLock { $0.statistics.evictedIdle += 1 }
+                events(.idleConnectionEvicted(connectionID: connection.id, peer: connection.peer))
+            } else {
+                _ = state.withLock { $0.evicting.remove(connection.id) }
+            }
+        }
+    }
+
     // MARK: Handling
 
     /// Called on the connection's queue for each complete message.
-    private func submit(io: ConnectionIO, bytes: [UInt8]) -> ConnectionIO.Submitted {
+    private func submit(io: ConnectionIO, token: UInt64, bytes: [UInt8]) -> ConnectionIO.Submitted {
         let connection = state.withLock { state -> RPCConnection? in
             guard !state.stopping, let connection = state.connections[io.connectionID] else { return nil }
             state.statistics.inFlight += 1
@@ -493,6 +671,19 @@ public final class RPCServer: Sendable {
         }
         guard let connection else { return .refused }
         let incoming = RPCCodec.decodeIncoming(bytes)
+        if budget.isBusy {
+            // Replies waiting to be read use up most of the output budget: take no new work.
+            state.withLock {
+                $0.statistics.inFlight -= 1
+                $0.statistics.requestsRefusedBusy += 1
+            }
+            return .answered(Self.busyReply(to: incoming))
+        }
+        if let reply = Self.inlineReply(to: incoming) {
+            // Nothing to handle (malformed, or only invalid elements): answered here.
+            state.withLock { $0.statistics.inFlight -= 1 }
+            return .answered(reply)
+        }
         if let fastHandler, case .single(.request(let request)) = incoming,
             let result = fastHandler(
                 RPCRequestContext(connection: connection, requestID: request.id), request.method, request.params)
@@ -502,7 +693,7 @@ public final class RPCServer: Sendable {
             return .answered(request.id.map { RPCCodec.encode(id: $0, serializedResult: result) })
         }
         let handler = self.handler
-        let item: @Sendable () async -> Void = { [self] in
+        let task = Task { [self] in
             let reply = await RPCDispatcher.reply(to: incoming) { request in
                 do throws(RPCError) {
                     let context = RPCRequestContext(connection: connection, requestID: request.id)
@@ -511,14 +702,50 @@ public final class RPCServer: Sendable {
                     return .failure(error)
                 }
             }?.serialized()
-            io.queue.async { io.finished(reply: reply) }
+            io.queue.async { io.finished(handler: token, reply: reply) }
             self.state.withLock { $0.statistics.inFlight -= 1 }
         }
-        if case .terminated = workContinuation.yield(item) {
-            state.withLock { $0.statistics.inFlight -= 1 }
-            return .refused
+        return .started(task)
+    }
+
+    /// The reply to a message that holds no valid request (a parse error, an
+    /// invalid request, a batch of invalid elements); nil when it holds one.
+    static func inlineReply(to incoming: RPCIncoming) -> [UInt8]?? {
+        switch incoming {
+        case .rejected(let error):
+            return .some(RPCCodec.encode(RPCResponse(id: .null, error: error)))
+        case .single(.invalid(let id, let error)):
+            return .some(RPCCodec.encode(RPCResponse(id: id, error: error)))
+        case .single(.request):
+            return nil
+        case .batch(let elements):
+            var responses: [RPCResponse] = []
+            for element in elements {
+                guard case .invalid(let id, let error) = element else { return nil }
+                responses.append(RPCResponse(id: id, error: error))
+            }
+            return .some(responses.isEmpty ? nil : JSONValue.array(responses.map(\.json)).serialized())
         }
-        return .started
+    }
+
+    /// `BUSY` for each request of `incoming` (nil when it has none).
+    static func busyReply(to incoming: RPCIncoming) -> [UInt8]? {
+        let error = RPCError.application(
+            code: "BUSY",
+            message: "the broker's memory budget for unread replies is spent (clients are not reading); try again shortly")
+        func response(_ element: RPCIncomingElement) -> RPCResponse? {
+            switch element {
+            case .invalid(let id, let error): RPCResponse(id: id, error: error)
+            case .request(let request): request.id.map { RPCResponse(id: $0, error: error) }
+            }
+        }
+        switch incoming {
+        case .rejected(let error): return RPCCodec.encode(RPCResponse(id: .null, error: error))
+        case .single(let element): return response(element).map { RPCCodec.encode($0) }
+        case .batch(let elements):
+            let responses = elements.compactMap(response)
+            return responses.isEmpty ? nil : JSONValue.array(responses.map(\.json)).serialized()
+        }
     }
 }
 

@@ -124,7 +124,7 @@ func exitCode(_ error: RPCError) -> Exit {
     switch error.applicationCode {
     case "CLIENT_UNKNOWN", "ATTEMPT_UNKNOWN": return .noInput
     case "CALLBACK_INVALID", "CALLBACK_MISMATCH", "ISSUER_MISMATCH": return .dataError
-    case "SERVER_UNREACHABLE", "VAULT_LOCKED", "EXCHANGE_UNCERTAIN", "WAIT_TIMEOUT": return .tempFail
+    case "SERVER_UNREACHABLE", "VAULT_LOCKED", "EXCHANGE_UNCERTAIN", "WAIT_TIMEOUT", "BUSY": return .tempFail
     case "VAULT_UNAVAILABLE", "BROWSER_FAILED": return .unavailable
     case "CLIENT_FORBIDDEN": return .noPermission
     case nil:
