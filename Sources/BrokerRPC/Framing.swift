@@ -69,6 +69,10 @@ public struct RPCFrameDecoder: Sendable {
                 return []
             }
             framing = (buffer[first] == UInt8(ascii: "C") || buffer[first] == UInt8(ascii: "c")) ? .contentLength : .ndjson
+            // Leading whitespace is dropped however the reads split it, so the
+            // first message never depends on the read boundaries.
+            start = first
+            scanned = first
         }
         switch framing {
         case .ndjson?: decodeLines(into: &events)

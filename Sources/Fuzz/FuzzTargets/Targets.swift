@@ -50,12 +50,7 @@ public enum FuzzTargets {
     public static let rpcFraming = Target(name: "rpc-framing") { bytes in
         guard let control = bytes.first else { return }
         let framing: RPCFraming? = [nil, .ndjson, .contentLength][Int(control % 3)]
-        // Known, reported (docs/reliability.md): while detecting the framing, whitespace
-        // in a piece of its own is dropped, but kept at the start of the first message
-        // when it arrives with it. Skipped here so the fuzzer looks past it;
-        // FuzzRegressionTests keeps the case as a known issue.
-        var stream = bytes.dropFirst()
-        if framing == nil { stream = stream.drop { [0x20, 0x09, 0x0A, 0x0D].contains($0) } }
+        let stream = bytes.dropFirst()
         let piece = Int(control / 3 % 8) * 3 + 1
         let limit = control & 0x80 != 0 ? 64 : RPCFrameDecoder.defaultMaxMessageSize
         var whole = RPCFrameDecoder(framing: framing, maxMessageSize: limit)
