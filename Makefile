@@ -83,3 +83,11 @@ FUZZ_TARGETS ?=
 fuzz:
 	scripts/install-deps
 	scripts/fuzz --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# The reliability run (docs/reliability.md): crash points, load and abuse, and
+# the outside-world fault suites, in about 10 minutes; its last line is
+# "N passed, M failed". CI runs `scripts/stress --quick`.
+.PHONY: stress
+stress:
+	scripts/install-deps
+	scripts/stress

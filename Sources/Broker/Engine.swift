@@ -199,7 +199,8 @@ public actor BrokerEngine {
         var vaultDetail: String
     }
 
-    public func info() async -> Info {
+    /// Nonisolated: apps poll it; it needs nothing of the engine's state.
+    public nonisolated func info() async -> Info {
         let health = await vault.health()
         return Info(
             version: BrokerVersion.string, protocol: 1, socket: socketPath, vault: "secret-service",

@@ -1,5 +1,6 @@
 import BrokerCore
 import Dispatch
+import Synchronization
 
 /// A `SecretVault` over libsecret (the freedesktop Secret Service:
 /// gnome-keyring, KeePassXC, KWallet).
@@ -44,9 +45,26 @@ public final class SecretServiceVault: SecretVault {
         try await run { () throws(VaultError) in try LibSecret.remove(attributes: attributes) }
     }
 
+    /// The last health answer and when it was taken (monotonic ns). Apps poll
+    /// `broker.info`; the keyring is asked at most once per `healthTTL`, and
+    /// any call that fails (or succeeds after a failure) asks it afresh.
+    private let cachedHealth = Mutex<(health: VaultHealth, at: UInt64)?>(nil)
+    static let healthTTL: UInt64 = 2_000_000_000
+
     public func health() async -> VaultHealth {
-        await withCheckedContinuation { (continuation: CheckedContinuation<VaultHealth, Never>) in
+        let now = DispatchTime.now().uptimeNanoseconds
+        if let cached = cachedHealth.withLock({ $0 }), now &- cached.at < Self.healthTTL { return cached.health }
+        let health = await withCheckedContinuation { (continuation: CheckedContinuation<VaultHealth, Never>) in
             queue.async { continuation.resume(returning: LibSecret.health()) }
+        }
+        cachedHealth.withLock { $0 = (health, DispatchTime.now().uptimeNanoseconds) }
+        return health
+    }
+
+    private func noteOutcome(failed: Bool) {
+        cachedHealth.withLock { cached in
+            guard let health = cached?.health else { return }
+            if failed || !health.available || health.locked { cached = nil }
         }
     }
 
@@ -62,6 +80,7 @@ public final class SecretServiceVault: SecretVault {
                 }
             }
         }
+        if case .failure = result { noteOutcome(failed: true) } else { noteOutcome(failed: false) }
         return try result.get()
     }
 
