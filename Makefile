@@ -10,7 +10,7 @@ BINDIR_SRC ?=
 PROGRAMS = browser-login browser-login-broker browser-login-server
 SUBST = sed -e 's|@bindir@|$(BINDIR)|g'
 
-.PHONY: build test demo e2e-browser clean install uninstall
+.PHONY: build test sanitize demo e2e-browser clean install uninstall
 
 build:
 	scripts/install-deps
@@ -19,6 +19,13 @@ build:
 test:
 	scripts/install-deps
 	scripts/test
+
+# The unit and end-to-end suites under ThreadSanitizer, then AddressSanitizer:
+# separate build directories; the end-to-end tests run the sanitized daemon,
+# server and CLI of the same build. Suppressions: scripts/sanitizers/.
+sanitize:
+	scripts/install-deps
+	scripts/sanitize
 
 demo:
 	scripts/demo

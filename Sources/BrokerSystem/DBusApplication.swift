@@ -71,6 +71,12 @@ public final class DBusApplication: @unchecked Sendable {
         callbacks = Callbacks(open: open, events: events)
         context = g_main_context_new()
         loop = g_main_loop_new(context, 0)
+        // Register GDBusConnection's type here, on the caller's thread, not
+        // first on the D-Bus thread (g_bus_get_sync): GLib can deadlock when a
+        // type with interfaces is registered in one thread while another
+        // initialises a class that needs it (libsecret's first call, see
+        // bl_secret_prepare_types in CSecret).
+        g_type_class_unref(g_type_class_ref(g_dbus_connection_get_type()))
     }
 
     deinit {

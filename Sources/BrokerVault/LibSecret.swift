@@ -133,6 +133,9 @@ enum LibSecret {
         return finish(result)
     }
 
+    /// Registers GLib's types for libsecret on this thread (see `bl_secret_prepare_types`).
+    static func prepareTypes() { bl_secret_prepare_types() }
+
     /// The process's shared Secret Service connection, with a session open.
     static func connect() throws(VaultError) -> GObjectRef<SecretService> {
         var error: UnsafeMutablePointer<GError>? = nil

@@ -25,7 +25,14 @@ public final class SecretServiceVault: SecretVault {
     private static let sharedQueue = DispatchQueue(label: "browser-login.vault")
     private var queue: DispatchQueue { Self.sharedQueue }
 
-    public init() {}
+    /// GLib's types for libsecret, registered once, on the thread that makes
+    /// the first vault (before the daemon starts its D-Bus thread): GLib can
+    /// deadlock when two threads register and initialise these types at once
+    /// (`bl_secret_prepare_types`), which hung the vault queue for good when
+    /// start-up recovery used the vault while the D-Bus thread connected.
+    private static let typesPrepared: Void = LibSecret.prepareTypes()
+
+    public init() { Self.typesPrepared }
 
     public func store(_ secret: [UInt8], label: String, attributes: [String: String]) async throws(VaultError) {
         try Self.validate(attributes)

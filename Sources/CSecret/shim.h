@@ -27,6 +27,25 @@ static inline const SecretSchema *bl_broker_schema(void) {
     return &schema;
 }
 
+/// Registers and initialises the GObject types libsecret's first call needs
+/// (GDBusConnection, GDBusProxy, SecretService, SecretCollection, SecretItem),
+/// on the calling thread. GLib can deadlock when one thread registers a type
+/// with interfaces (g_bus_get_sync -> g_dbus_connection_get_type ->
+/// g_type_add_interface_static, waiting for the class-init lock) while
+/// another initialises a class that needs that type (secret_service_get ->
+/// g_type_class_ref, holding the class-init lock, waiting in
+/// g_once_init_enter for the first thread's registration). Call this once,
+/// before a second thread uses GIO.
+static inline void bl_secret_prepare_types(void) {
+    GType types[] = {
+        g_dbus_connection_get_type(), g_dbus_proxy_get_type(), secret_service_get_type(),
+        secret_collection_get_type(), secret_item_get_type(),
+    };
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        g_type_class_unref(g_type_class_ref(types[i]));
+    }
+}
+
 /// Frees a GList of GObjects that the list owns (one reference each).
 static inline void bl_secret_free_object_list(GList *list) {
     g_list_free_full(list, g_object_unref);

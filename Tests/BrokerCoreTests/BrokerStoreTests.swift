@@ -5,9 +5,22 @@ import Testing
 
 @testable import BrokerStore
 
+/// A directory in `$TMPDIR`, removed with its last reference (after each
+/// test: a suite's instance lives for one test), whether the test passed or not.
+final class ScratchDirectory: Sendable {
+    let url: URL
+    init(_ prefix: String) {
+        url = FileManager.default.temporaryDirectory.appendingPathComponent("\(prefix)-\(UUID().uuidString)")
+        try? FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+    deinit { try? FileManager.default.removeItem(at: url) }
+}
+
 @Suite struct BrokerStoreTests {
+    let scratch = ScratchDirectory("blstore")
+
     func tempPath() -> String {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("blstore-\(UUID().uuidString)")
+        let dir = scratch.url.appendingPathComponent(UUID().uuidString)
         try? FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         return dir.appendingPathComponent("state.sqlite").path
     }

@@ -116,14 +116,26 @@ struct NoTransport: HTTPTransport {
     }
 }
 
+/// A directory in `$TMPDIR`, removed with its last reference (after each
+/// test: a suite's instance lives for one test), whether the test passed or not.
+final class ScratchDirectory: Sendable {
+    let url: URL
+    init(_ prefix: String) throws {
+        url = FileManager.default.temporaryDirectory.appendingPathComponent("\(prefix)-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+    deinit { try? FileManager.default.removeItem(at: url) }
+}
+
 @Suite struct EngineTests {
     let server = FakeServer()
     let vault = InMemoryVault()
     let engine: BrokerEngine
+    let scratch: ScratchDirectory
 
     init() throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("blengine-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        scratch = try ScratchDirectory("blengine")
+        let dir = scratch.url
         let client = ClientConfig(
             id: "com.example.notes", appName: "Example Notes", server: try Origin("https://login.example.com"),
             returnURL: try ReturnURL("com.example.notes:/callback"))
@@ -373,8 +385,9 @@ final class ScriptedTransport: HTTPTransport {
     @Test func tokenExpiredIsRefreshedAndSentOnceMoreAndNothingElseRepeats() async throws {
         let server = FakeServer()
         let transport = ScriptedTransport()
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("blapp-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let scratch = try ScratchDirectory("blapp")
+        defer { withExtendedLifetime(scratch) {} }
+        let dir = scratch.url
         let client = ClientConfig(
             id: "com.example.notes", appName: "Example Notes", server: try Origin("https://login.example.com"),
             returnURL: try ReturnURL("com.example.notes:/callback"))

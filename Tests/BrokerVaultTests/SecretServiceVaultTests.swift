@@ -138,7 +138,11 @@ func uniqueClient() -> String { "test.\(UUID().uuidString.lowercased())" }
     /// CreateItem each lost about 1 KiB per call; 300 rounds of the broker's
     /// pattern (store an attempt's proof, look it up, replace a session,
     /// remove the proof) lost about 3.7 MiB that way.
-    @Test func repeatedUseDoesNotGrowTheProcess() async throws {
+    @Test(
+        .disabled(
+            if: ProcessInfo.processInfo.environment["BL_SANITIZER"] != nil,
+            "a sanitizer's allocator (shadow memory, quarantine) makes memory figures meaningless: make sanitize"))
+    func repeatedUseDoesNotGrowTheProcess() async throws {
         try await requireUnlockedKeyring(vault)
         // In a process of its own (`vault-probe rounds`), so that nothing else
         // this test bundle does moves the figure.
@@ -153,6 +157,25 @@ func uniqueClient() -> String { "test.\(UUID().uuidString.lowercased())" }
         let growth = try #require(words.count >= 2 && words[0] == "grew" ? Int(words[1]) : nil, "vault-probe said: \(line)")
         // The leaks this guards against cost ≈ 3,700 KiB here; without them, ≈ 100–250 KiB.
         #expect(growth < 1_024, "300 rounds of vault calls grew the process by \(growth) KiB")
+    }
+
+    /// The daemon's D-Bus thread connected to the bus while start-up
+    /// recovery made the vault's first call: GLib deadlocked registering its
+    /// types from both threads, and the vault (so `broker.info`) never
+    /// answered again (1 start in 40 of the end-to-end restart tests; 1 in 150
+    /// of these probes before the fix, 0 in 300 after). Each round is a new
+    /// process: GLib registers its types once per process.
+    @Test func theFirstVaultCallRacingABusConnectionDoesNotDeadlock() async throws {
+        try await requireUnlockedKeyring(vault)
+        let directory = try VaultFailureTests.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        for round in 0..<150 {
+            let result = try spawnAndWait(
+                ["/usr/bin/timeout", "-s", "KILL", "10", try VaultFailureTests.probePath(), "startup-race"],
+                environment: ProcessInfo.processInfo.environment, output: directory.appendingPathComponent("out.txt"))
+            let line = result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            try #require(line.hasPrefix("available=true"), "round \(round): vault-probe said \"\(line)\" (killed after 10 s?)")
+        }
     }
 
     @Test func measuresAStore() async throws {

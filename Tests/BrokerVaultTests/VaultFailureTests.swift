@@ -37,7 +37,9 @@ import Testing
     }
 
     static func temporaryDirectory() throws -> URL {
-        let url = FileManager.default.temporaryDirectory.appendingPathComponent("bl-vault-\(UUID().uuidString)")
+        // Short: a bus socket is made inside (Unix socket paths fit 108 bytes).
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "blv-\(UUID().uuidString.prefix(8))")
         for sub in ["data", "run", "config"] {
             try FileManager.default.createDirectory(
                 at: url.appendingPathComponent(sub), withIntermediateDirectories: true,

@@ -6,9 +6,14 @@ import Testing
     import Glibc
 #endif
 
-/// The built executables (`.build/debug` of this package, or `$BL_BIN_DIR`).
+/// The built executables: `$BL_BIN_DIR`, else those of the build this test
+/// bundle belongs to (its own directory), else `.build/debug` of this package.
 let builtBinaries: String = {
     if let dir = ProcessInfo.processInfo.environment["BL_BIN_DIR"], !dir.isEmpty { return dir }
+    if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+        let dir = URL(fileURLWithPath: exe).deletingLastPathComponent().path
+        if FileManager.default.isExecutableFile(atPath: dir + "/browser-login-broker") { return dir }
+    }
     return repositoryRoot + "/.build/debug"
 }()
 

@@ -10,28 +10,51 @@ import Testing
 
 /// A private session bus with an unlocked headless keyring, for one test:
 /// `dbus-run-session` runs a script that starts gnome-keyring, publishes the
-/// bus address in a file and waits for a stop file.
+/// bus address in a file and waits for a stop file; then it stops the
+/// keyring, and dbus-run-session stops the bus. Its socket is in `dir`.
 final class PrivateSession: @unchecked Sendable {
     // Safe: owned and used by one test.
     let process: SpawnedProcess
     let address: String
     let dir: String
+    private var stopped = false
 
     init(dir: String, environment: [String: String]) throws {
         self.dir = dir
+        try writeSessionBusConfiguration(at: dir + "/session-bus.conf", socketDirectory: dir)
+        // The keyring daemonizes away from dbus-run-session, which would leave
+        // it running: the script stops it itself before it ends.
         let script = """
             printf '%s' test-keyring-pass | gnome-keyring-daemon --daemonize --unlock --components=secrets >/dev/null
             gdbus wait --session --timeout 10 org.freedesktop.secrets
+            keyring=$(gdbus call --session --dest org.freedesktop.DBus --object-path /org/freedesktop/DBus \\
+              --method org.freedesktop.DBus.GetConnectionUnixProcessID org.freedesktop.secrets | tr -dc '0-9 ' | awk '{print $NF}')
+            stop_keyring() {
+              [ -n "$keyring" ] || return 0
+              kill "$keyring" 2>/dev/null || return 0
+              i=0; while kill -0 "$keyring" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
+            }
+            trap stop_keyring EXIT
             echo "$DBUS_SESSION_BUS_ADDRESS" > '\(dir)/bus.tmp' && mv '\(dir)/bus.tmp' '\(dir)/bus'
             while [ ! -e '\(dir)/stop' ]; do sleep 0.1; done
             """
         var env = environment
         env["DBUS_SESSION_BUS_ADDRESS"] = nil
         process = try SpawnedProcess(
-            ["/usr/bin/dbus-run-session", "--", "/bin/sh", "-c", script], environment: env, log: dir + "/session.log")
-        try waitUntil(20, "the private session bus") { FileManager.default.fileExists(atPath: dir + "/bus") }
-        address = try String(contentsOfFile: dir + "/bus", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+            ["/usr/bin/dbus-run-session", "--config-file=\(dir)/session-bus.conf", "--", "/bin/sh", "-c", script],
+            environment: env, log: dir + "/session.log")
+        do {
+            try waitUntil(20, "the private session bus") { FileManager.default.fileExists(atPath: dir + "/bus") }
+            address = try String(contentsOfFile: dir + "/bus", encoding: .utf8).trimmingCharacters(
+                in: .whitespacesAndNewlines)
+        } catch {
+            _ = FileManager.default.createFile(atPath: dir + "/stop", contents: nil)
+            if !process.waitForExit(10) { process.stop() }
+            throw error
+        }
     }
+
+    deinit { stop() }
 
     /// `gdbus call` on the bus daemon; answers its output.
     func busCall(_ method: String, _ argument: String, environment: [String: String]) throws -> String {
@@ -44,10 +67,25 @@ final class PrivateSession: @unchecked Sendable {
             ], environment: env)
     }
 
+    /// Stops what the bus activated, then the keyring and the bus (the script
+    /// ends, dbus-run-session stops the bus and exits). Idempotent.
     func stop() {
+        if stopped { return }
+        stopped = true
+        // Services the bus started (the activated daemon) are the bus daemon's children.
+        for bus in childProcesses(of: process.pid) where processName(bus) == "dbus-daemon" {
+            for service in childProcesses(of: bus) { terminate(service) }
+        }
         _ = FileManager.default.createFile(atPath: dir + "/stop", contents: nil)
-        process.stop()
+        // Not SIGTERM at once: dbus-run-session killed by a signal leaves its bus running.
+        if !process.waitForExit(15) { process.stop() }
     }
+}
+
+/// The command name of `pid` (`/proc/PID/comm`).
+func processName(_ pid: pid_t) -> String {
+    ((try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8)) ?? "").trimmingCharacters(
+        in: .whitespacesAndNewlines)
 }
 
 @Suite("Desktop integration end to end")

@@ -8,17 +8,48 @@ import Testing
     import Glibc
 #endif
 
-/// The built executables: `$BL_BIN_DIR`, else `.build/debug` of this package.
+/// The built executables: `$BL_BIN_DIR`, else those of the build this test
+/// bundle belongs to (its own directory: a `--scratch-path` or sanitizer
+/// build tests its own binaries), else `.build/debug` of this package.
 let binDirectory: String = {
     if let dir = ProcessInfo.processInfo.environment["BL_BIN_DIR"], !dir.isEmpty { return dir }
+    if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+        let dir = URL(fileURLWithPath: exe).deletingLastPathComponent().path
+        if FileManager.default.isExecutableFile(atPath: dir + "/browser-login-broker") { return dir }
+    }
     let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent()
     return root.appendingPathComponent(".build/debug").path
 }()
 
+/// Where tests keep their files: `$TMPDIR` (scripts/test gives every run a
+/// directory of its own and fails the run if anything is left in it), else
+/// /tmp when `$TMPDIR` is unset or too long for the Unix socket paths made
+/// inside (108 bytes at most).
+let temporaryBase: String = {
+    var base = ProcessInfo.processInfo.environment["TMPDIR"] ?? ""
+    while base.count > 1 && base.hasSuffix("/") { base.removeLast() }
+    return !base.isEmpty && base.utf8.count <= 48 ? base : "/tmp"
+}()
+
+/// A new private directory `temporaryBase/PREFIX-XXXXXX`.
+func makeTemporaryDirectory(_ prefix: String) throws -> String {
+    var template = Array("\(temporaryBase)/\(prefix)-XXXXXX".utf8CString)
+    guard mkdtemp(&template) != nil else { throw HarnessError("mkdtemp failed: errno \(errno)") }
+    return String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+}
+
+/// Set `BL_KEEP_TEST_DIRS=1` to keep each harness's directory (logs, state) for a post-mortem.
+let keepTestDirectories = ProcessInfo.processInfo.environment["BL_KEEP_TEST_DIRS"] == "1"
+
 struct HarnessError: Error, CustomStringConvertible {
     var description: String
-    init(_ d: String) { description = d }
+    /// Ends a `waitUntil` at once instead of counting as "not yet".
+    var fatal = false
+    init(_ d: String, fatal: Bool = false) {
+        description = d
+        self.fatal = fatal
+    }
 }
 
 /// A running child process with its output in a log file.
@@ -32,7 +63,8 @@ final class Child: @unchecked Sendable {
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         process.environment = environment
-        _ = FileManager.default.createFile(atPath: log, contents: nil)
+        // Appended to, never truncated: a restarted daemon keeps its predecessor's log.
+        if !FileManager.default.fileExists(atPath: log) { _ = FileManager.default.createFile(atPath: log, contents: nil) }
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
         handle.seekToEndOfFile()
         process.standardOutput = handle
@@ -58,13 +90,23 @@ final class Child: @unchecked Sendable {
     var output: String { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
 }
 
+/// Polls `condition` until it is true. A `HarnessError.fatal` thrown by the
+/// condition ends the wait at once; other errors count as "not yet", and the
+/// last one is part of the time-out message.
 func waitUntil(_ seconds: Double = 10, _ what: String, _ condition: () throws -> Bool) throws {
     let deadline = Date().addingTimeInterval(seconds)
+    var lastError: (any Error)?
     while Date() < deadline {
-        if (try? condition()) == true { return }
+        do {
+            if try condition() { return }
+        } catch let error as HarnessError where error.fatal {
+            throw error
+        } catch {
+            lastError = error
+        }
         usleep(20_000)
     }
-    throw HarnessError("timed out waiting for \(what)")
+    throw HarnessError("timed out waiting for \(what)" + (lastError.map { " (last error: \($0))" } ?? ""))
 }
 
 /// One isolated world for an end-to-end test: temporary XDG directories, a
@@ -84,9 +126,7 @@ final class Harness: @unchecked Sendable {
     static let baseEmail = "ada@example.com"
 
     init() throws {
-        var template = Array("/tmp/ble-XXXXXX".utf8CString)
-        guard mkdtemp(&template) != nil else { throw HarnessError("mkdtemp failed") }
-        dir = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        dir = try makeTemporaryDirectory("ble")
         for sub in ["config/browser-login/clients.d", "state", "run", "data", "server"] {
             try FileManager.default.createDirectory(atPath: dir + "/" + sub, withIntermediateDirectories: true)
         }
@@ -94,7 +134,11 @@ final class Harness: @unchecked Sendable {
         testEmail = "ada+bltest\(UInt32.random(in: 0...UInt32.max))@example.com"
     }
 
-    deinit { stopAll() }
+    /// Stops the children and removes the directory, whether the test passed or not.
+    deinit {
+        stopAll()
+        if !keepTestDirectories { try? FileManager.default.removeItem(atPath: dir) }
+    }
 
     func stopAll() {
         broker?.stop(SIGKILL)
@@ -189,12 +233,36 @@ final class Harness: @unchecked Sendable {
 
     func startBroker(arguments: [String] = ["--log-level", "debug"]) throws {
         broker = try Child(binDirectory + "/browser-login-broker", arguments, environment: environment(), log: brokerLog)
-        try waitUntil(15, "the broker socket") {
-            guard broker?.isRunning == true else { throw HarnessError("broker exited:\n\(broker?.output ?? "")") }
-            let client = try RPCClient(socketPath: socketPath, timeout: .seconds(2))
-            _ = try client.call("broker.info")
-            return true
+        var probes = 0
+        do {
+            try waitUntil(15, "the broker socket") {
+                guard broker?.isRunning == true else {
+                    throw HarnessError("broker exited:\n\(broker?.output ?? "")", fatal: true)
+                }
+                probes += 1
+                let client = try RPCClient(socketPath: socketPath, timeout: .seconds(2))
+                _ = try client.call("broker.info")
+                return true
+            }
+        } catch let error as HarnessError where !error.fatal {
+            // Still running but not answering: say where it is stuck.
+            throw HarnessError("\(error) after \(probes) probes\n\(brokerPostMortem())")
         }
+
+    }
+
+    /// The broker's log and every thread's stack (gdb), for a broker that does not answer.
+    func brokerPostMortem() -> String {
+        guard let broker, broker.isRunning else { return "broker log:\n\(broker?.output ?? "")" }
+        var stacks = "(gdb not installed)"
+        if FileManager.default.isExecutableFile(atPath: "/usr/bin/gdb") {
+            stacks =
+                (try? spawnAndWait(
+                    ["/usr/bin/gdb", "-p", "\(broker.pid)", "-batch", "-nx", "-ex", "thread apply all bt 30"],
+                    environment: ProcessInfo.processInfo.environment)) ?? "(gdb failed)"
+            try? stacks.write(toFile: dir + "/broker-stacks.txt", atomically: false, encoding: .utf8)
+        }
+        return "broker log:\n\(broker.output)\nbroker threads:\n\(stacks)"
     }
 
     func restartBroker() throws {
@@ -280,7 +348,7 @@ func keyringLookup(_ attributes: [String: String]) -> String? {
 /// to a file) and answers its standard output. Used for commands that fork
 /// daemons, which Foundation's `Process` does not reap reliably.
 func spawnAndWait(_ argv: [String], environment: [String: String]) throws -> String {
-    let outPath = "/tmp/bl-spawn-\(UUID().uuidString)"
+    let outPath = "\(temporaryBase)/bl-spawn-\(UUID().uuidString)"
     defer { unlink(outPath) }
     let pid = try spawn(argv, environment: environment, output: outPath, append: false, errors: "/dev/null")
     var status: Int32 = 0
@@ -337,23 +405,96 @@ final class SpawnedProcess: @unchecked Sendable {
     }
 
     /// Whether it has exited (reaps it when it has).
-    var hasExited: Bool {
+    var hasExited: Bool { waitForExit(0) }
+
+    private var reaped = false
+
+    /// Waits up to `seconds` for it to exit; true (and reaped) when it has.
+    func waitForExit(_ seconds: Double) -> Bool {
+        if reaped { return true }
         var status: Int32 = 0
-        return waitpid(pid, &status, WNOHANG) == pid
+        let deadline = Date().addingTimeInterval(seconds)
+        repeat {
+            let rc = waitpid(pid, &status, WNOHANG)
+            if rc == pid || (rc < 0 && errno == ECHILD) {
+                reaped = true
+                return true
+            }
+            usleep(20_000)
+        } while Date() < deadline
+        return false
     }
 
-    /// Sends SIGTERM, waits up to 10 s, then SIGKILL; reaps it.
+    /// Sends SIGTERM, waits up to 10 s, then SIGKILL; reaps it. Idempotent.
     func stop() {
+        if reaped { return }
         kill(pid, SIGTERM)
-        var status: Int32 = 0
-        let deadline = Date().addingTimeInterval(10)
-        while Date() < deadline {
-            if waitpid(pid, &status, WNOHANG) == pid { return }
-            usleep(20_000)
-        }
+        if waitForExit(10) { return }
         kill(pid, SIGKILL)
+        var status: Int32 = 0
         while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        reaped = true
     }
 
     var output: String { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
+}
+
+/// Whether `pid` is gone: no such process, or a zombie (a daemon that forked
+/// away is reaped by whoever adopted it, not by the test).
+func processIsGone(_ pid: pid_t) -> Bool {
+    guard pid > 0 else { return true }
+    if kill(pid, 0) != 0 && errno == ESRCH { return true }
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+        let close = stat.lastIndex(of: ")")
+    else { return true }
+    return stat[stat.index(after: close)...].trimmingCharacters(in: .whitespaces).hasPrefix("Z")
+}
+
+/// Sends `signal` to `pid` and waits up to `seconds` for it to be gone, then SIGKILL.
+func terminate(_ pid: pid_t, signal: Int32 = SIGTERM, seconds: Double = 10) {
+    guard pid > 0, !processIsGone(pid) else { return }
+    kill(pid, signal)
+    let deadline = Date().addingTimeInterval(seconds)
+    while !processIsGone(pid) && Date() < deadline { usleep(20_000) }
+    if !processIsGone(pid) {
+        kill(pid, SIGKILL)
+        while !processIsGone(pid) { usleep(10_000) }
+    }
+}
+
+/// The direct children of `pid`, from /proc.
+func childProcesses(of pid: pid_t) -> [pid_t] {
+    let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+    return entries.compactMap { name -> pid_t? in
+        guard let child = pid_t(name),
+            let stat = try? String(contentsOfFile: "/proc/\(name)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return nil }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        return fields.count > 1 && pid_t(fields[1]) == pid ? child : nil
+    }
+}
+
+/// A session bus configuration like the system's session.conf, but listening
+/// in `socketDirectory` (not /tmp), with the standard service directories
+/// (so `$XDG_DATA_HOME/dbus-1/services` activates) unless `services` is false.
+func writeSessionBusConfiguration(at path: String, socketDirectory: String, services: Bool = true) throws {
+    let text = """
+        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+          "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+        <busconfig>
+          <type>session</type>
+          <keep_umask/>
+          <listen>unix:dir=\(socketDirectory)</listen>
+          <auth>EXTERNAL</auth>
+          \(services ? "<standard_session_servicedirs/>" : "")
+          <policy context="default">
+            <allow send_destination="*" eavesdrop="true"/>
+            <allow eavesdrop="true"/>
+            <allow own="*"/>
+          </policy>
+        </busconfig>
+
+        """
+    try Data(text.utf8).write(to: URL(fileURLWithPath: path))
 }

@@ -181,35 +181,56 @@ struct KeyringAndPeerTests {
 }
 
 /// A dbus-daemon and gnome-keyring of the test's own, so locking it does
-/// not disturb other tests.
+/// not disturb other tests. Both fork away from the test: `stop()` (also
+/// run by `deinit`, and when `init` fails half-way) stops each by its pid.
 final class PrivateKeyring: @unchecked Sendable {
     // Safe: used by one test from one task.
     let address: String
     let busPid: Int32
+    private(set) var keyringPid: Int32 = 0
     let dir: String
+    private var stopped = false
 
     init(dir: String) throws {
         self.dir = dir
         try FileManager.default.createDirectory(atPath: dir + "/run", withIntermediateDirectories: true)
         try FileManager.default.createDirectory(atPath: dir + "/data", withIntermediateDirectories: true)
         chmod(dir + "/run", 0o700)
+        try writeSessionBusConfiguration(at: dir + "/bus.conf", socketDirectory: dir + "/run", services: false)
         let launch = try Self.run(
-            "/usr/bin/dbus-daemon", ["--session", "--fork", "--print-address=1", "--print-pid=1"], env: [:])
+            "/usr/bin/dbus-daemon",
+            ["--config-file=\(dir)/bus.conf", "--fork", "--print-address=1", "--print-pid=1"], env: [:])
         let lines = launch.split(separator: "\n").map(String.init)
         guard lines.count >= 2, let pid = Int32(lines[1]) else { throw HarnessError("dbus-daemon did not start: \(launch)") }
         address = lines[0]
         busPid = pid
-        let env = [
-            "DBUS_SESSION_BUS_ADDRESS": address, "XDG_RUNTIME_DIR": dir + "/run", "XDG_DATA_HOME": dir + "/data",
-        ]
-        _ = try Self.run(
-            "/bin/sh", ["-c", "printf %s private-pass | gnome-keyring-daemon --daemonize --unlock --components=secrets"],
-            env: env)
-        _ = try Self.run("/usr/bin/gdbus", ["wait", "--session", "--timeout", "10", "org.freedesktop.secrets"], env: env)
-        // Create the default collection by storing one item.
-        _ = try Self.run(
-            "/bin/sh", ["-c", "printf x | secret-tool store --label=probe test probe"], env: env)
+        do {
+            let env = [
+                "DBUS_SESSION_BUS_ADDRESS": address, "XDG_RUNTIME_DIR": dir + "/run", "XDG_DATA_HOME": dir + "/data",
+            ]
+            _ = try Self.run(
+                "/bin/sh",
+                ["-c", "printf %s private-pass | gnome-keyring-daemon --daemonize --unlock --components=secrets"],
+                env: env)
+            _ = try Self.run("/usr/bin/gdbus", ["wait", "--session", "--timeout", "10", "org.freedesktop.secrets"], env: env)
+            let owner = try Self.run(
+                "/usr/bin/gdbus",
+                [
+                    "call", "--session", "--dest", "org.freedesktop.DBus", "--object-path", "/org/freedesktop/DBus",
+                    "--method", "org.freedesktop.DBus.GetConnectionUnixProcessID", "org.freedesktop.secrets",
+                ], env: env)
+            // "(uint32 1234,)"
+            keyringPid = Int32(owner.split(whereSeparator: { !$0.isNumber }).last ?? "") ?? 0
+            // Create the default collection by storing one item.
+            _ = try Self.run(
+                "/bin/sh", ["-c", "printf x | secret-tool store --label=probe test probe"], env: env)
+        } catch {
+            stop()
+            throw error
+        }
     }
+
+    deinit { stop() }
 
     func lock() throws {
         _ = try Self.run(
@@ -220,9 +241,12 @@ final class PrivateKeyring: @unchecked Sendable {
             ], env: ["DBUS_SESSION_BUS_ADDRESS": address])
     }
 
+    /// Stops the keyring, then the bus, and waits until both are gone. Idempotent.
     func stop() {
-        // gnome-keyring-daemon leaves when its bus goes away.
-        kill(busPid, SIGTERM)
+        if stopped { return }
+        stopped = true
+        terminate(keyringPid)
+        terminate(busPid)
     }
 
     @discardableResult

@@ -7,12 +7,15 @@
 //   vault-probe lookup CLIENT ATTEMPT
 //   vault-probe remove CLIENT ATTEMPT
 //   vault-probe rounds CLIENT N    (the broker's pattern N times: prints `grew KIB`)
+//   vault-probe startup-race       (the daemon's start-up: a thread connects to the
+//                                   session bus while the vault makes its first call)
 //
 // Prints `available=B locked=B`, `ok`, `found SECRET`, `missing`, or
 // `unavailable: …` / `locked: …` / `failed: …`, then ` ms=N`.
 import BrokerCore
 import BrokerVault
 import CMalloc
+import CSecret
 import Foundation
 
 /// RssAnon of this process in KiB, after giving freed heap pages back.
@@ -64,6 +67,23 @@ func restingAnonymousKiB() -> Int {
                 let after = restingAnonymousKiB()
                 try await vault.remove(attributes: ["client": client, "kind": "session"])
                 line = "grew \(after - before)"
+            case ("startup-race", 1):
+                // As the daemon starts: the vault exists, then its D-Bus thread
+                // connects (g_bus_get_sync) while recovery makes the vault's
+                // first call. Both touch GLib's types first at the same time.
+                let go = DispatchSemaphore(value: 0)
+                let thread = Thread {
+                    go.wait()
+                    var error: UnsafeMutablePointer<GError>?
+                    if let connection = g_bus_get_sync(G_BUS_TYPE_SESSION, nil, &error) {
+                        g_object_unref(UnsafeMutableRawPointer(connection))
+                    }
+                    if let error { g_error_free(error) }
+                }
+                thread.start()
+                go.signal()
+                let health = await vault.health()
+                line = "available=\(health.available) locked=\(health.locked)"
             case ("remove", 3):
                 try await vault.remove(attributes: attributes())
                 line = "ok"
