@@ -277,11 +277,13 @@ if arguments.first == "--abuser", arguments.count == 4, let count = Int(argument
 let usage = """
     browser-login-load — the load-and-abuse run against the real daemon (docs/reliability.md)
 
-    Usage: browser-login-load [--bin-dir DIR] [--keep]
+    Usage: browser-login-load [--bin-dir DIR] [--keep] [--latency-reported]
 
       --bin-dir DIR   where browser-login-broker and browser-login-server are
                       (default: next to this program)
       --keep          keep the temporary directory (logs) afterwards
+      --latency-reported  print the well-behaved clients' latency without judging
+                      it against 100 ms (CI's short run; make stress judges it)
 
     Run it under a session bus with an unlocked Secret Service (scripts/with-keyring).
     The last line is `N passed, M failed`; the exit status is 1 when one failed.
@@ -292,6 +294,9 @@ if !binDirectoryOption.hasPrefix("/") {
     binDirectoryOption = FileManager.default.currentDirectoryPath + "/" + binDirectoryOption
 }
 var keepOption = false
+/// `--latency-reported`: the well-behaved clients' latency is printed but not
+/// judged (CI's short run: timing is the benchmark's to judge, not a test's).
+var latencyReportedOption = false
 do {
     var i = 0
     while i < arguments.count {
@@ -300,6 +305,7 @@ do {
             i += 1
             binDirectoryOption = arguments[i]
         case "--keep": keepOption = true
+        case "--latency-reported": latencyReportedOption = true
         case "--help", "-h":
             print(usage)
             exit(0)
@@ -313,6 +319,7 @@ do {
 
 let binDirectory = binDirectoryOption
 let keep = keepOption
+let latencyReported = latencyReportedOption
 
 /// A child process started with posix_spawn, output to a file, standard input a pipe it holds.
 final class Child: Sendable {
@@ -587,7 +594,7 @@ func checkServed(_ phase: String) {
     let p99 = percentile(latencies, 0.99)
     let worst = latencies.max() ?? .nan
     check(
-        "\(phase): well-behaved clients served", errors.isEmpty && !latencies.isEmpty && p99 <= 100,
+        "\(phase): well-behaved clients served", errors.isEmpty && !latencies.isEmpty && (latencyReported || p99 <= 100),
         String(
             format: "%d calls, p50 %.1f ms, p99 %.1f ms, max %.1f ms, %d sign-ins, %d errors%@", latencies.count, p50,
             p99, worst, signIns, errors.count, errors.first.map { " (first: \($0))" } ?? ""))
