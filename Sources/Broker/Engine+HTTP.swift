@@ -106,7 +106,9 @@ extension BrokerEngine {
                 "paths under the login server's base path (\(client.basePath)) belong to the broker, not the app")
         }
         var secrets = try await currentSession(client.id)
-        if now().adding(milliseconds: 15_000) >= secrets.session.accessTokenExpiresAt {
+        if now().adding(milliseconds: 15_000) >= secrets.session.accessTokenExpiresAt,
+            !((try store.session(client: client.id)).map { clockAheadOfServer($0, now: now()) } ?? false)
+        {
             secrets = try await refreshSession(client.id, current: secrets)
         }
         var response = try await sendApp(request, url: url, token: secrets.session.accessToken)

@@ -121,7 +121,8 @@ extension BrokerEngine {
                 continue
             }
             if refreshing[client] == nil, let accessExpiry = session.accessTokenExpiresAt,
-                accessExpiry < (session.expiresAt ?? accessExpiry.adding(milliseconds: 1))
+                accessExpiry < (session.expiresAt ?? accessExpiry.adding(milliseconds: 1)),
+                !clockAheadOfServer(session, now: now)
             {
                 let due = nextRefresh[client] ?? refreshTime(now: now, accessExpiry: accessExpiry, updatedAt: session.updatedAt)
                 nextRefresh[client] = due
@@ -140,6 +141,17 @@ extension BrokerEngine {
                 Task { await self.verifySession(client) }
             }
         }
+    }
+
+    /// True for a while after the session got an access token that had
+    /// already expired by this machine's clock when it arrived: the clock is
+    /// ahead of the server's, so the token's expiry says nothing here, and
+    /// refreshing again at once would only get another such token (a refresh
+    /// every tick). Such a session is refreshed at most once a minute; a
+    /// `401 TOKEN_EXPIRED` still refreshes it at once.
+    func clockAheadOfServer(_ session: SessionRecord, now: Timestamp) -> Bool {
+        guard let accessExpiry = session.accessTokenExpiresAt, accessExpiry <= session.updatedAt else { return false }
+        return now < session.updatedAt.adding(milliseconds: 60_000)
     }
 
     /// A refresh time before the access token expires: at 75–90% of its

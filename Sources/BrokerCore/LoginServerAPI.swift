@@ -32,12 +32,19 @@ public enum ServerFailure: Error, Sendable, Equatable, CustomStringConvertible {
     /// The broker error for a call that failed this way.
     public func brokerError(attemptId: String? = nil) -> BrokerError {
         switch self {
-        case .notSent, .noAnswer:
+        case .notSent(let detail), .noAnswer(let detail):
+            // The detail names only the host and what failed (a TLS
+            // handshake, a timeout), never a path, a token or an id.
             return BrokerError(
                 .serverUnreachable,
-                "the login server could not be reached; check the network and the client's Server= origin, then try again",
+                "the login server could not be reached (\(detail)); check the network and the client's Server= origin, then try again",
                 attemptId: attemptId)
-        case .redirected, .malformed, .responseTooLarge, .serverFailure:
+        case .serverFailure(let status):
+            return BrokerError(
+                .serverProtocolError,
+                "the login server failed (HTTP \(status)); try again later, and tell its operator if it persists",
+                attemptId: attemptId)
+        case .redirected, .malformed, .responseTooLarge:
             return BrokerError(
                 .serverProtocolError,
                 "the login server's answer broke the protocol (\(self)); check the client's Server= and BasePath=",
