@@ -489,7 +489,8 @@ final class RPCEventLog: Sendable {
                     "rpc.unsent.total.bytes": "\(total)",
                 ])
         default:
-            logger.debug("rpc event", ["event": "\(event)"])
+            // Describing an event takes reflection: only when it is logged (two per connection).
+            if logger.minimum >= .debug { logger.debug("rpc event", ["event": "\(event)"]) }
         }
     }
 
