@@ -187,14 +187,18 @@ enum LibSecret {
         return count > 0
     }
 
-    /// Runs `body` with the shared connection. When the service turns out to
-    /// be gone (the keyring restarted, the bus went away), libsecret's cached
-    /// connection is dropped so that the next call connects afresh.
+    /// Runs `body` with the shared connection. When a call fails other than
+    /// for a locked keyring (the keyring restarted, the bus went away),
+    /// libsecret's cached connection is dropped so that the next call
+    /// connects afresh.
     static func withService<T>(_ body: (GObjectRef<SecretService>) throws(VaultError) -> T) throws(VaultError) -> T {
         do {
             return try body(try connect())
         } catch {
-            if case .unavailable = error { secret_service_disconnect() }
+            // Anything but a locked keyring may mean the service behind the
+            // cached proxy is gone or was replaced (a restarted keyring keeps
+            // the bus name but not the proxy's session): connect afresh next time.
+            if case .locked = error {} else { secret_service_disconnect() }
             throw error
         }
     }

@@ -1,5 +1,6 @@
 import BrokerRPC
 import Foundation
+import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -146,6 +147,38 @@ struct VaultRecoveryTests {
         try h.startBroker()
         let rpc = try h.rpc()
         #expect(try rpc.call("session.get", params: ["client": "com.example.notes"])["status"] == "signedIn")
+        #expect(try me(rpc)["status"] == 200)
+    }
+
+    @Test func aKeyringThatDiesMidWriteLosesNothing() throws {
+        let (h, keyring) = try signedIn()
+        defer { keyring.stopAll() }
+        let rpc = try h.rpc()
+        _ = try rpc.call("session.signOut", params: ["client": "com.example.notes"])
+        // The keyring freezes, so the next write hangs in it; then it dies mid-write.
+        let pid = try #require(keyring.keyringPid())
+        kill(pid, SIGSTOP)
+        let answer = Mutex<String??>(nil)
+        let socket = h.socketPath
+        let starter = Thread {
+            let code = try? errorCode(
+                RPCClient(socketPath: socket, timeout: .seconds(60)), "login.start",
+                ["client": "com.example.notes", "openBrowser": false])
+            answer.withLock { $0 = .some(code) }
+        }
+        starter.start()
+        usleep(500_000)
+        #expect(answer.withLock { $0 } == nil, "login.start should be waiting on the frozen keyring")
+        kill(pid, SIGKILL)
+        try waitUntil(30, "login.start to answer") { answer.withLock { $0 } != nil }
+        #expect(answer.withLock { $0 } == .some("VAULT_UNAVAILABLE"))
+        // Nothing half-made is left: no attempt, and the broker still serves.
+        #expect(try rpc.call("login.list", params: ["states": ["starting", "waiting"]]).arrayValue?.isEmpty == true)
+        #expect(try rpc.call("session.get", params: ["client": "com.example.notes"])["status"] == "signedOut")
+        // The keyring is back: a new sign-in works, with no broker restart.
+        try keyring.startKeyring(.unlocked)
+        try waitUntil(15, "the keyring to be usable") { try rpc.call("broker.info")["vaultAvailable"] == true }
+        try h.signIn()
         #expect(try me(rpc)["status"] == 200)
     }
 
