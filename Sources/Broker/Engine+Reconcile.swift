@@ -237,11 +237,10 @@ extension BrokerEngine {
                 let status = try await server.status(attemptId: serverId, recoveryKey: secrets.recoveryKey)
                 step = Self.followUp(step, after: status)
             } catch {
-                if case .refused(_, .attemptUnknown, _, _) = error {
+                switch error {
+                case .refused(_, .attemptUnknown, _, _), .refused(_, .proofInvalid, _, _):
                     step = .none
-                } else if case .refused(_, .proofInvalid, _, _) = error {
-                    step = .none
-                } else {
+                default:
                     record = try attempt(attemptId)
                     try backoff(&record, "status: \(error)")
                     return
@@ -336,12 +335,7 @@ extension BrokerEngine {
                         message: "the broker stopped while creating this attempt; start a new sign-in"))
                 try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
             case .exchanging:
-                try commit(
-                    &record, .recovered,
-                    error: AttemptError(
-                        code: BrokerErrorCode.exchangeUncertain.rawValue,
-                        message: "the broker stopped while exchanging; reconciling with the server")
-                ) { $0.nextReconcileAt = self.now() }
+                try markUncertain(&record, "the broker stopped while exchanging; reconciling with the server")
             default:
                 break
             }
@@ -354,6 +348,16 @@ extension BrokerEngine {
         await tick()
     }
 
+    /// An attempt left `exchanging` with no exchange in flight (the broker
+    /// stopped, or its answer could not be committed) is uncertain, due for
+    /// reconciliation now.
+    private func markUncertain(_ record: inout AttemptRecord, _ message: String) throws {
+        try commit(
+            &record, .recovered,
+            error: AttemptError(code: BrokerErrorCode.exchangeUncertain.rawValue, message: message)
+        ) { $0.nextReconcileAt = self.now() }
+    }
+
     /// The periodic timer: local expiry of waiting attempts, due
     /// reconciliations and follow-ups, owed sign-out revokes.
     public func tick() async {
@@ -364,12 +368,7 @@ extension BrokerEngine {
                 // Its exchange ended without its answer being committed (the
                 // state file could not be written): reconcile it, as after a crash.
                 do {
-                    try commit(
-                        &record, .recovered,
-                        error: AttemptError(
-                            code: BrokerErrorCode.exchangeUncertain.rawValue,
-                            message: "the exchange's answer could not be recorded; reconciling with the server")
-                    ) { $0.nextReconcileAt = now }
+                    try markUncertain(&record, "the exchange's answer could not be recorded; reconciling with the server")
                     scheduleFollowUp(record.id)
                 } catch {
                     logger.warning("cannot record the attempt's state", ["attempt.id": record.id, "error": "\(error)"])
