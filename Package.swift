@@ -17,6 +17,7 @@ let package = Package(
         .executable(name: "browser-login-broker", targets: ["browser-login-broker"]),
         .executable(name: "browser-login", targets: ["browser-login"]),
         .library(name: "BrowserLoginProtocol", targets: ["BrowserLoginProtocol"]),
+        .library(name: "BrowserLoginAPI", targets: ["BrowserLoginAPI"]),
         .executable(name: "browser-login-server", targets: ["browser-login-server"]),
     ],
     targets: [
@@ -33,6 +34,8 @@ let package = Package(
 
         // Shared by the broker and the reference server.
         .target(name: "BrowserLoginProtocol", dependencies: ["CCrypto", "CJansson"]),
+        // The broker's wire API (docs/rpc.md): shared by the daemon, the CLI and client libraries.
+        .target(name: "BrowserLoginAPI", dependencies: ["BrowserLoginProtocol"]),
         .target(name: "SQLiteSupport", dependencies: ["CSQLite"]),
         // The reference login server.
         .target(name: "LoginServer", dependencies: ["BrowserLoginProtocol", "SQLiteSupport", "CMicroHTTPD", "CCrypto"]),
@@ -42,7 +45,7 @@ let package = Package(
         .testTarget(name: "LoginServerTests", dependencies: ["LoginServer", "ScriptedBrowser", "BrowserLoginProtocol"]),
 
         // The broker.
-        .target(name: "BrokerCore", dependencies: ["BrowserLoginProtocol"]),
+        .target(name: "BrokerCore", dependencies: ["BrowserLoginAPI", "BrowserLoginProtocol"]),
         .target(name: "BrokerStore", dependencies: ["BrokerCore", "SQLiteSupport"]),
         .target(name: "BrokerHTTP", dependencies: ["BrokerCore", "BrowserLoginProtocol", "CCurl"]),
         .target(name: "BrokerVault", dependencies: ["BrokerCore", "CSecret"]),
@@ -50,6 +53,8 @@ let package = Package(
         .executableTarget(
             name: "vault-probe", dependencies: ["BrokerVault", "BrokerCore", "CMalloc"], path: "Tests/Support/vault-probe"),
         .target(name: "BrokerRPC", dependencies: ["CJansson"]),
+        // The declarative command-line parser of the four programs.
+        .target(name: "CommandLineKit"),
         // The URL handler's desktop file: plain text and subprocesses, shared by the CLI and the daemon.
         .target(name: "DesktopEntry"),
         .target(name: "BrokerSystem", dependencies: ["BrokerCore", "DesktopEntry", "CSystemd", "CGIO"]),
@@ -57,12 +62,14 @@ let package = Package(
             name: "Broker",
             dependencies: [
                 "BrokerCore", "BrokerStore", "BrokerRPC", "BrokerHTTP", "BrokerVault", "BrokerSystem", "DesktopEntry",
-                "BrowserLoginProtocol", "CMalloc", "SQLiteSupport",
+                "BrowserLoginAPI", "BrowserLoginProtocol", "CMalloc", "SQLiteSupport",
             ]
         ),
 
         .executableTarget(name: "browser-login-broker", dependencies: ["Broker"]),
-        .executableTarget(name: "browser-login", dependencies: ["BrokerRPC", "BrowserLoginProtocol", "DesktopEntry"]),
+        .executableTarget(
+            name: "browser-login",
+            dependencies: ["BrokerRPC", "BrowserLoginAPI", "BrowserLoginProtocol", "CommandLineKit", "DesktopEntry"]),
 
         .testTarget(name: "BrowserLoginProtocolTests", dependencies: ["BrowserLoginProtocol"]),
         .testTarget(name: "BrokerRPCTests", dependencies: ["BrokerRPC"]),

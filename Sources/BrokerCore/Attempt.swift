@@ -1,35 +1,5 @@
 import BrowserLoginProtocol
 
-/// The broker's local attempt states (PROTOCOL.md §7).
-public enum AttemptState: String, Codable, Sendable, CaseIterable {
-    case starting
-    case waiting
-    case exchanging
-    case completed
-    case uncertain
-    case cancelled
-    case expired
-    case denied
-    case failed
-    case acknowledged
-
-    /// No event moves an attempt out of a terminal state but acknowledge.
-    public var isTerminal: Bool {
-        switch self {
-        case .cancelled, .expired, .denied, .failed, .acknowledged: true
-        default: false
-        }
-    }
-
-    /// States that `browser-login status` shows without `--all`.
-    public var needsAttention: Bool {
-        switch self {
-        case .starting, .waiting, .exchanging, .uncertain: true
-        default: false
-        }
-    }
-}
-
 /// How an uncertain attempt was settled with the server (§7 Reconcile).
 /// Acknowledge is allowed only once this is not `.none`.
 public enum Resolution: String, Codable, Sendable {

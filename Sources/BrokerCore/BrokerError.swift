@@ -1,33 +1,3 @@
-/// The broker's application error codes (RPC.md "Error codes"), sent as
-/// `data.code` of a JSON-RPC `-32000` error.
-public enum BrokerErrorCode: String, Codable, Sendable, CaseIterable {
-    case clientUnknown = "CLIENT_UNKNOWN"
-    case alreadySignedIn = "ALREADY_SIGNED_IN"
-    case attemptUnknown = "ATTEMPT_UNKNOWN"
-    case attemptExpired = "ATTEMPT_EXPIRED"
-    case attemptNotWaiting = "ATTEMPT_NOT_WAITING"
-    case callbackInvalid = "CALLBACK_INVALID"
-    case callbackMismatch = "CALLBACK_MISMATCH"
-    case issuerMismatch = "ISSUER_MISMATCH"
-    case accessDenied = "ACCESS_DENIED"
-    case exchangeUncertain = "EXCHANGE_UNCERTAIN"
-    case ackNotReconciled = "ACK_NOT_RECONCILED"
-    case serverUnreachable = "SERVER_UNREACHABLE"
-    case serverProtocolError = "SERVER_PROTOCOL_ERROR"
-    case serverError = "SERVER_ERROR"
-    case vaultUnavailable = "VAULT_UNAVAILABLE"
-    case vaultLocked = "VAULT_LOCKED"
-    case browserFailed = "BROWSER_FAILED"
-    case ephemeralUnsupported = "EPHEMERAL_UNSUPPORTED"
-    case waitTimeout = "WAIT_TIMEOUT"
-    case notSignedIn = "NOT_SIGNED_IN"
-    case responseTooLarge = "RESPONSE_TOO_LARGE"
-    case clientForbidden = "CLIENT_FORBIDDEN"
-    case storageUnavailable = "STORAGE_UNAVAILABLE"
-    /// The broker's connection, subscription or memory budget is spent; try again.
-    case busy = "BUSY"
-}
-
 /// An error that may reach an RPC client: a stable code, a message that
 /// says what to do next, and public details (the broker's attempt id, the
 /// server's code). Never a token, a URL, a path or SQL.

@@ -1,107 +1,17 @@
-import BrowserLoginProtocol
+@_exported import BrowserLoginAPI
 
-/// The public session of one client (RPC.md "Public views").
-public enum SessionStatus: String, Codable, Sendable {
-    case signedOut
-    case signingIn
-    case signedIn
-    case expired
-    case revoked
-}
+// The wire-visible types (views, states, error codes) live in BrowserLoginAPI;
+// re-exported so that every BrokerCore user sees them.
 
-public struct SessionView: Codable, Sendable, Equatable {
-    public var client: String
-    public var status: SessionStatus
-    public var account: Account?
-    public var authMethod: String?
-    public var authenticatedAt: Timestamp?
-    public var expiresAt: Timestamp?
-    public var reason: String?
-
-    public init(
-        client: String, status: SessionStatus, account: Account? = nil, authMethod: String? = nil,
-        authenticatedAt: Timestamp? = nil, expiresAt: Timestamp? = nil, reason: String? = nil
-    ) {
-        self.client = client
-        self.status = status
-        self.account = account
-        self.authMethod = authMethod
-        self.authenticatedAt = authenticatedAt
-        self.expiresAt = expiresAt
-        self.reason = reason
-    }
-
-    public static func signedOut(_ client: String) -> SessionView { SessionView(client: client, status: .signedOut) }
-
-    // Explicit nulls: the view always has every member.
-    public func encode(to encoder: Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(client, forKey: .client)
-        try c.encode(status, forKey: .status)
-        try c.encode(account, forKey: .account)
-        try c.encode(authMethod, forKey: .authMethod)
-        try c.encode(authenticatedAt, forKey: .authenticatedAt)
-        try c.encode(expiresAt, forKey: .expiresAt)
-        try c.encode(reason, forKey: .reason)
-    }
-}
-
-/// The public attempt view. `authorizeUrl` only in replies to
-/// `login.start` and `login.resume`; `session` only in `login.finish` once
-/// completed; `serverState` only from `login.status` with reconcile.
-public struct AttemptView: Codable, Sendable, Equatable {
-    public struct ReceiptView: Codable, Sendable, Equatable {
-        public var issuedAt: Timestamp
-        public var sessionExpiresAt: Timestamp?
-    }
-    public struct ErrorView: Codable, Sendable, Equatable {
-        public var code: String
-        public var message: String
-        public var serverCode: String?
-    }
-
-    public var attemptId: String
-    public var client: String
-    public var state: AttemptState
-    public var createdAt: Timestamp
-    public var expiresAt: Timestamp?
-    public var updatedAt: Timestamp
-    public var error: ErrorView?
-    public var receipt: ReceiptView?
-    /// True once an uncertain attempt has been settled with the server, so
-    /// that `login.acknowledge` is allowed.
-    public var reconciled: Bool
-    public var authorizeUrl: String?
-    public var session: SessionView?
-    public var serverState: String?
-
+extension AttemptView {
     public init(_ record: AttemptRecord) {
-        attemptId = record.id
-        client = record.client
-        state = record.state
-        createdAt = record.createdAt
-        expiresAt = record.expiresAt
-        updatedAt = record.updatedAt
-        error = record.error.map { ErrorView(code: $0.code, message: $0.message, serverCode: $0.serverCode) }
-        receipt = record.receiptIssuedAt.map {
-            ReceiptView(issuedAt: $0, sessionExpiresAt: record.receiptSessionExpiresAt)
-        }
-        reconciled = record.state == .uncertain ? record.resolution != .none : true
-    }
-
-    public func encode(to encoder: Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(attemptId, forKey: .attemptId)
-        try c.encode(client, forKey: .client)
-        try c.encode(state, forKey: .state)
-        try c.encode(createdAt, forKey: .createdAt)
-        try c.encode(expiresAt, forKey: .expiresAt)
-        try c.encode(updatedAt, forKey: .updatedAt)
-        try c.encode(error, forKey: .error)
-        try c.encode(receipt, forKey: .receipt)
-        try c.encode(reconciled, forKey: .reconciled)
-        try c.encodeIfPresent(authorizeUrl, forKey: .authorizeUrl)
-        try c.encodeIfPresent(session, forKey: .session)
-        try c.encodeIfPresent(serverState, forKey: .serverState)
+        self.init(
+            attemptId: record.id, client: record.client, state: record.state, createdAt: record.createdAt,
+            expiresAt: record.expiresAt, updatedAt: record.updatedAt,
+            error: record.error.map { ErrorView(code: $0.code, message: $0.message, serverCode: $0.serverCode) },
+            receipt: record.receiptIssuedAt.map {
+                ReceiptView(issuedAt: $0, sessionExpiresAt: record.receiptSessionExpiresAt)
+            },
+            reconciled: record.state == .uncertain ? record.resolution != .none : true)
     }
 }

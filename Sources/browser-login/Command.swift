@@ -1,4 +1,5 @@
 import BrokerRPC
+import BrowserLoginAPI
 import Foundation
 
 /// sysexits(3) exit codes.
@@ -22,55 +23,6 @@ struct CLIError: Error {
     init(_ message: String, _ exit: Exit) {
         self.message = message
         self.exit = exit
-    }
-}
-
-/// Parsed arguments of one command: flags, options with values, positionals.
-struct Arguments: Sendable {
-    var flags: Set<String> = []
-    var options: [String: String] = [:]
-    /// Every value of each option, in order (for repeatable options).
-    var repeated: [String: [String]] = [:]
-    var positionals: [String] = []
-
-    /// Parses `args` allowing these flags (no value) and options (one value).
-    init(_ args: [String], flags allowedFlags: Set<String>, options allowedOptions: Set<String>) throws {
-        var i = 0
-        var onlyPositionals = false
-        while i < args.count {
-            let arg = args[i]
-            i += 1
-            if onlyPositionals || !arg.hasPrefix("--") || arg == "-" {
-                positionals.append(arg)
-                continue
-            }
-            if arg == "--" {
-                onlyPositionals = true
-                continue
-            }
-            var name = String(arg.dropFirst(2))
-            var inlineValue: String?
-            if let eq = name.firstIndex(of: "=") {
-                inlineValue = String(name[name.index(after: eq)...])
-                name = String(name[..<eq])
-            }
-            if allowedFlags.contains(name) && inlineValue == nil {
-                flags.insert(name)
-            } else if allowedOptions.contains(name) {
-                let value: String
-                if let inlineValue {
-                    value = inlineValue
-                } else {
-                    guard i < args.count else { throw CLIError("--\(name) needs a value", .usage) }
-                    value = args[i]
-                    i += 1
-                }
-                options[name] = value
-                repeated[name, default: []].append(value)
-            } else {
-                throw CLIError("unknown option --\(name); see --help", .usage)
-            }
-        }
     }
 }
 
@@ -102,13 +54,21 @@ func connect(_ path: String, timeout: Duration = .seconds(130)) throws -> RPCCli
 }
 
 /// Calls a method, mapping an RPC error to a CLI error with an exit code.
-func call(_ client: RPCClient, _ method: String, _ params: JSONValue? = nil) throws -> JSONValue {
+/// The raw result is what `--json` prints; `decode` gives its typed view.
+func call(_ client: RPCClient, _ method: RPCMethod, _ params: (any Encodable)? = nil) throws -> JSONValue {
     do {
-        return try client.call(method, params: params)
+        return try client.call(method.rawValue, params: try params.map { try JSONValue(encoding: $0) })
     } catch let error as RPCError {
         throw CLIError(describe(error), exitCode(error))
     } catch let error as RPCClientError {
         throw CLIError("the broker connection failed: \(error)", .unavailable)
+    }
+}
+
+/// A result as its API type (docs/rpc.md "Public views").
+func decode<T: Decodable>(_ value: JSONValue, as type: T.Type = T.self) throws -> T {
+    do { return try value.decode(type) } catch {
+        throw CLIError("the broker's answer could not be read: \(error)", .software)
     }
 }
 
@@ -121,14 +81,13 @@ func describe(_ error: RPCError) -> String {
 }
 
 func exitCode(_ error: RPCError) -> Exit {
-    switch error.applicationCode {
-    case "CLIENT_UNKNOWN", "ATTEMPT_UNKNOWN": return .noInput
-    case "CALLBACK_INVALID", "CALLBACK_MISMATCH", "ISSUER_MISMATCH": return .dataError
-    case "SERVER_UNREACHABLE", "VAULT_LOCKED", "EXCHANGE_UNCERTAIN", "WAIT_TIMEOUT", "BUSY": return .tempFail
-    case "VAULT_UNAVAILABLE", "BROWSER_FAILED": return .unavailable
-    case "CLIENT_FORBIDDEN": return .noPermission
-    case nil:
-        return error.code == .invalidParams ? .usage : .software
+    guard let code = error.applicationCode else { return error.code == .invalidParams ? .usage : .software }
+    switch BrokerErrorCode(rawValue: code) {
+    case .clientUnknown?, .attemptUnknown?: return .noInput
+    case .callbackInvalid?, .callbackMismatch?, .issuerMismatch?: return .dataError
+    case .serverUnreachable?, .vaultLocked?, .exchangeUncertain?, .waitTimeout?, .busy?: return .tempFail
+    case .vaultUnavailable?, .browserFailed?: return .unavailable
+    case .clientForbidden?: return .noPermission
     default: return .failure
     }
 }

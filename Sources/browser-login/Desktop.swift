@@ -1,4 +1,6 @@
 import BrokerRPC
+import BrowserLoginAPI
+import CommandLineKit
 import DesktopEntry
 import Foundation
 
@@ -22,18 +24,16 @@ func brokerExecutable(_ env: [String: String]) -> String? {
 
 /// The schemes of the broker's clients (the scheme of each `returnUrl`).
 func clientSchemes(_ client: RPCClient) throws -> [(client: String, scheme: String)] {
-    let list = try call(client, "clients.list").arrayValue ?? []
-    return list.compactMap { c in
-        guard let id = c["id"]?.stringValue, let url = c["returnUrl"]?.stringValue,
-            let scheme = DesktopEntry.scheme(ofURL: url)
-        else { return nil }
-        return (id, scheme)
-    }
+    let list: [ClientSummary] = try decode(try call(client, .clientsList))
+    return list.compactMap { c in DesktopEntry.scheme(ofURL: c.returnUrl).map { (c.id, $0) } }
 }
 
 let installHandlerCommand = Subcommand(
-    name: "install-handler", summary: "register the URL handler for the clients' schemes",
-    usage: "browser-login install-handler [--scheme SCHEME]... [--uninstall]",
+    "install-handler", summary: "register the URL handler for the clients' schemes",
+    options: [
+        .value("scheme", "SCHEME", "register this scheme (repeatable) instead of asking the broker", repeatable: true),
+        .flag("uninstall", "remove the desktop file and its defaults from mimeapps.list"),
+    ],
     help: """
         Writes $XDG_DATA_HOME/applications/\(DesktopEntry.fileName), the desktop
         file that makes the browser hand each client's return URL back to the broker
@@ -46,20 +46,15 @@ let installHandlerCommand = Subcommand(
 
         Without --scheme, the schemes come from the broker's clients (clients.list),
         so the broker must be running.
-
-          --scheme SCHEME  register this scheme (repeatable) instead of asking the broker
-          --uninstall      remove the desktop file and its defaults from mimeapps.list
         """,
-    flags: ["uninstall"], options: ["scheme"],
     run: { args, rpc in
-        try requireNone(args)
         let env = ProcessInfo.processInfo.environment
         let installer = HandlerInstaller(environment: env)
         let report: HandlerInstaller.Report
-        if args.flags.contains("uninstall") {
+        if args.has("uninstall") {
             report = installer.uninstall()
         } else {
-            var schemes = args.repeated["scheme"] ?? []
+            var schemes = args.all("scheme")
             for scheme in schemes where !DesktopEntry.isValidScheme(scheme) {
                 throw CLIError("'\(scheme)' is not a URL scheme (lower-case letters, digits, '+', '-', '.')", .usage)
             }
@@ -75,7 +70,7 @@ let installHandlerCommand = Subcommand(
         }
         for step in report.steps { print(step) }
         for problem in report.problems { writeError(problem) }
-        if !args.flags.contains("uninstall") {
+        if !args.has("uninstall") {
             print("handles: " + report.schemes.map { $0 + ":" }.joined(separator: " "))
         }
         return report.problems.isEmpty ? .ok : .failure
@@ -119,7 +114,7 @@ func doctorFindings(socketOption: String?) -> [Finding] {
 
     // The socket and the daemon.
     var broker: RPCClient?
-    var info: JSONValue?
+    var info: BrokerInfo?
     let startFix =
         env["INVOCATION_ID"] == nil && runProgram(["systemctl", "--user", "is-system-running"], env)?.status == nil
         ? "browser-login-broker &" : "systemctl --user enable --now browser-login-broker.socket"
@@ -127,12 +122,12 @@ func doctorFindings(socketOption: String?) -> [Finding] {
         let path = try socketPath(socketOption)
         do {
             let client = try RPCClient(socketPath: path, timeout: .seconds(10))
-            info = try client.call("broker.info")
+            info = try decode(try call(client, .brokerInfo))
             broker = client
             findings.append(
                 Finding(
                     check: "daemon", ok: true,
-                    detail: "browser-login-broker \(info?["version"]?.stringValue ?? "?") answers at \(path)"))
+                    detail: "browser-login-broker \(info?.version ?? "?") answers at \(path)"))
         } catch {
             findings.append(
                 Finding(
@@ -173,20 +168,20 @@ func doctorFindings(socketOption: String?) -> [Finding] {
                 fix: "dbus-run-session -- $SHELL"))
     }
     if let info {
-        if info["vaultLocked"]?.boolValue == true {
+        if info.vaultLocked {
             findings.append(
                 Finding(
                     check: "keyring-unlocked", ok: false, detail: "the keyring is locked",
                     fix:
                         "gdbus call --session --dest org.freedesktop.secrets --object-path /org/freedesktop/secrets --method org.freedesktop.Secret.Service.Unlock \"['/org/freedesktop/secrets/collection/login']\""
                 ))
-        } else if info["vaultAvailable"]?.boolValue == true {
+        } else if info.vaultAvailable {
             findings.append(Finding(check: "keyring-unlocked", ok: true, detail: "the broker can use the keyring"))
         } else {
             findings.append(
                 Finding(
                     check: "keyring-unlocked", ok: false,
-                    detail: "the broker cannot use the keyring: \(info["vaultDetail"]?.stringValue ?? "unavailable")",
+                    detail: "the broker cannot use the keyring: \(info.vaultDetail)",
                     fix: "gnome-keyring-daemon --start --components=secrets"))
         }
     }
@@ -274,8 +269,8 @@ func doctorFindings(socketOption: String?) -> [Finding] {
 }
 
 let doctorCommand = Subcommand(
-    name: "doctor", summary: "check the broker, the desktop and the servers; say how to fix what is wrong",
-    usage: "browser-login doctor [--json]",
+    "doctor", summary: "check the broker, the desktop and the servers; say how to fix what is wrong",
+    options: [.flag("json", "print {\"ok\": BOOL, \"checks\": [{check, ok, detail, fix}]}")],
     help: """
         Checks, in order: the broker's socket and daemon; the session bus; the
         Secret Service (present, and unlocked for the broker); the client files;
@@ -283,15 +278,11 @@ let doctorCommand = Subcommand(
         default); each login server's reachability (it must answer a status
         request with a protocol error). Each problem is printed with the exact
         command that fixes it. Exit status 0 when everything is right, 1 otherwise.
-
-          --json   print {"ok": BOOL, "checks": [{check, ok, detail, fix}]}
         """,
-    flags: ["json"], options: [],
     run: { args, rpc in
-        try requireNone(args)
         let findings = doctorFindings(socketOption: rpc.socketOption)
         let ok = findings.allSatisfy(\.ok)
-        if args.flags.contains("json") {
+        if args.has("json") {
             printJSON(["ok": .bool(ok), "checks": .array(findings.map(\.json))])
         } else {
             for f in findings {

@@ -1,0 +1,179 @@
+// The params and results of each method (docs/rpc.md "Methods"). Optional
+// params are left out of the request when nil; the daemon applies the
+// documented defaults.
+
+/// `login.start`.
+public struct LoginStartParams: Codable, Sendable, Equatable {
+    public var client: String
+    public var ephemeral: Bool?
+    public var openBrowser: Bool?
+    public var switchAccount: Bool?
+    public init(client: String, ephemeral: Bool? = nil, openBrowser: Bool? = nil, switchAccount: Bool? = nil) {
+        self.client = client
+        self.ephemeral = ephemeral
+        self.openBrowser = openBrowser
+        self.switchAccount = switchAccount
+    }
+}
+
+/// `login.resume`.
+public struct LoginResumeParams: Codable, Sendable, Equatable {
+    public var attemptId: String
+    public var openBrowser: Bool?
+    public init(attemptId: String, openBrowser: Bool? = nil) {
+        self.attemptId = attemptId
+        self.openBrowser = openBrowser
+    }
+}
+
+/// `login.finish`.
+public struct LoginFinishParams: Codable, Sendable, Equatable {
+    public var url: String
+    public init(url: String) { self.url = url }
+}
+
+/// `login.cancel` and `login.acknowledge`.
+public struct AttemptParams: Codable, Sendable, Equatable {
+    public var attemptId: String
+    public init(attemptId: String) { self.attemptId = attemptId }
+}
+
+/// `login.status`.
+public struct LoginStatusParams: Codable, Sendable, Equatable {
+    public var attemptId: String
+    public var reconcile: Bool?
+    public init(attemptId: String, reconcile: Bool? = nil) {
+        self.attemptId = attemptId
+        self.reconcile = reconcile
+    }
+}
+
+/// `login.list`.
+public struct LoginListParams: Codable, Sendable, Equatable {
+    public var client: String?
+    public var states: [AttemptState]?
+    public init(client: String? = nil, states: [AttemptState]? = nil) {
+        self.client = client
+        self.states = states
+    }
+}
+
+/// `session.get` and `session.signOut`.
+public struct ClientParams: Codable, Sendable, Equatable {
+    public var client: String
+    public init(client: String) { self.client = client }
+}
+
+/// `session.wait`.
+public struct SessionWaitParams: Codable, Sendable, Equatable {
+    public static let defaultTimeoutMs = 5000
+    public static let maximumTimeoutMs = 300_000
+    public var client: String
+    public var timeoutMs: Int?
+    public init(client: String, timeoutMs: Int? = nil) {
+        self.client = client
+        self.timeoutMs = timeoutMs
+    }
+}
+
+/// `http.request` (docs/rpc.md "`http.request`").
+public struct HTTPRequestParams: Codable, Sendable, Equatable {
+    public var client: String
+    public var method: String
+    public var path: String
+    public var query: [String: String]?
+    public var headers: [String: String]?
+    public var body: String?
+    public var bodyBase64: String?
+    public var timeoutMs: Int?
+    public init(
+        client: String, method: String, path: String, query: [String: String]? = nil,
+        headers: [String: String]? = nil, body: String? = nil, bodyBase64: String? = nil, timeoutMs: Int? = nil
+    ) {
+        self.client = client
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+        self.bodyBase64 = bodyBase64
+        self.timeoutMs = timeoutMs
+    }
+}
+
+/// `http.request`'s result: text bodies in `body`, others in `bodyBase64`.
+public struct HTTPResponseResult: Codable, Sendable, Equatable {
+    public var status: Int
+    /// Lower-case names; repeated headers joined with `, `.
+    public var headers: [String: String]
+    public var body: String?
+    public var bodyBase64: String?
+    public init(status: Int, headers: [String: String], body: String? = nil, bodyBase64: String? = nil) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.bodyBase64 = bodyBase64
+    }
+}
+
+/// `events.subscribe`.
+public struct SubscribeParams: Codable, Sendable, Equatable {
+    public var clients: [String]?
+    public init(clients: [String]? = nil) { self.clients = clients }
+}
+
+/// `events.subscribe`'s result.
+public struct SubscribeResult: Codable, Sendable, Equatable {
+    public var subscription: String
+    public init(subscription: String) { self.subscription = subscription }
+}
+
+/// `events.unsubscribe`.
+public struct UnsubscribeParams: Codable, Sendable, Equatable {
+    public var subscription: String
+    public init(subscription: String) { self.subscription = subscription }
+}
+
+/// `events.unsubscribe`'s result: `{}`.
+public struct EmptyResult: Codable, Sendable, Equatable {
+    public init() {}
+}
+
+/// `broker.info`'s result.
+public struct BrokerInfo: Codable, Sendable, Equatable {
+    public var version: String
+    public var `protocol`: Int
+    public var socket: String
+    public var vault: String
+    public var vaultAvailable: Bool
+    public var vaultLocked: Bool
+    public var vaultDetail: String
+    public init(
+        version: String, protocol: Int = BrowserLoginAPI.protocolVersion, socket: String,
+        vault: String = "secret-service", vaultAvailable: Bool, vaultLocked: Bool, vaultDetail: String
+    ) {
+        self.version = version
+        self.protocol = `protocol`
+        self.socket = socket
+        self.vault = vault
+        self.vaultAvailable = vaultAvailable
+        self.vaultLocked = vaultLocked
+        self.vaultDetail = vaultDetail
+    }
+}
+
+/// One element of `clients.list`'s result.
+public struct ClientSummary: Codable, Sendable, Equatable {
+    public var id: String
+    public var appName: String
+    public var server: String
+    public var returnUrl: String
+    public var policy: String
+    public init(id: String, appName: String, server: String, returnUrl: String, policy: String) {
+        self.id = id
+        self.appName = appName
+        self.server = server
+        self.returnUrl = returnUrl
+        self.policy = policy
+    }
+}

@@ -1,0 +1,147 @@
+import BrowserLoginProtocol
+
+/// The public session of one client (docs/rpc.md "Public views").
+public enum SessionStatus: String, Codable, Sendable {
+    case signedOut
+    case signingIn
+    case signedIn
+    case expired
+    case revoked
+}
+
+public struct SessionView: Codable, Sendable, Equatable {
+    public var client: String
+    public var status: SessionStatus
+    public var account: Account?
+    public var authMethod: String?
+    public var authenticatedAt: Timestamp?
+    public var expiresAt: Timestamp?
+    public var reason: String?
+
+    public init(
+        client: String, status: SessionStatus, account: Account? = nil, authMethod: String? = nil,
+        authenticatedAt: Timestamp? = nil, expiresAt: Timestamp? = nil, reason: String? = nil
+    ) {
+        self.client = client
+        self.status = status
+        self.account = account
+        self.authMethod = authMethod
+        self.authenticatedAt = authenticatedAt
+        self.expiresAt = expiresAt
+        self.reason = reason
+    }
+
+    public static func signedOut(_ client: String) -> SessionView { SessionView(client: client, status: .signedOut) }
+
+    // Explicit nulls: the view always has every member.
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(client, forKey: .client)
+        try c.encode(status, forKey: .status)
+        try c.encode(account, forKey: .account)
+        try c.encode(authMethod, forKey: .authMethod)
+        try c.encode(authenticatedAt, forKey: .authenticatedAt)
+        try c.encode(expiresAt, forKey: .expiresAt)
+        try c.encode(reason, forKey: .reason)
+    }
+}
+
+/// The broker's attempt states (docs/rpc.md "Public views", docs/protocol.md).
+public enum AttemptState: String, Codable, Sendable, CaseIterable {
+    case starting
+    case waiting
+    case exchanging
+    case completed
+    case uncertain
+    case cancelled
+    case expired
+    case denied
+    case failed
+    case acknowledged
+
+    /// No event moves an attempt out of a terminal state but acknowledge.
+    public var isTerminal: Bool {
+        switch self {
+        case .cancelled, .expired, .denied, .failed, .acknowledged: true
+        default: false
+        }
+    }
+
+    /// States that `browser-login status` shows without `--all`.
+    public var needsAttention: Bool {
+        switch self {
+        case .starting, .waiting, .exchanging, .uncertain: true
+        default: false
+        }
+    }
+}
+
+/// The public attempt view. `authorizeUrl` only in replies to
+/// `login.start` and `login.resume`; `session` only in `login.finish` once
+/// completed; `serverState` only from `login.status` with reconcile.
+public struct AttemptView: Codable, Sendable, Equatable {
+    public struct ReceiptView: Codable, Sendable, Equatable {
+        public var issuedAt: Timestamp
+        public var sessionExpiresAt: Timestamp?
+        public init(issuedAt: Timestamp, sessionExpiresAt: Timestamp?) {
+            self.issuedAt = issuedAt
+            self.sessionExpiresAt = sessionExpiresAt
+        }
+    }
+    public struct ErrorView: Codable, Sendable, Equatable {
+        public var code: String
+        public var message: String
+        public var serverCode: String?
+        public init(code: String, message: String, serverCode: String?) {
+            self.code = code
+            self.message = message
+            self.serverCode = serverCode
+        }
+    }
+
+    public var attemptId: String
+    public var client: String
+    public var state: AttemptState
+    public var createdAt: Timestamp
+    public var expiresAt: Timestamp?
+    public var updatedAt: Timestamp
+    public var error: ErrorView?
+    public var receipt: ReceiptView?
+    /// True once an uncertain attempt has been settled with the server, so
+    /// that `login.acknowledge` is allowed.
+    public var reconciled: Bool
+    public var authorizeUrl: String?
+    public var session: SessionView?
+    public var serverState: String?
+
+    public init(
+        attemptId: String, client: String, state: AttemptState, createdAt: Timestamp, expiresAt: Timestamp?,
+        updatedAt: Timestamp, error: ErrorView?, receipt: ReceiptView?, reconciled: Bool
+    ) {
+        self.attemptId = attemptId
+        self.client = client
+        self.state = state
+        self.createdAt = createdAt
+        self.expiresAt = expiresAt
+        self.updatedAt = updatedAt
+        self.error = error
+        self.receipt = receipt
+        self.reconciled = reconciled
+    }
+
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(attemptId, forKey: .attemptId)
+        try c.encode(client, forKey: .client)
+        try c.encode(state, forKey: .state)
+        try c.encode(createdAt, forKey: .createdAt)
+        try c.encode(expiresAt, forKey: .expiresAt)
+        try c.encode(updatedAt, forKey: .updatedAt)
+        try c.encode(error, forKey: .error)
+        try c.encode(receipt, forKey: .receipt)
+        try c.encode(reconciled, forKey: .reconciled)
+        try c.encodeIfPresent(authorizeUrl, forKey: .authorizeUrl)
+        try c.encodeIfPresent(session, forKey: .session)
+        try c.encodeIfPresent(serverState, forKey: .serverState)
+    }
+}

@@ -1,0 +1,175 @@
+/// The command-line parser of all four programs: a program declares its
+/// options, flags and positional arguments with their help text; the parser
+/// checks a command line against them and writes `--help`.
+///
+/// Syntax: `--name VALUE` or `--name=VALUE` for an option, `--flag`, `--`
+/// ends the options, `-h`/`--help` anywhere before it asks for help. Anything
+/// else is a positional argument.
+
+/// One option (with a value) or flag (without).
+public struct Option: Sendable {
+    public let name: String
+    /// The value's placeholder (`PATH`); nil for a flag.
+    public let value: String?
+    public let help: String
+    /// Given more than once, every value is kept (else the last one counts).
+    public let repeatable: Bool
+
+    public static func flag(_ name: String, _ help: String) -> Option {
+        Option(name: name, value: nil, help: help, repeatable: false)
+    }
+
+    public static func value(_ name: String, _ placeholder: String, _ help: String, repeatable: Bool = false) -> Option {
+        Option(name: name, value: placeholder, help: help, repeatable: repeatable)
+    }
+
+    var synopsis: String { "--" + name + (value.map { " " + $0 } ?? "") }
+}
+
+/// A command-line mistake: the program prints the message and exits 64 (sysexits' EX_USAGE).
+public struct UsageError: Error, Sendable, Equatable {
+    public var message: String
+    public init(_ message: String) { self.message = message }
+    /// sysexits(3) EX_USAGE.
+    public static let exitStatus: Int32 = 64
+}
+
+/// One command: a program, or one of its subcommands.
+public struct Command: Sendable {
+    /// The words that run it (`browser-login status`).
+    public let name: String
+    /// One line for a list of commands.
+    public let summary: String
+    /// Placeholders of the positional arguments, each required once.
+    public let arguments: [String]
+    public let options: [Option]
+    /// Before the option table.
+    public let description: String
+    /// After the option table.
+    public let epilogue: String?
+    /// The synopsis when not generated from the declarations.
+    public let synopsis: String?
+    /// The first line of `--help`, above the usage.
+    public let title: String?
+    /// The line above the option table.
+    public let optionsTitle: String?
+    /// With `true`, the first positional argument ends the options: it and
+    /// everything after it are returned in `rest` (a subcommand and its own).
+    public let stopsAtArgument: Bool
+
+    public init(
+        _ name: String, summary: String = "", arguments: [String] = [], options: [Option] = [],
+        description: String = "", epilogue: String? = nil, synopsis: String? = nil, title: String? = nil,
+        optionsTitle: String? = nil, stopsAtArgument: Bool = false
+    ) {
+        self.optionsTitle = optionsTitle
+        self.name = name
+        self.summary = summary
+        self.arguments = arguments
+        self.options = options
+        self.description = description
+        self.epilogue = epilogue
+        self.synopsis = synopsis
+        self.title = title
+        self.stopsAtArgument = stopsAtArgument
+    }
+
+    /// `browser-login status [--all] [--client ID]`.
+    public var usage: String {
+        synopsis
+            ?? ([name] + arguments + options.map { "[\($0.synopsis)]" + ($0.repeatable ? "..." : "") })
+            .joined(separator: " ")
+    }
+
+    /// The text of `--help`.
+    public var help: String {
+        var rows = options.map { ($0.synopsis, $0.help) }
+        rows.append(("-h, --help", "this help"))
+        let width = rows.map(\.0.count).max() ?? 0
+        let indent = String(repeating: " ", count: width + 4)
+        let table = rows.map { left, text in
+            "  " + left + String(repeating: " ", count: width - left.count) + "  "
+                + text.split(separator: "\n", omittingEmptySubsequences: false).joined(separator: "\n" + indent)
+        }.joined(separator: "\n")
+        let parts = [
+            title, "Usage: " + usage, description.isEmpty ? nil : description,
+            (optionsTitle.map { $0 + "\n" } ?? "") + table, epilogue,
+        ]
+        return parts.compactMap { $0 }.joined(separator: "\n\n")
+    }
+
+    /// The result of parsing: help asked for, or the arguments.
+    public enum Parsed: Sendable {
+        case help
+        case run(Arguments)
+    }
+
+    public func parse(_ args: [String]) throws(UsageError) -> Parsed {
+        var parsed = Arguments()
+        var i = 0
+        var onlyArguments = false
+        while i < args.count {
+            let arg = args[i]
+            i += 1
+            if onlyArguments || !arg.hasPrefix("-") || arg == "-" {
+                if stopsAtArgument {
+                    parsed.rest = Array(args[(i - 1)...])
+                    break
+                }
+                parsed.positionals.append(arg)
+                continue
+            }
+            if arg == "--" {
+                onlyArguments = true
+                continue
+            }
+            if arg == "--help" || arg == "-h" { return .help }
+            var name = String(arg.drop { $0 == "-" })
+            var inline: String?
+            if let eq = name.firstIndex(of: "=") {
+                inline = String(name[name.index(after: eq)...])
+                name = String(name[..<eq])
+            }
+            guard arg.hasPrefix("--"), let option = options.first(where: { $0.name == name }),
+                option.value != nil || inline == nil
+            else { throw UsageError("unknown option \(arg.hasPrefix("--") ? "--" + name : arg); see --help") }
+            guard option.value != nil else {
+                parsed.flags.insert(name)
+                continue
+            }
+            if inline == nil {
+                guard i < args.count else { throw UsageError("--\(name) needs a value") }
+                inline = args[i]
+                i += 1
+            }
+            parsed.values[name, default: []].append(inline ?? "")
+        }
+        if !stopsAtArgument && parsed.positionals.count != arguments.count {
+            if parsed.positionals.count > arguments.count {
+                throw UsageError("unexpected argument '\(parsed.positionals[arguments.count])'; see --help")
+            }
+            let expected = arguments.count == 1 ? "exactly one " + arguments[0] : arguments.joined(separator: " ")
+            throw UsageError("expected \(expected); see --help")
+        }
+        return .run(parsed)
+    }
+}
+
+/// A parsed command line.
+public struct Arguments: Sendable {
+    public var flags: Set<String> = []
+    /// Every value of each option, in order.
+    public var values: [String: [String]] = [:]
+    public var positionals: [String] = []
+    /// What follows the first positional argument of a command that stops there.
+    public var rest: [String] = []
+
+    public init() {}
+
+    public func has(_ flag: String) -> Bool { flags.contains(flag) }
+
+    /// The option's value (the last one given).
+    public subscript(_ option: String) -> String? { values[option]?.last }
+
+    public func all(_ option: String) -> [String] { values[option] ?? [] }
+}
