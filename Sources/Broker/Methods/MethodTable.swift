@@ -1,0 +1,112 @@
+import BrokerCore
+import BrokerRPC
+import SQLiteSupport
+
+/// One JSON-RPC method of docs/rpc.md: decodes its typed params, checks that
+/// the peer may use the client concerned (`Peers=`), calls the engine and
+/// encodes its typed result.
+protocol MethodHandler: Sendable {
+    static var method: RPCMethod { get }
+    /// The names of its params; any other is `-32602`.
+    static var parameters: Set<String> { get }
+    func handle(_ call: MethodCall) async throws -> JSONValue
+}
+
+/// One call of a method: its connection, its params, and the engine.
+struct MethodCall: Sendable {
+    let context: RPCRequestContext
+    let params: Params
+    let engine: BrokerEngine
+
+    /// Whether this connection's peer may use `client` (Peers=).
+    func mayUse(_ client: String) -> Bool {
+        guard let config = engine.config(for: client) else { return true }
+        return PeerBinding.mayUse(config, pid: context.peer.pid)
+    }
+
+    func requireUse(_ client: String) throws {
+        guard mayUse(client) else {
+            throw BrokerError(
+                .clientForbidden,
+                "this program may not use the client '\(client)'; its client file's Peers= does not name it")
+        }
+    }
+
+    /// Checks the peer may use the client of the attempt named by the `attemptId` param.
+    func requireAttemptUse() async throws {
+        try requireUse(try await engine.attemptClient(try params.string("attemptId")))
+    }
+
+    /// A filter of client ids for this peer (clients without a config are let through).
+    func clientFilter() async -> @Sendable (String) -> Bool {
+        let configs = await engine.clientConfigs()
+        let pid = context.peer.pid
+        return { client in configs[client].map { PeerBinding.mayUse($0, pid: pid) } ?? true }
+    }
+}
+
+/// The JSON value of a typed result.
+func result(_ value: some Encodable) throws -> JSONValue { try JSONValue(encoding: value) }
+
+/// The method table of docs/rpc.md: one handler per method; turns the
+/// engine's errors into JSON-RPC errors.
+public struct MethodTable: Sendable {
+    let engine: BrokerEngine
+    let logger: Logger
+
+    static let handlers: [String: any MethodHandler] = Dictionary(
+        uniqueKeysWithValues: ([
+            BrokerInfoMethod(), ClientsList(), LoginStart(), LoginResume(), LoginFinish(), LoginCancel(), LoginStatus(),
+            LoginAcknowledge(), LoginList(), SessionGet(), SessionWait(), SessionSignOut(), HTTPRequestMethod(),
+            EventsSubscribe(), EventsUnsubscribe(),
+        ] as [any MethodHandler]).map { (type(of: $0).method.rawValue, $0) })
+
+    public init(engine: BrokerEngine, logger: Logger) {
+        self.engine = engine
+        self.logger = logger
+    }
+
+    public func handle(_ context: RPCRequestContext, _ method: String, _ params: JSONValue?) async throws(RPCError)
+        -> JSONValue
+    {
+        do {
+            guard let handler = Self.handlers[method] else { throw RPCError.methodNotFound(method) }
+            let params = try Params(params, allowed: type(of: handler).parameters)
+            return try await handler.handle(MethodCall(context: context, params: params, engine: engine))
+        } catch let error as RPCError {
+            throw error
+        } catch let error as BrokerError {
+            throw Self.rpcError(error)
+        } catch let error as DatabaseError where error.isStorageFault {
+            logger.warning(
+                "the state directory cannot be written",
+                ["rpc.method": method, "path": engine.stateDirectory, "error": "\(error)"])
+            throw Self.rpcError(.storageUnavailable(directory: engine.stateDirectory, cause: error.cause))
+        } catch {
+            logger.error(
+                "internal error", ["rpc.method": method, "rpc.connection": "\(context.connectionID)", "error": "\(error)"])
+            throw RPCError.internalError("internal error; the broker's log has the details (rpc.method=\(method))")
+        }
+    }
+
+    /// The RPC server's fast path (`RPCFastHandler`): `session.get` for a
+    /// configured client without `Peers=`, answered from the engine's session
+    /// board on the connection's I/O queue. Anything else (other methods, other
+    /// params, errors, bound clients) returns nil and takes `handle`, which
+    /// gives the same answer for these calls.
+    public func handleFast(_ context: RPCRequestContext, _ method: String, _ params: JSONValue?) -> [UInt8]? {
+        guard method == RPCMethod.sessionGet.rawValue, case .object(let members)? = params, members.count == 1,
+            case .string(let client)? = members["client"], let config = engine.config(for: client),
+            config.peers.isEmpty, let entry = engine.sessionBoard.entry(client)
+        else { return nil }
+        return entry.bytes
+    }
+
+    static func rpcError(_ error: BrokerError) -> RPCError {
+        var data: [String: JSONValue] = ["code": .string(error.code.rawValue)]
+        if let id = error.attemptId { data["attemptId"] = .string(id) }
+        if let code = error.serverCode { data["serverCode"] = .string(code) }
+        if let retry = error.retryAfterSeconds { data["retryAfterSeconds"] = .integer(Int64(retry)) }
+        return RPCError(code: .applicationError, message: error.message, data: .object(data))
+    }
+}
