@@ -38,10 +38,12 @@ let package = Package(
         .target(name: "BrowserLoginAPI", dependencies: ["BrowserLoginProtocol"]),
         .target(name: "SQLiteSupport", dependencies: ["CSQLite"]),
         // The reference login server.
-        .target(name: "LoginServer", dependencies: ["BrowserLoginProtocol", "SQLiteSupport", "CMicroHTTPD", "CCrypto"]),
+        .target(
+            name: "LoginServer",
+            dependencies: ["BrowserLoginProtocol", "CommandLineKit", "SQLiteSupport", "CMicroHTTPD", "CCrypto"]),
         .executableTarget(name: "browser-login-server", dependencies: ["LoginServer"]),
         .target(name: "ScriptedBrowser", dependencies: ["BrowserLoginProtocol", "CCurl"]),
-        .executableTarget(name: "browser-login-demo-agent", dependencies: ["ScriptedBrowser"]),
+        .executableTarget(name: "browser-login-demo-agent", dependencies: ["CommandLineKit", "ScriptedBrowser"]),
         .testTarget(name: "LoginServerTests", dependencies: ["LoginServer", "ScriptedBrowser", "BrowserLoginProtocol"]),
 
         // The broker.
@@ -62,7 +64,7 @@ let package = Package(
             name: "Broker",
             dependencies: [
                 "BrokerCore", "BrokerStore", "BrokerRPC", "BrokerHTTP", "BrokerVault", "BrokerSystem", "DesktopEntry",
-                "BrowserLoginAPI", "BrowserLoginProtocol", "CMalloc", "SQLiteSupport",
+                "BrowserLoginAPI", "BrowserLoginProtocol", "CMalloc", "CommandLineKit", "SQLiteSupport",
             ]
         ),
 

@@ -3,6 +3,7 @@ import BrokerHTTP
 import BrokerRPC
 import BrokerSystem
 import BrokerVault
+import CommandLineKit
 import DesktopEntry
 import Dispatch
 import Foundation
@@ -32,44 +33,51 @@ public struct DaemonOptions: Sendable {
     /// `--max-connections`: RPC connections served at once (docs/rpc.md, Limits).
     public var maxConnections = RPCServerConfiguration.defaultMaxConnections
 
-    public static let help = """
-        browser-login-broker — the browser-login daemon
+    public static let command = Command(
+        "browser-login-broker",
+        options: [
+            .value(
+                "socket", "PATH",
+                "listen here (default $XDG_RUNTIME_DIR/browser-login/broker.sock;\na socket passed by systemd in LISTEN_FDS is used first)"
+            ),
+            .value("state-dir", "DIR", "SQLite state (default $XDG_STATE_HOME/browser-login)"),
+            .value(
+                "clients-dir", "DIR",
+                "read client files from DIR only (repeatable; default\n$XDG_CONFIG_HOME/browser-login/clients.d, then each\n$XDG_DATA_DIRS/browser-login/clients.d)",
+                repeatable: true),
+            .value("log-level", "LEVEL", "error, warning, notice, info (default) or debug"),
+            .value(
+                "verify-interval", "S",
+                "check each signed-in session with its server every S\nseconds (default 300); sessions revoked or disabled at the\nserver end within that time"
+            ),
+            .value(
+                "max-connections", "N",
+                "serve at most N RPC connections (default 512); at the limit\nthe connection idle longest is closed to make room, else\nnew ones get BUSY (32 more for processes with none open)"
+            ),
+            .flag("check-config", "validate the client files, print the problems, and exit\n(status 78 when a file is refused)"),
+            .flag(
+                "check-servers",
+                "ask each client's login server whether it speaks the\nprotocol, print one line per client, and exit (status 69\nwhen one does not answer as a login server); --json for JSON"
+            ),
+            .flag("json", "with --check-servers: print JSON"),
+            .flag("no-dbus", "do not own org.browserlogin.Broker on the session bus"),
+            .flag("version", "print the version"),
+        ],
+        description: """
+            Serves the broker's JSON-RPC API on a Unix socket: apps start sign-ins,
+            the URL handler delivers callbacks, the CLI inspects attempts. Normally
+            started by systemd (browser-login-broker.socket) or D-Bus activation.
+            """,
+        epilogue: """
+            With a session bus, the daemon owns org.browserlogin.Broker and implements
+            org.freedesktop.Application: Open delivers callback URLs like login.finish.
 
-        Usage: browser-login-broker [OPTIONS]
-
-        Serves the broker's JSON-RPC API on a Unix socket: apps start sign-ins,
-        the URL handler delivers callbacks, the CLI inspects attempts. Normally
-        started by systemd (browser-login-broker.socket) or D-Bus activation.
-
-        Options:
-          --socket PATH       listen here (default $XDG_RUNTIME_DIR/browser-login/broker.sock;
-                              a socket passed by systemd in LISTEN_FDS is used first)
-          --state-dir DIR     SQLite state (default $XDG_STATE_HOME/browser-login)
-          --clients-dir DIR   read client files from DIR only (repeatable; default
-                              $XDG_CONFIG_HOME/browser-login/clients.d, then each
-                              $XDG_DATA_DIRS/browser-login/clients.d)
-          --log-level LEVEL   error, warning, notice, info (default) or debug
-          --verify-interval S check each signed-in session with its server every S
-                              seconds (default 300); sessions revoked or disabled at the
-                              server end within that time
-          --max-connections N serve at most N RPC connections (default 512); at the limit
-                              the connection idle longest is closed to make room, else
-                              new ones get BUSY (32 more for processes with none open)
-          --check-config      validate the client files, print the problems, and exit
-                              (status 78 when a file is refused)
-          --check-servers     ask each client's login server whether it speaks the
-                              protocol, print one line per client, and exit (status 69
-                              when one does not answer as a login server); --json for JSON
-          --no-dbus           do not own org.browserlogin.Broker on the session bus
-          --help, --version
-
-        With a session bus, the daemon owns org.browserlogin.Broker and implements
-        org.freedesktop.Application: Open delivers callback URLs like login.finish.
-
-        Logs go to stderr, one line per event with a journald priority prefix.
-        Files: state.sqlite in the state directory; secrets live only in the
-        Secret Service keyring (schema org.browserlogin.Broker).
-        """
+            Logs go to stderr, one line per event with a journald priority prefix.
+            Files: state.sqlite in the state directory; secrets live only in the
+            Secret Service keyring (schema org.browserlogin.Broker).
+            """,
+        synopsis: "browser-login-broker [OPTIONS]", title: "browser-login-broker — the browser-login daemon",
+        optionsTitle: "Options:")
 
     public enum Parsed: Sendable {
         case run(DaemonOptions)
@@ -80,62 +88,48 @@ public struct DaemonOptions: Sendable {
 
     /// Parses the command line.
     public static func parse(_ args: [String]) -> Parsed {
-        var options = DaemonOptions()
-        var i = 0
-        func value(_ name: String) -> String? {
-            guard i + 1 < args.count else { return nil }
-            i += 1
-            return args[i]
-        }
-        while i < args.count {
-            let arg = args[i]
-            switch arg {
-            case "--help", "-h":
-                print(help)
+        let parsed: Arguments
+        do {
+            guard case .run(let arguments) = try command.parse(args) else {
+                print(command.help)
                 return .done
-            case "--version":
-                print("browser-login-broker \(BrokerVersion.string)")
-                return .done
-            case "--socket":
-                guard let v = value(arg) else { return .usage("--socket needs a path") }
-                options.socketPath = v
-            case "--state-dir":
-                guard let v = value(arg) else { return .usage("--state-dir needs a directory") }
-                options.stateDirectory = v
-            case "--clients-dir":
-                guard let v = value(arg) else { return .usage("--clients-dir needs a directory") }
-                options.clientDirectories = (options.clientDirectories ?? []) + [v]
-            case "--log-level":
-                let levels: [String: Logger.Level] = [
-                    "error": .error, "warning": .warning, "notice": .notice, "info": .info, "debug": .debug,
-                ]
-                guard let v = value(arg), let level = levels[v] else {
-                    return .usage("--log-level takes error, warning, notice, info or debug")
-                }
-                options.logLevel = level
-            case "--verify-interval":
-                guard let v = value(arg), let seconds = Double(v), seconds >= 0.1 else {
-                    return .usage("--verify-interval takes a number of seconds (at least 0.1)")
-                }
-                options.verifyIntervalMilliseconds = Int64(seconds * 1000)
-            case "--max-connections":
-                guard let v = value(arg), let n = Int(v), (1...1_000_000).contains(n) else {
-                    return .usage("--max-connections takes a number of connections (1 to 1000000)")
-                }
-                options.maxConnections = n
-            case "--check-config":
-                options.checkConfig = true
-            case "--check-servers":
-                options.checkServers = true
-            case "--json":
-                options.json = true
-            case "--no-dbus":
-                options.dbus = false
-            default:
-                return .usage("unknown option \(arg); see --help")
             }
-            i += 1
+            parsed = arguments
+        } catch {
+            return .usage(error.message)
         }
+        if parsed.has("version") {
+            print("browser-login-broker \(BrokerVersion.string)")
+            return .done
+        }
+        var options = DaemonOptions()
+        options.socketPath = parsed["socket"]
+        options.stateDirectory = parsed["state-dir"]
+        let directories = parsed.all("clients-dir")
+        options.clientDirectories = directories.isEmpty ? nil : directories
+        if let v = parsed["log-level"] {
+            let levels: [String: Logger.Level] = [
+                "error": .error, "warning": .warning, "notice": .notice, "info": .info, "debug": .debug,
+            ]
+            guard let level = levels[v] else { return .usage("--log-level takes error, warning, notice, info or debug") }
+            options.logLevel = level
+        }
+        if let v = parsed["verify-interval"] {
+            guard let seconds = Double(v), seconds >= 0.1 else {
+                return .usage("--verify-interval takes a number of seconds (at least 0.1)")
+            }
+            options.verifyIntervalMilliseconds = Int64(seconds * 1000)
+        }
+        if let v = parsed["max-connections"] {
+            guard let n = Int(v), (1...1_000_000).contains(n) else {
+                return .usage("--max-connections takes a number of connections (1 to 1000000)")
+            }
+            options.maxConnections = n
+        }
+        options.checkConfig = parsed.has("check-config")
+        options.checkServers = parsed.has("check-servers")
+        options.json = parsed.has("json")
+        options.dbus = !parsed.has("no-dbus")
         return .run(options)
     }
 }

@@ -1,4 +1,5 @@
 import BrowserLoginProtocol
+import CommandLineKit
 import Dispatch
 import Foundation
 import SQLiteSupport
@@ -6,56 +7,64 @@ import SQLiteSupport
 /// The `browser-login-server` command line: `serve` (the default) and the
 /// admin subcommands. The executable is `exit(ServerCommand.main(args))`.
 public enum ServerCommand {
-    public static let usage = """
-        usage: browser-login-server [serve] [--config FILE] [flags]
-               browser-login-server users list [--config FILE | --database PATH]
-               browser-login-server users disable EMAIL [--config FILE | --database PATH]
-               browser-login-server users enable EMAIL [--config FILE | --database PATH]
-               browser-login-server attempts list [--config FILE | --database PATH]
-
-        flags (override the configuration file):
-          --config FILE                 the JSON configuration file (docs/server.md)
-          --listen ADDR                 IPv4 or IPv6 literal to listen on (default 127.0.0.1)
-          --port N                      TCP port; 0 picks a free one (default 8080)
-          --base-path PATH              default /browser-login
-          --public-origin ORIGIN        the issuer, e.g. https://login.example.com
-          --database PATH               the SQLite database
-          --secret-key PATH             the server secret file (default DATABASE.key)
-          --outbox DIR                  where sign-in emails are written (default next to the database)
-          --lifetime-ms N               attempt lifetime, 1000-300000 (default 120000)
-          --session-lifetime-ms N       session lifetime (default 30 days)
-          --access-token-lifetime-ms N  access token lifetime (default 600000)
-          --refresh-grace-ms N          refresh grace window (default 60000)
-          --tls-cert PATH --tls-key PATH  serve https (GnuTLS)
-          --test-account EMAIL          add a test account base address (repeatable)
-          --ready-file PATH             write the listening URL here once ready
-          --test-exchange-delay-ms N    FOR TESTS ONLY: delay exchange answers after commit
-        """
+    public static let command = Command(
+        "browser-login-server",
+        options: [
+            .value("config", "FILE", "the JSON configuration file (docs/server.md)"),
+            .value("listen", "ADDR", "IPv4 or IPv6 literal to listen on (default 127.0.0.1)"),
+            .value("port", "N", "TCP port; 0 picks a free one (default 8080)"),
+            .value("base-path", "PATH", "default /browser-login"),
+            .value("public-origin", "ORIGIN", "the issuer, e.g. https://login.example.com"),
+            .value("database", "PATH", "the SQLite database"),
+            .value("secret-key", "PATH", "the server secret file (default DATABASE.key)"),
+            .value("outbox", "DIR", "where sign-in emails are written (default next to the database)"),
+            .value("lifetime-ms", "N", "attempt lifetime, 1000-300000 (default 120000)"),
+            .value("session-lifetime-ms", "N", "session lifetime (default 30 days)"),
+            .value("access-token-lifetime-ms", "N", "access token lifetime (default 600000)"),
+            .value("refresh-grace-ms", "N", "refresh grace window (default 60000)"),
+            .value("tls-cert", "PATH", "serve https (GnuTLS), with --tls-key"),
+            .value("tls-key", "PATH", "the key of --tls-cert"),
+            .value("test-account", "EMAIL", "add a test account base address (repeatable)", repeatable: true),
+            .value("ready-file", "PATH", "write the listening URL here once ready"),
+            .value("test-exchange-delay-ms", "N", "FOR TESTS ONLY: delay exchange answers after commit"),
+        ],
+        synopsis: """
+            browser-login-server [serve] [--config FILE] [flags]
+                   browser-login-server users list [--config FILE | --database PATH]
+                   browser-login-server users disable EMAIL [--config FILE | --database PATH]
+                   browser-login-server users enable EMAIL [--config FILE | --database PATH]
+                   browser-login-server attempts list [--config FILE | --database PATH]
+            """, optionsTitle: "flags (override the configuration file):")
 
     /// Runs the command; answers the exit status (0 ok, 64 usage, 78 configuration, 1 other).
     public static func main(_ arguments: [String]) -> Int32 {
         var args = Array(arguments.dropFirst())
-        if args.first == "--help" || args.first == "-h" || args.first == "help" {
-            print(usage)
+        if args.first == "help" {
+            print(command.help)
             return 0
         }
-        let command: [String]
+        let words: [String]
         switch args.first {
         case "users", "attempts":
             let count = args.count >= 2 && (args[1] == "disable" || args[1] == "enable") ? 3 : 2
             guard args.count >= count else { return usageError("missing arguments") }
-            command = Array(args.prefix(count))
+            words = Array(args.prefix(count))
             args.removeFirst(count)
         case "serve":
-            command = ["serve"]
+            words = ["serve"]
             args.removeFirst()
         default:
-            command = ["serve"]
+            words = ["serve"]
         }
         let configuration: ServerConfiguration
-        var readyFile: String?
+        let parsed: Arguments
         do {
-            (configuration, readyFile) = try parse(args)
+            guard case .run(let p) = try command.parse(args) else {
+                print(command.help)
+                return 0
+            }
+            parsed = p
+            configuration = try configure(parsed)
         } catch let error as UsageError {
             return usageError(error.message)
         } catch let error as ConfigurationError {
@@ -63,21 +72,17 @@ public enum ServerCommand {
         } catch {
             return usageError("\(error)")
         }
-        if command == ["serve"] { return serve(configuration, readyFile: readyFile) }
+        if words == ["serve"] { return serve(configuration, readyFile: parsed["ready-file"]) }
         if configuration.databasePath.isEmpty {
             return configurationError(
                 ConfigurationError(field: "database", rule: "required", message: "set --database or --config"))
         }
-        return admin(command, databasePath: configuration.databasePath)
-    }
-
-    struct UsageError: Error {
-        var message: String
+        return admin(words, databasePath: configuration.databasePath)
     }
 
     private static func usageError(_ message: String) -> Int32 {
-        FileHandle.standardError.write(Data("browser-login-server: \(message)\n\(usage)\n".utf8))
-        return 64
+        FileHandle.standardError.write(Data("browser-login-server: \(message)\n\(command.help)\n".utf8))
+        return UsageError.exitStatus
     }
 
     private static func configurationError(_ error: ConfigurationError) -> Int32 {
@@ -86,63 +91,39 @@ public enum ServerCommand {
     }
 
     /// Reads `--config` first, then applies the other flags over it.
-    static func parse(_ args: [String]) throws -> (ServerConfiguration, String?) {
-        var flags: [(String, String)] = []
-        var i = 0
-        while i < args.count {
-            let flag = args[i]
-            guard flag.hasPrefix("--") else { throw UsageError(message: "unexpected argument '\(flag)'") }
-            var name = flag
-            var value: String
-            if let eq = flag.firstIndex(of: "=") {
-                name = String(flag[..<eq])
-                value = String(flag[flag.index(after: eq)...])
-            } else {
-                guard i + 1 < args.count else { throw UsageError(message: "\(flag) needs a value") }
-                value = args[i + 1]
-                i += 1
-            }
-            flags.append((name, value))
-            i += 1
-        }
+    static func configure(_ flags: Arguments) throws -> ServerConfiguration {
         var configuration = ServerConfiguration()
-        if let path = flags.last(where: { $0.0 == "--config" })?.1 {
+        if let path = flags["config"] {
             guard let data = FileManager.default.contents(atPath: path) else {
                 throw ConfigurationError(field: "--config", rule: "readable", message: "cannot read \(path)")
             }
             let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
             configuration = try ServerConfiguration.load(json: data, relativeTo: directory)
         }
-        var readyFile: String?
-        func number(_ name: String, _ value: String) throws -> Int64 {
+        func text(_ name: String, _ apply: (String) -> Void) { flags[name].map(apply) }
+        func number(_ name: String, _ apply: (Int64) -> Void) throws {
+            guard let value = flags[name] else { return }
             guard let n = Int64(value) else {
-                throw ConfigurationError(field: name, rule: "integer", message: "'\(value)' is not a whole number")
+                throw ConfigurationError(field: "--" + name, rule: "integer", message: "'\(value)' is not a whole number")
             }
-            return n
+            apply(n)
         }
-        for (name, value) in flags {
-            switch name {
-            case "--config": break
-            case "--listen": configuration.listenAddress = value
-            case "--port": configuration.port = Int(try number(name, value))
-            case "--base-path": configuration.basePath = value
-            case "--public-origin": configuration.publicOrigin = value
-            case "--database": configuration.databasePath = value
-            case "--secret-key": configuration.secretKeyPath = value
-            case "--outbox": configuration.outboxPath = value
-            case "--lifetime-ms": configuration.lifetimeMillis = try number(name, value)
-            case "--session-lifetime-ms": configuration.sessionLifetimeMillis = try number(name, value)
-            case "--access-token-lifetime-ms": configuration.accessTokenLifetimeMillis = try number(name, value)
-            case "--refresh-grace-ms": configuration.refreshGraceMillis = try number(name, value)
-            case "--tls-cert": configuration.tlsCertificatePath = value
-            case "--tls-key": configuration.tlsKeyPath = value
-            case "--test-account": configuration.testAccounts.append(value)
-            case "--ready-file": readyFile = value
-            case "--test-exchange-delay-ms": configuration.testExchangeDelayMillis = try number(name, value)
-            default: throw UsageError(message: "unknown flag \(name)")
-            }
-        }
-        return (configuration, readyFile)
+        text("listen") { configuration.listenAddress = $0 }
+        try number("port") { configuration.port = Int($0) }
+        text("base-path") { configuration.basePath = $0 }
+        text("public-origin") { configuration.publicOrigin = $0 }
+        text("database") { configuration.databasePath = $0 }
+        text("secret-key") { configuration.secretKeyPath = $0 }
+        text("outbox") { configuration.outboxPath = $0 }
+        try number("lifetime-ms") { configuration.lifetimeMillis = $0 }
+        try number("session-lifetime-ms") { configuration.sessionLifetimeMillis = $0 }
+        try number("access-token-lifetime-ms") { configuration.accessTokenLifetimeMillis = $0 }
+        try number("refresh-grace-ms") { configuration.refreshGraceMillis = $0 }
+        text("tls-cert") { configuration.tlsCertificatePath = $0 }
+        text("tls-key") { configuration.tlsKeyPath = $0 }
+        configuration.testAccounts += flags.all("test-account")
+        try number("test-exchange-delay-ms") { configuration.testExchangeDelayMillis = $0 }
+        return configuration
     }
 
     // MARK: serve

@@ -3,6 +3,7 @@
 // account, continues — and hands the callback URL to the desktop's URL
 // handler (`gio open`), exactly as a real browser hands a custom-scheme
 // navigation to the desktop.
+import CommandLineKit
 import Foundation
 import ScriptedBrowser
 
@@ -10,19 +11,25 @@ import ScriptedBrowser
     import Glibc
 #endif
 
-let environment = ProcessInfo.processInfo.environment
-let arguments = Array(CommandLine.arguments.dropFirst())
-guard arguments.count == 1, let url = arguments.first else {
-    FileHandle.standardError.write(
-        Data(
-            """
-            usage: browser-login-demo-agent AUTHORIZE_URL
-            Plays the user on the hosted page and delivers the callback with $DEMO_DELIVER (default: gio open).
-            Environment: DEMO_EMAIL (a test account of the reference server), DEMO_CODE (default 000000),
-            DEMO_SERVER_ORIGIN (the server origin), DEMO_LOG (a file for one line per step).
+let command = Command(
+    "browser-login-demo-agent", arguments: ["AUTHORIZE_URL"],
+    description: """
+        Plays the user on the hosted page and delivers the callback with $DEMO_DELIVER (default: gio open).
+        Environment: DEMO_EMAIL (a test account of the reference server), DEMO_CODE (default 000000),
+        DEMO_SERVER_ORIGIN (the server origin), DEMO_LOG (a file for one line per step).
+        """)
 
-            """.utf8))
-    exit(64)
+let environment = ProcessInfo.processInfo.environment
+let url: String
+do {
+    guard case .run(let arguments) = try command.parse(Array(CommandLine.arguments.dropFirst())) else {
+        print(command.help)
+        exit(0)
+    }
+    url = arguments.positionals[0]
+} catch {
+    FileHandle.standardError.write(Data("browser-login-demo-agent: \(error.message)\n".utf8))
+    exit(UsageError.exitStatus)
 }
 
 func note(_ line: String) {

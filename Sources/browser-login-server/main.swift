@@ -1,5 +1,5 @@
 import Foundation
 import LoginServer
 
-// The reference login server of PROTOCOL.md, and its admin subcommands.
+// The reference login server of docs/protocol.md, and its admin subcommands.
 exit(ServerCommand.main(CommandLine.arguments))
