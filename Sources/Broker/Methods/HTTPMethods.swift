@@ -3,17 +3,15 @@ import BrokerRPC
 import Foundation
 
 /// `http.request` (docs/rpc.md "`http.request`"): every refusal of its params is `-32602`.
-struct HTTPRequestMethod: MethodHandler {
-    static let method = RPCMethod.httpRequest
-    static let parameters: Set<String> = [
-        "client", "method", "path", "query", "headers", "body", "bodyBase64", "timeoutMs",
+extension MethodTable {
+    static let httpMethods: [RPCMethod: MethodHandler] = [
+        .httpRequest: MethodHandler(["client", "method", "path", "query", "headers", "body", "bodyBase64", "timeoutMs"]) {
+            call in
+            let request = try appRequest(call.params)
+            try call.requireUse(request.client)
+            return encode(try await call.engine.appRequest(request))
+        }
     ]
-
-    func handle(_ call: MethodCall) async throws -> JSONValue {
-        let request = try Self.appRequest(call.params)
-        try call.requireUse(request.client)
-        return Self.encode(try await call.engine.appRequest(request))
-    }
 
     /// Reads and checks the params, in the order of docs/rpc.md's rules.
     static func appRequest(_ p: Params) throws(RPCError) -> AppRequest {

@@ -2,14 +2,18 @@ import BrokerCore
 import BrokerRPC
 import SQLiteSupport
 
-/// One JSON-RPC method of docs/rpc.md: decodes its typed params, checks that
-/// the peer may use the client concerned (`Peers=`), calls the engine and
-/// encodes its typed result.
-protocol MethodHandler: Sendable {
-    static var method: RPCMethod { get }
+/// The handler of one JSON-RPC method of docs/rpc.md: decodes its typed
+/// params, checks that the peer may use the client concerned (`Peers=`),
+/// calls the engine and encodes its typed result.
+struct MethodHandler: Sendable {
     /// The names of its params; any other is `-32602`.
-    static var parameters: Set<String> { get }
-    func handle(_ call: MethodCall) async throws -> JSONValue
+    let parameters: Set<String>
+    let handle: @Sendable (MethodCall) async throws -> JSONValue
+
+    init(_ parameters: Set<String> = [], _ handle: @escaping @Sendable (MethodCall) async throws -> JSONValue) {
+        self.parameters = parameters
+        self.handle = handle
+    }
 }
 
 /// One call of a method: its connection, its params, and the engine.
@@ -54,12 +58,11 @@ public struct MethodTable: Sendable {
     let engine: BrokerEngine
     let logger: Logger
 
-    static let handlers: [String: any MethodHandler] = Dictionary(
-        uniqueKeysWithValues: ([
-            BrokerInfoMethod(), ClientsList(), LoginStart(), LoginResume(), LoginFinish(), LoginCancel(), LoginStatus(),
-            LoginAcknowledge(), LoginList(), SessionGet(), SessionWait(), SessionSignOut(), HTTPRequestMethod(),
-            EventsSubscribe(), EventsUnsubscribe(),
-        ] as [any MethodHandler]).map { (type(of: $0).method.rawValue, $0) })
+    /// One handler per method, from Methods/*Methods.swift.
+    static let handlers = Dictionary(
+        uniqueKeysWithValues: [brokerMethods, loginMethods, sessionMethods, eventMethods, httpMethods].joined().map {
+            ($0.key.rawValue, $0.value)
+        })
 
     public init(engine: BrokerEngine, logger: Logger) {
         self.engine = engine
@@ -71,7 +74,7 @@ public struct MethodTable: Sendable {
     {
         do {
             guard let handler = Self.handlers[method] else { throw RPCError.methodNotFound(method) }
-            let params = try Params(params, allowed: type(of: handler).parameters)
+            let params = try Params(params, allowed: handler.parameters)
             return try await handler.handle(MethodCall(context: context, params: params, engine: engine))
         } catch let error as RPCError {
             throw error

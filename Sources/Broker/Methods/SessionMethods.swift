@@ -1,48 +1,37 @@
 import BrokerCore
 import BrokerRPC
 
-/// `session.get` (the RPC server's fast path answers most of them: `MethodTable.handleFast`).
-struct SessionGet: MethodHandler {
-    static let method = RPCMethod.sessionGet
-    static let parameters: Set<String> = ["client"]
-
-    func handle(_ call: MethodCall) async throws -> JSONValue {
-        let params = ClientParams(client: try call.params.string("client"))
-        try call.requireUse(params.client)
-        let view = try await call.engine.session(client: params.client)
-        if let json = call.engine.sessionBoard.entry(params.client)?.json { return json }
-        return try result(view)
-    }
-}
-
-/// `session.wait`: the session once signed in, else `WAIT_TIMEOUT`.
-struct SessionWait: MethodHandler {
-    static let method = RPCMethod.sessionWait
-    static let parameters: Set<String> = ["client", "timeoutMs"]
-
-    func handle(_ call: MethodCall) async throws -> JSONValue {
-        let params = SessionWaitParams(client: try call.params.string("client"), timeoutMs: try call.params.int("timeoutMs"))
-        let timeout = params.timeoutMs ?? SessionWaitParams.defaultTimeoutMs
-        guard (0...SessionWaitParams.maximumTimeoutMs).contains(timeout) else {
-            throw RPCError.invalidParams("'timeoutMs' must be 0 to 300000")
-        }
-        try call.requireUse(params.client)
-        guard let view = try await call.engine.waitForSession(client: params.client, timeoutMilliseconds: timeout) else {
-            throw BrokerError(
-                .waitTimeout, "the client did not become signed in within \(timeout) ms; start a sign-in, or wait longer")
-        }
-        return try result(view)
-    }
-}
-
-/// `session.signOut`.
-struct SessionSignOut: MethodHandler {
-    static let method = RPCMethod.sessionSignOut
-    static let parameters: Set<String> = ["client"]
-
-    func handle(_ call: MethodCall) async throws -> JSONValue {
-        let params = ClientParams(client: try call.params.string("client"))
-        try call.requireUse(params.client)
-        return try result(await call.engine.signOut(client: params.client))
-    }
+extension MethodTable {
+    static let sessionMethods: [RPCMethod: MethodHandler] = [
+        // The RPC server's fast path answers most of them: `MethodTable.handleFast`.
+        .sessionGet: MethodHandler(["client"]) { call in
+            let params = ClientParams(client: try call.params.string("client"))
+            try call.requireUse(params.client)
+            let view = try await call.engine.session(client: params.client)
+            if let json = call.engine.sessionBoard.entry(params.client)?.json { return json }
+            return try result(view)
+        },
+        // The session once signed in, else `WAIT_TIMEOUT`.
+        .sessionWait: MethodHandler(["client", "timeoutMs"]) { call in
+            let params = SessionWaitParams(
+                client: try call.params.string("client"), timeoutMs: try call.params.int("timeoutMs"))
+            let timeout = params.timeoutMs ?? SessionWaitParams.defaultTimeoutMs
+            guard (0...SessionWaitParams.maximumTimeoutMs).contains(timeout) else {
+                throw RPCError.invalidParams("'timeoutMs' must be 0 to 300000")
+            }
+            try call.requireUse(params.client)
+            guard let view = try await call.engine.waitForSession(client: params.client, timeoutMilliseconds: timeout)
+            else {
+                throw BrokerError(
+                    .waitTimeout,
+                    "the client did not become signed in within \(timeout) ms; start a sign-in, or wait longer")
+            }
+            return try result(view)
+        },
+        .sessionSignOut: MethodHandler(["client"]) { call in
+            let params = ClientParams(client: try call.params.string("client"))
+            try call.requireUse(params.client)
+            return try result(await call.engine.signOut(client: params.client))
+        },
+    ]
 }
