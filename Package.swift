@@ -75,6 +75,8 @@ let package = Package(
 
         .testTarget(name: "BrowserLoginProtocolTests", dependencies: ["BrowserLoginProtocol"]),
         .testTarget(name: "BrokerRPCTests", dependencies: ["BrokerRPC"]),
+        .testTarget(name: "BrowserLoginAPITests", dependencies: ["BrowserLoginAPI", "BrowserLoginProtocol"]),
+        .testTarget(name: "CommandLineKitTests", dependencies: ["CommandLineKit"]),
         .testTarget(name: "BrokerVaultTests", dependencies: ["BrokerVault", "BrokerCore", "vault-probe"]),
         .testTarget(name: "BrokerHTTPTests", dependencies: ["BrokerHTTP", "BrokerCore", "BrowserLoginProtocol"]),
         .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrowserLoginProtocol"]),

@@ -105,6 +105,10 @@ public struct Command: Sendable {
     }
 
     public func parse(_ args: [String]) throws(UsageError) -> Parsed {
+        // Help wins over any mistake (a program with subcommands meets it in order).
+        if !stopsAtArgument && args.prefix(while: { $0 != "--" }).contains(where: { $0 == "--help" || $0 == "-h" }) {
+            return .help
+        }
         var parsed = Arguments()
         var i = 0
         var onlyArguments = false

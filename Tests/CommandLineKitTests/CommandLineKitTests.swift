@@ -1,0 +1,80 @@
+import CommandLineKit
+import Testing
+
+@Suite struct CommandLineKitTests {
+    let command = Command(
+        "tool run", summary: "runs", arguments: ["NAME"],
+        options: [
+            .flag("json", "print JSON"), .value("client", "ID", "only this client"),
+            .value("scheme", "SCHEME", "a scheme\nper use", repeatable: true),
+        ],
+        description: "Runs NAME.")
+
+    func arguments(_ args: [String]) throws -> Arguments {
+        guard case .run(let parsed) = try command.parse(args) else { throw UsageError("help") }
+        return parsed
+    }
+
+    func failure(_ args: [String]) -> String? {
+        do {
+            _ = try command.parse(args)
+            return nil
+        } catch { return error.message }
+    }
+
+    @Test func parsesFlagsOptionsAndArguments() throws {
+        let parsed = try arguments(["--json", "x", "--client=c1", "--scheme", "a", "--scheme=b", "--client", "c2"])
+        #expect(parsed.has("json"))
+        #expect(parsed["client"] == "c2")
+        #expect(parsed.all("scheme") == ["a", "b"])
+        #expect(parsed.positionals == ["x"])
+        #expect(try arguments(["--", "--json"]).positionals == ["--json"])
+        #expect(try arguments(["-"]).positionals == ["-"])
+    }
+
+    @Test func reportsMistakes() {
+        #expect(failure(["x", "--bogus"]) == "unknown option --bogus; see --help")
+        #expect(failure(["x", "-b"]) == "unknown option -b; see --help")
+        #expect(failure(["x", "--json=1"]) == "unknown option --json; see --help")
+        #expect(failure(["x", "--client"]) == "--client needs a value")
+        #expect(failure([]) == "expected exactly one NAME; see --help")
+        #expect(failure(["x", "y"]) == "unexpected argument 'y'; see --help")
+        #expect(UsageError.exitStatus == 64)
+    }
+
+    @Test func answersHelpAnywhereBeforeTheEndOfOptions() throws {
+        for args in [["--help"], ["x", "-h"], ["--bogus", "--help"]] {
+            guard case .help = try command.parse(args) else {
+                Issue.record("\(args) did not ask for help")
+                continue
+            }
+        }
+        #expect(try arguments(["--", "--help"]).positionals == ["--help"])
+    }
+
+    @Test func writesHelpFromTheDeclarations() {
+        #expect(command.usage == "tool run NAME [--json] [--client ID] [--scheme SCHEME]...")
+        #expect(
+            command.help == """
+                Usage: tool run NAME [--json] [--client ID] [--scheme SCHEME]...
+
+                Runs NAME.
+
+                  --json           print JSON
+                  --client ID      only this client
+                  --scheme SCHEME  a scheme
+                                   per use
+                  -h, --help       this help
+                """)
+    }
+
+    @Test func aProgramWithSubcommandsStopsAtTheFirstArgument() throws {
+        let program = Command("tool", options: [.value("socket", "PATH", "the socket")], stopsAtArgument: true)
+        guard case .run(let parsed) = try program.parse(["--socket", "s", "run", "--json", "x"]) else {
+            Issue.record("no arguments")
+            return
+        }
+        #expect(parsed["socket"] == "s")
+        #expect(parsed.rest == ["run", "--json", "x"])
+    }
+}
