@@ -38,26 +38,26 @@ public struct DaemonOptions: Sendable {
         options: [
             .value(
                 "socket", "PATH",
-                "listen here (default $XDG_RUNTIME_DIR/browser-login/broker.sock;\na socket passed by systemd in LISTEN_FDS is used first)"
+                "listen here (default $XDG_RUNTIME_DIR/browser-login/broker.sock; a socket passed by systemd in LISTEN_FDS is used first)"
             ),
             .value("state-dir", "DIR", "SQLite state (default $XDG_STATE_HOME/browser-login)"),
             .value(
                 "clients-dir", "DIR",
-                "read client files from DIR only (repeatable; default\n$XDG_CONFIG_HOME/browser-login/clients.d, then each\n$XDG_DATA_DIRS/browser-login/clients.d)",
+                "read client files from DIR only (repeatable; default $XDG_CONFIG_HOME/browser-login/clients.d, then each $XDG_DATA_DIRS/browser-login/clients.d)",
                 repeatable: true),
             .value("log-level", "LEVEL", "error, warning, notice, info (default) or debug"),
             .value(
                 "verify-interval", "S",
-                "check each signed-in session with its server every S\nseconds (default 300); sessions revoked or disabled at the\nserver end within that time"
+                "check each signed-in session with its server every S seconds (default 300); sessions revoked or disabled at the server end within that time"
             ),
             .value(
                 "max-connections", "N",
-                "serve at most N RPC connections (default 512); at the limit\nthe connection idle longest is closed to make room, else\nnew ones get BUSY (32 more for processes with none open)"
+                "serve at most N RPC connections (default 512); at the limit the connection idle longest is closed to make room, else new ones get BUSY (32 more for processes with none open)"
             ),
-            .flag("check-config", "validate the client files, print the problems, and exit\n(status 78 when a file is refused)"),
+            .flag("check-config", "validate the client files, print the problems, and exit (status 78 when a file is refused)"),
             .flag(
                 "check-servers",
-                "ask each client's login server whether it speaks the\nprotocol, print one line per client, and exit (status 69\nwhen one does not answer as a login server); --json for JSON"
+                "ask each client's login server whether it speaks the protocol, print one line per client, and exit (status 69 when one does not answer as a login server); --json for JSON"
             ),
             .flag("json", "with --check-servers: print JSON"),
             .flag("no-dbus", "do not own org.browserlogin.Broker on the session bus"),

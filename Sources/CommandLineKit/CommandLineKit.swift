@@ -81,21 +81,41 @@ public struct Command: Sendable {
             .joined(separator: " ")
     }
 
-    /// The text of `--help`.
+    /// The text of `--help` (the option table and a generated synopsis wrapped to 80 columns).
     public var help: String {
-        var rows = options.map { ($0.synopsis, $0.help) }
-        rows.append(("-h, --help", "this help"))
-        let width = rows.map(\.0.count).max() ?? 0
-        let indent = String(repeating: " ", count: width + 4)
-        let table = rows.map { left, text in
-            "  " + left + String(repeating: " ", count: width - left.count) + "  "
-                + text.split(separator: "\n", omittingEmptySubsequences: false).joined(separator: "\n" + indent)
-        }.joined(separator: "\n")
+        let table = Self.table(options.map { ($0.synopsis, $0.help) } + [("-h, --help", "this help")])
+        // A generated synopsis is one line: wrapped, its continuation indented.
+        let usage =
+            synopsis.map { "Usage: " + $0 }
+            ?? Self.wrap("Usage: " + usage, columns: 80).joined(separator: "\n" + String(repeating: " ", count: 8))
         let parts = [
-            title, "Usage: " + usage, description.isEmpty ? nil : description,
-            (optionsTitle.map { $0 + "\n" } ?? "") + table, epilogue,
+            title, usage, description.isEmpty ? nil : description, (optionsTitle.map { $0 + "\n" } ?? "") + table,
+            epilogue,
         ]
         return parts.compactMap { $0 }.joined(separator: "\n\n")
+    }
+
+    /// Two columns: names, and their text wrapped to 80 columns.
+    public static func table(_ rows: [(String, String)]) -> String {
+        let width = rows.map(\.0.count).max() ?? 0
+        let indent = String(repeating: " ", count: width + 4)
+        return rows.map { left, text in
+            "  " + left + String(repeating: " ", count: width - left.count) + "  "
+                + wrap(text, columns: max(40, 80 - indent.count)).joined(separator: "\n" + indent)
+        }.joined(separator: "\n")
+    }
+
+    /// `text` in lines of at most `columns` characters (a longer word stays whole).
+    static func wrap(_ text: String, columns: Int) -> [String] {
+        var lines: [String] = []
+        for word in text.split(separator: " ") {
+            if let last = lines.last, last.count + 1 + word.count <= columns {
+                lines[lines.count - 1] += " " + word
+            } else {
+                lines.append(String(word))
+            }
+        }
+        return lines
     }
 
     /// The result of parsing: help asked for, or the arguments.

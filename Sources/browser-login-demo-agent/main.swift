@@ -14,9 +14,10 @@ import ScriptedBrowser
 let command = Command(
     "browser-login-demo-agent", arguments: ["AUTHORIZE_URL"],
     description: """
-        Plays the user on the hosted page and delivers the callback with $DEMO_DELIVER (default: gio open).
-        Environment: DEMO_EMAIL (a test account of the reference server), DEMO_CODE (default 000000),
-        DEMO_SERVER_ORIGIN (the server origin), DEMO_LOG (a file for one line per step).
+        Plays the user on the hosted page and delivers the callback with
+        $DEMO_DELIVER (default: gio open). Environment: DEMO_EMAIL (a test account of
+        the reference server), DEMO_CODE (default 000000), DEMO_SERVER_ORIGIN (the
+        server origin), DEMO_LOG (a file for one line per step).
         """)
 
 let environment = ProcessInfo.processInfo.environment

@@ -227,7 +227,7 @@ let subcommands: [Subcommand] = [
         run: oneArgumentCall(.loginFinish, params: { LoginFinishParams(url: $0) }, describe: { describeAttempt(try decode($0)) })),
     Subcommand(
         "cancel", summary: "cancel a login attempt", arguments: ["ATTEMPT_ID"], options: [json],
-        help: "Cancels the attempt locally at once (later callbacks are refused), then at the server.",
+        help: "Cancels the attempt locally at once (later callbacks are refused), then at\nthe server.",
         run: oneArgumentCall(
             .loginCancel, params: { AttemptParams(attemptId: $0) }, describe: { describeAttempt(try decode($0)) })),
     Subcommand(
@@ -253,7 +253,8 @@ let subcommands: [Subcommand] = [
         run: oneArgumentCall(.sessionGet, params: { ClientParams(client: $0) }, describe: { describeSession(try decode($0)) })),
     Subcommand(
         "sign-out", summary: "sign a client out", arguments: ["CLIENT"], options: [json],
-        help: "Signs CLIENT out: the session is removed at once and revoked at the server (later, if the server is down).",
+        help:
+            "Signs CLIENT out: the session is removed at once and revoked at the server\n(later, if the server is down).",
         run: oneArgumentCall(.sessionSignOut, params: { ClientParams(client: $0) }, describe: { describeSession(try decode($0)) })
     ),
     Subcommand(
@@ -278,7 +279,7 @@ let subcommands: [Subcommand] = [
     Subcommand(
         "watch", summary: "stream session and attempt changes",
         options: [.value("client", "ID", "only this client's changes", repeatable: true), json],
-        help: "Subscribes to the broker's events and prints each change as it happens, until interrupted.",
+        help: "Subscribes to the broker's events and prints each change as it happens,\nuntil interrupted.",
         run: { args, rpc in
             let client = try rpc.make()
             _ = try call(client, .eventsSubscribe, SubscribeParams(clients: args["client"].map { [$0] }))

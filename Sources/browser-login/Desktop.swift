@@ -40,9 +40,9 @@ let installHandlerCommand = Subcommand(
         (MimeType=x-scheme-handler/SCHEME; DBusActivatable=true, so desktops call the
         broker's org.freedesktop.Application.Open; Exec= runs 'browser-login finish %u'
         elsewhere). Then runs update-desktop-database on that directory, when it is
-        installed, and 'xdg-mime default \(DesktopEntry.fileName) x-scheme-handler/SCHEME'
-        for each scheme. Running it again changes nothing; schemes already in the
-        file are kept.
+        installed, and 'xdg-mime default \(DesktopEntry.fileName)
+        x-scheme-handler/SCHEME' for each scheme. Running it again changes nothing;
+        schemes already in the file are kept.
 
         Without --scheme, the schemes come from the broker's clients (clients.list),
         so the broker must be running.

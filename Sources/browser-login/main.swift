@@ -9,12 +9,10 @@ let program = Command(
     options: [
         .value(
             "socket", "PATH",
-            "the broker's socket (default $XDG_RUNTIME_DIR/browser-login/broker.sock,\nor $BROWSER_LOGIN_SOCKET)"),
+            "the broker's socket (default $XDG_RUNTIME_DIR/browser-login/broker.sock, or $BROWSER_LOGIN_SOCKET)"),
         .flag("version", "the version"),
     ],
-    description: "Commands:\n"
-        + subcommands.map { "  " + $0.name.padding(toLength: 17, withPad: " ", startingAt: 0) + $0.command.summary }
-        .joined(separator: "\n"),
+    description: "Commands:\n" + Command.table(subcommands.map { ($0.name, $0.command.summary) }),
     epilogue: """
         Exit status follows sysexits(3): 0 ok, 64 usage, 65 bad callback, 66 unknown
         client or attempt, 69 broker or keyring unavailable, 75 try again later,

@@ -6,7 +6,10 @@ import Testing
         "tool run", summary: "runs", arguments: ["NAME"],
         options: [
             .flag("json", "print JSON"), .value("client", "ID", "only this client"),
-            .value("scheme", "SCHEME", "a scheme\nper use", repeatable: true),
+            .value(
+                "scheme", "SCHEME",
+                "a scheme to register, given once per scheme; the help of an option is wrapped to fit 80 columns",
+                repeatable: true),
         ],
         description: "Runs NAME.")
 
@@ -62,8 +65,8 @@ import Testing
 
                   --json           print JSON
                   --client ID      only this client
-                  --scheme SCHEME  a scheme
-                                   per use
+                  --scheme SCHEME  a scheme to register, given once per scheme; the help of an
+                                   option is wrapped to fit 80 columns
                   -h, --help       this help
                 """)
     }
