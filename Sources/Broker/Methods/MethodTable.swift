@@ -22,14 +22,9 @@ struct MethodCall: Sendable {
     let params: Params
     let engine: BrokerEngine
 
-    /// Whether this connection's peer may use `client` (Peers=).
-    func mayUse(_ client: String) -> Bool {
-        guard let config = engine.config(for: client) else { return true }
-        return PeerBinding.mayUse(config, pid: context.peer.pid)
-    }
-
+    /// Checks this connection's peer may use `client` (Peers=); an unknown client is the engine's to refuse.
     func requireUse(_ client: String) throws {
-        guard mayUse(client) else {
+        if let config = engine.config(for: client), !PeerBinding.mayUse(config, pid: context.peer.pid) {
             throw BrokerError(
                 .clientForbidden,
                 "this program may not use the client '\(client)'; its client file's Peers= does not name it")
