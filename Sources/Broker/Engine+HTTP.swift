@@ -21,7 +21,7 @@ public struct AppResponse: Sendable {
     public var body: [UInt8]
 }
 
-/// The checks of RPC.md `http.request` that need no state: method, path,
+/// The checks of docs/rpc.md `http.request` that need no state: method, path,
 /// query, headers, sizes. Each refusal is a `-32602` message.
 public enum AppRequestRules {
     public static let methods: Set<String> = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]

@@ -219,7 +219,7 @@ extension BrokerEngine {
         let secrets = try await attemptSecrets(record)
         let status: StatusResponse
         do {
-            status = try await server(record.client).status(
+            status = try await attemptControl(record.client).status(
                 attemptId: record.serverAttemptId ?? "", recoveryKey: secrets.recoveryKey)
         } catch {
             throw error.brokerError(attemptId: record.id)
@@ -338,7 +338,7 @@ extension BrokerEngine {
             try commit(&record, .exchangeNotSent)
             throw error
         }
-        let result: Result<ExchangeResponse, ServerFailure>
+        let result: Result<ExchangeResponse, LoginServerError>
         do {
             result = .success(
                 try await server(record.client).exchange(
@@ -358,10 +358,8 @@ extension BrokerEngine {
     private func exchanged(_ record: inout AttemptRecord, _ answer: ExchangeResponse, secrets: AttemptSecrets) async throws
         -> AttemptView
     {
+        // The protocol checked the receipt against the attempt and the issued session.
         let client = try client(record.client)
-        let wellFormed =
-            answer.receipt.attemptId == record.serverAttemptId
-            && Crypto.constantTimeEquals(answer.receipt.tokenDigest, Crypto.digest(answer.session.accessToken))
         var withSession = secrets
         withSession.session = answer.session
         var vaultProblem: VaultError?
@@ -375,24 +373,21 @@ extension BrokerEngine {
 
         if record.state == .cancelled {
             // Cancelled while the exchange was in flight: revoke, never adopt.
-            _ = try? await server(record.client).revoke(accessToken: answer.session.accessToken)
+            _ = try? await server(record.client).revokeByToken(accessToken: answer.session.accessToken)
             record.followUp = .acknowledge
             try save(&record)
             scheduleFollowUp(record.id)
             return view(record)
         }
         guard record.state == .exchanging else { return view(record) }
-        guard wellFormed, vaultProblem == nil else {
+        if let vaultProblem {
             try commit(
                 &record, .exchangeUncertain,
                 error: AttemptError(
-                    code: BrokerErrorCode.exchangeUncertain.rawValue,
-                    message: wellFormed
-                        ? "the session could not be kept in the keyring" : "the server's exchange answer is inconsistent")
+                    code: BrokerErrorCode.exchangeUncertain.rawValue, message: "the session could not be kept in the keyring")
             ) { $0.nextReconcileAt = self.now() }
             scheduleFollowUp(record.id)
-            if let vaultProblem { throw vaultProblem.brokerError.with(attemptId: record.id) }
-            throw uncertain(record)
+            throw vaultProblem.brokerError.with(attemptId: record.id)
         }
         do {
             try await vault.storeJSON(
@@ -437,7 +432,7 @@ extension BrokerEngine {
         // Published with the attempt's commit that follows, in that order.
     }
 
-    private func exchangeFailed(_ record: inout AttemptRecord, _ failure: ServerFailure) async throws -> AttemptView {
+    private func exchangeFailed(_ record: inout AttemptRecord, _ failure: LoginServerError) async throws -> AttemptView {
         if record.state == .cancelled {
             // Cancelled meanwhile: whatever the answer, a session issued anyway must be revoked.
             if case .refused = failure {} else { record.followUp = .revoke }
@@ -537,7 +532,7 @@ extension BrokerEngine {
             let secrets = try await attemptSecrets(record)
             let status: StatusResponse
             do {
-                status = try await server(record.client).status(
+                status = try await attemptControl(record.client).status(
                     attemptId: record.serverAttemptId ?? "", recoveryKey: secrets.recoveryKey)
             } catch {
                 var result = view(try attempt(attemptId))
@@ -582,7 +577,7 @@ extension BrokerEngine {
     }
 }
 
-/// Server ids are opaque and URL-safe (PROTOCOL.md §4).
+/// Server ids are opaque and URL-safe (docs/protocol.md §4).
 func isValidOpaqueId(_ id: String) -> Bool {
     (16...256).contains(id.utf8.count)
         && id.utf8.allSatisfy {

@@ -48,7 +48,7 @@ extension BrokerEngine {
     private func reconcileSteps(_ attemptId: String) async throws {
         var record = try attempt(attemptId)
         guard record.state == .uncertain, record.resolution == .none else { return }
-        let server = server(record.client)
+        let server = attemptControl(record.client)
         let secrets: AttemptSecrets
         do { secrets = try await attemptSecrets(record) } catch {
             record = try attempt(attemptId)
@@ -82,7 +82,7 @@ extension BrokerEngine {
                 Crypto.constantTimeEquals(Crypto.digest(session.accessToken), receipt.tokenDigest),
                 status.sessionRevoked != true
             {
-                switch await verify(session, server: server) {
+                switch await verify(session, server: self.server(record.client)) {
                 case .alive:
                     try await adopt(&record, session: session, receipt: receipt)
                     return
@@ -97,7 +97,7 @@ extension BrokerEngine {
                 try settle(&record, .sessionExpired, followUp: .acknowledge, receipt: receipt, sessionExpiresAt: expires)
             } else {
                 do {
-                    _ = try await server.revoke(attemptId: serverId, recoveryKey: secrets.recoveryKey)
+                    _ = try await server.revokeByProof(attemptId: serverId, recoveryKey: secrets.recoveryKey)
                 } catch {
                     record = try attempt(attemptId)
                     try backoff(&record, "revoke: \(error)")
@@ -136,7 +136,7 @@ extension BrokerEngine {
         case unreachable(String)
     }
 
-    func verify(_ session: IssuedSession, server: any LoginServerAPI) async -> Verification {
+    func verify(_ session: IssuedSession, server: any SignInProtocol) async -> Verification {
         do {
             let info = try await server.session(accessToken: session.accessToken)
             return info.sessionId == session.sessionId ? .alive : .dead
@@ -219,7 +219,7 @@ extension BrokerEngine {
             try await retireIfReconciled(&record)
             return
         }
-        let server = server(record.client)
+        let server = attemptControl(record.client)
         let keys = VaultKeys.attempt(client: record.client, attemptId: record.id)
         guard let serverId = record.serverAttemptId,
             let secrets = try? await vault.lookupJSON(AttemptSecrets.self, attributes: keys)
@@ -232,7 +232,7 @@ extension BrokerEngine {
         var step = record.followUp
         if record.reconcileTries > 0 {
             // An earlier try may have reached the server: never send it again
-            // blind (PROTOCOL.md §4); ask `status` (safe) and act on what it says.
+            // blind (docs/protocol.md §4); ask `status` (safe) and act on what it says.
             do {
                 let status = try await server.status(attemptId: serverId, recoveryKey: secrets.recoveryKey)
                 step = Self.followUp(step, after: status)
@@ -254,7 +254,7 @@ extension BrokerEngine {
                     _ = try await server.cancel(attemptId: serverId, recoveryKey: secrets.recoveryKey)
                     step = .acknowledge
                 case .revoke:
-                    _ = try await server.revoke(attemptId: serverId, recoveryKey: secrets.recoveryKey)
+                    _ = try await server.revokeByProof(attemptId: serverId, recoveryKey: secrets.recoveryKey)
                     step = .acknowledge
                 case .acknowledge:
                     _ = try await server.acknowledge(attemptId: serverId, recoveryKey: secrets.recoveryKey)

@@ -43,7 +43,7 @@ extension BrokerEngine {
         let server = server(clientId)
         let token = current.session.refreshToken
         var answer: RefreshResponse?
-        var lastFailure: ServerFailure?
+        var lastFailure: LoginServerError?
         for attempt in 0..<2 {
             do {
                 answer = try await server.refresh(refreshToken: token)
@@ -167,7 +167,7 @@ extension BrokerEngine {
     /// server ends here with the server's code as the reason.
     func verifySession(_ clientId: String) async {
         guard let secrets = try? await currentSession(clientId) else { return }
-        let failure: ServerFailure
+        let failure: LoginServerError
         do {
             _ = try await server(clientId).session(accessToken: secrets.session.accessToken)
             if var record = try? store.session(client: clientId), record.status == .signedIn {

@@ -98,7 +98,7 @@ extension BrokerEngine {
     }
 
     /// Revokes a signed-out session at the server (RFC 7009), at most once
-    /// in flight per client (PROTOCOL.md §4). The revoke stays owed only when
+    /// in flight per client (docs/protocol.md §4). The revoke stays owed only when
     /// it provably never reached the server (`notSent`); one that may have
     /// reached it (no answer, a 5xx, a broken answer) is never sent again.
     func revokePending(_ clientId: String) async {
@@ -125,7 +125,7 @@ extension BrokerEngine {
         if let secrets {
             do {
                 faultPoint("before-signout-revoke")
-                _ = try await server(clientId).revoke(accessToken: secrets.session.accessToken)
+                _ = try await server(clientId).revokeByToken(accessToken: secrets.session.accessToken)
                 faultPoint("after-signout-revoke")
                 logger.info("signed-out session revoked at the server", ["client": clientId])
             } catch {

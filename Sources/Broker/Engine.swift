@@ -5,7 +5,7 @@ import BrowserLoginProtocol
 import Foundation
 
 /// The broker's single owner of attempts and sessions. It persists each
-/// change before it acts on it (PROTOCOL.md §7 durability order), publishes
+/// change before it acts on it (docs/protocol.md §7 durability order), publishes
 /// each committed change to subscribers in commit order, and keeps secrets in
 /// the vault only.
 ///
@@ -15,7 +15,7 @@ public actor BrokerEngine {
     let store: BrokerStore
     let clients: [String: ClientConfig]
     let vault: any SecretVault
-    let servers: [String: any LoginServerAPI]
+    let servers: [String: any SignInProtocol]
     let launcher: any BrowserLauncher
     /// The transport for `http.request` (the app's own API).
     let transport: any HTTPTransport
@@ -58,14 +58,14 @@ public actor BrokerEngine {
     let verifyIntervalMilliseconds: Int64
     public init(
         storePath: String, clients: [ClientConfig], vault: any SecretVault,
-        makeServer: (ClientConfig) -> any LoginServerAPI, launcher: any BrowserLauncher, transport: any HTTPTransport,
+        makeServer: (ClientConfig) -> any SignInProtocol, launcher: any BrowserLauncher, transport: any HTTPTransport,
         clock: any BrokerCore.Clock = SystemClock(), logger: Logger, socketPath: String,
         verifyIntervalMilliseconds: Int64 = 300_000
     ) throws {
         self.store = try BrokerStore(path: storePath)
         self.stateDirectory = (storePath as NSString).deletingLastPathComponent
         var byId: [String: ClientConfig] = [:]
-        var servers: [String: any LoginServerAPI] = [:]
+        var servers: [String: any SignInProtocol] = [:]
         for client in clients {
             byId[client.id] = client
             servers[client.id] = makeServer(client)
@@ -95,7 +95,10 @@ public actor BrokerEngine {
         return c
     }
 
-    func server(_ id: String) -> any LoginServerAPI { servers[id]! }
+    func server(_ id: String) -> any SignInProtocol { servers[id]! }
+
+    /// The server's attempt routes; a protocol without them has no attempt there to settle.
+    func attemptControl(_ id: String) -> any ServerAttemptControl { servers[id]!.attemptControl ?? NoServerAttempts() }
 
     func now() -> Timestamp { clock.now() }
 
