@@ -1,5 +1,4 @@
 import BrokerCore
-import BrokerRPC
 import BrokerStore
 import BrowserLoginProtocol
 import Foundation
@@ -63,15 +62,17 @@ extension BrokerEngine {
             id: id, client: client.id, state: .starting, returnURL: client.returnURL.text,
             issuer: client.server.serialized, ephemeral: ephemeral, createdAt: createdAt)
         try store.insert(record)
+        sessions.refreshBoard(client.id)
         do {
             try await vault.storeJSON(secrets, label: VaultKeys.attemptLabel(appName: client.appName), attributes: keys)
         } catch {
             // Nothing was sent: the attempt never existed for anyone.
             try store.delete(attemptId: id, client: client.id)
+            sessions.refreshBoard(client.id)
             throw error.brokerError
         }
         logger.info("attempt created", ["attempt.id": id, "client": client.id])
-        publishAttempt(record)
+        attempts.publish(record)
 
         let created: CreateAttemptResponse
         do {
@@ -276,17 +277,17 @@ extension BrokerEngine {
     private func keepUntilSettled(_ record: inout AttemptRecord, callback: Callback, code: String) async throws
         -> AttemptView
     {
-        keptCounter += 1
-        let token = keptCounter
-        keptCallbacks[record.id] = KeptCallback(callback: callback, token: token)
+        attempts.keptCounter += 1
+        let token = attempts.keptCounter
+        attempts.keptCallbacks[record.id] = KeptCallback(callback: callback, token: token)
         while true {
             await waitForExchange(record.id)
             record = try attempt(record.id)
-            if record.state == .exchanging && exchangesInFlight.contains(record.id) && !Task.isCancelled { continue }
+            if record.state == .exchanging && attempts.exchangesInFlight.contains(record.id) && !Task.isCancelled { continue }
             break
         }
-        if keptCallbacks[record.id]?.token == token {
-            keptCallbacks[record.id] = nil
+        if attempts.keptCallbacks[record.id]?.token == token {
+            attempts.keptCallbacks[record.id] = nil
             if record.state == .waiting && !Task.isCancelled {
                 return try await finishCode(&record, callback: callback, code: code)
             }
@@ -298,28 +299,13 @@ extension BrokerEngine {
 
     /// Suspends until the attempt's exchange in flight settles (or the caller is cancelled).
     private func waitForExchange(_ attemptId: String) async {
-        guard exchangesInFlight.contains(attemptId) else { return }
-        waiterCounter += 1
-        let id = waiterCounter
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                exchangeWaiters[attemptId, default: [:]][id] = continuation
-            }
-        } onCancel: {
+        await attempts.waitForExchange(attemptId) { id in
             Task { await self.releaseExchangeWaiter(attemptId, id) }
         }
     }
 
     private func releaseExchangeWaiter(_ attemptId: String, _ id: UInt64) {
-        exchangeWaiters[attemptId]?.removeValue(forKey: id)?.resume()
-        if exchangeWaiters[attemptId]?.isEmpty == true { exchangeWaiters[attemptId] = nil }
-    }
-
-    /// The exchange of `attemptId` is settled: its `finish` waiters answer.
-    func exchangeSettled(_ attemptId: String) {
-        exchangesInFlight.remove(attemptId)
-        if let state = try? store.attempt(id: attemptId)?.state, state != .waiting { keptCallbacks[attemptId] = nil }
-        for continuation in (exchangeWaiters.removeValue(forKey: attemptId) ?? [:]).values { continuation.resume() }
+        attempts.releaseExchangeWaiter(attemptId, id)
     }
 
     private func exchange(_ record: inout AttemptRecord, code: String, digest: String) async throws -> AttemptView {
@@ -328,8 +314,8 @@ extension BrokerEngine {
             $0.error = nil
         }
         let attemptId = record.id
-        exchangesInFlight.insert(attemptId)
-        defer { exchangeSettled(attemptId) }
+        attempts.exchangesInFlight.insert(attemptId)
+        defer { attempts.exchangeSettled(attemptId) }
         faultPoint("after-exchanging-commit")
         let secrets: AttemptSecrets
         do {
@@ -402,34 +388,18 @@ extension BrokerEngine {
             ) { $0.nextReconcileAt = self.now() }
             throw error.brokerError.with(attemptId: record.id)
         }
-        try storeSignedIn(client: record.client, session: answer.session, attemptId: record.id)
+        try sessions.signedIn(client: record.client, session: answer.session, attemptId: record.id)
         try commit(&record, .exchangeSucceeded) {
             $0.receiptIssuedAt = answer.receipt.issuedAt
             $0.receiptSessionExpiresAt = answer.session.expiresAt
             $0.followUp = .acknowledge
             $0.error = nil
         }
-        keptCallbacks[record.id] = nil
+        attempts.keptCallbacks[record.id] = nil
         scheduleFollowUp(record.id)
         var result = view(record)
         result.session = try sessionView(record.client)
         return result
-    }
-
-    func storeSignedIn(client: String, session: IssuedSession, attemptId: String) throws {
-        sessionCache[client] = SessionSecrets(session: session, attemptId: attemptId)
-        nextRefresh[client] = nil
-        nextVerify[client] = now().adding(milliseconds: verifyIntervalMilliseconds)
-        var record = SessionRecord(
-            client: client, status: .signedIn, account: session.account, authMethod: session.authMethod,
-            authenticatedAt: session.authenticatedAt, expiresAt: session.expiresAt,
-            accessTokenExpiresAt: session.accessTokenExpiresAt, attemptId: attemptId, updatedAt: now(),
-            verifiedAt: now())
-        // A revoke still owed for an earlier session stays owed.
-        record.revokePending = (try store.session(client: client))?.revokePending ?? false
-        try store.save(record)
-        logger.info("signed in", ["client": client, "attempt.id": attemptId])
-        // Published with the attempt's commit that follows, in that order.
     }
 
     private func exchangeFailed(_ record: inout AttemptRecord, _ failure: LoginServerError) async throws -> AttemptView {
@@ -455,7 +425,7 @@ extension BrokerEngine {
             }
             if record.state.isTerminal { scheduleFollowUp(record.id) }
             // Only an INVALID_GRANT lets a kept callback be tried (§7).
-            if code != .invalidGrant { keptCallbacks[record.id] = nil }
+            if code != .invalidGrant { attempts.keptCallbacks[record.id] = nil }
             throw brokerError
         case .notSent:
             try commit(
@@ -507,7 +477,7 @@ extension BrokerEngine {
                 &record, .cancel,
                 error: AttemptError(code: "CANCELLED", message: "the sign-in was cancelled")
             ) { $0.followUp = .cancel }
-            keptCallbacks[record.id] = nil
+            attempts.keptCallbacks[record.id] = nil
             await runFollowUp(record.id)
             return view(try attempt(attemptId))
         default:

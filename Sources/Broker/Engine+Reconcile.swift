@@ -35,13 +35,14 @@ extension BrokerEngine {
     /// issued if it is ours and alive, otherwise revoke it by proof; cancel
     /// a server attempt still pending; acknowledge what is settled.
     func reconcileNow(_ attemptId: String) async {
-        guard !busy.contains(attemptId) else { return }
-        busy.insert(attemptId)
-        defer { busy.remove(attemptId) }
+        guard !attempts.busy.contains(attemptId) else { return }
+        attempts.busy.insert(attemptId)
+        defer { attempts.busy.remove(attemptId) }
         do {
             try await reconcileSteps(attemptId)
         } catch {
             logger.warning("reconcile failed", ["attempt.id": attemptId, "error": "\(error)"])
+            timer.scheduled(now())
         }
     }
 
@@ -163,7 +164,7 @@ extension BrokerEngine {
         }
         record = try attempt(record.id)
         guard record.state == .uncertain else { return }
-        try storeSignedIn(client: record.client, session: session, attemptId: record.id)
+        try sessions.signedIn(client: record.client, session: session, attemptId: record.id)
         try commit(&record, .adopted) {
             $0.resolution = .adopted
             $0.followUp = .acknowledge
@@ -203,13 +204,14 @@ extension BrokerEngine {
     /// has forgotten the attempt, unless an unreconciled or unacknowledged
     /// uncertain attempt still needs it.
     func runFollowUp(_ attemptId: String) async {
-        guard !busy.contains(attemptId) else { return }
-        busy.insert(attemptId)
-        defer { busy.remove(attemptId) }
+        guard !attempts.busy.contains(attemptId) else { return }
+        attempts.busy.insert(attemptId)
+        defer { attempts.busy.remove(attemptId) }
         do {
             try await followUpSteps(attemptId)
         } catch {
             logger.warning("server follow-up failed", ["attempt.id": attemptId, "error": "\(error)"])
+            timer.scheduled(now())
         }
     }
 
@@ -320,73 +322,13 @@ extension BrokerEngine {
         }
     }
 
-    // MARK: - Timer and start-up
-
-    /// Start-up recovery (§7): starting → failed, exchanging → uncertain,
-    /// waiting kept (expired when due); pending work resumes.
-    public func recover() async throws {
-        for var record in try store.attemptsNeedingWork() {
-            switch record.state {
-            case .starting:
-                try commit(
-                    &record, .recovered,
-                    error: AttemptError(
-                        code: BrokerErrorCode.serverProtocolError.rawValue,
-                        message: "the broker stopped while creating this attempt; start a new sign-in"))
-                try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
-            case .exchanging:
-                try markUncertain(&record, "the broker stopped while exchanging; reconciling with the server")
-            default:
-                break
-            }
-            if record.followUp != .none && record.reconcileTries == 0 {
-                // The broker may have stopped with that request in flight.
-                record.reconcileTries = 1
-                try save(&record)
-            }
-        }
-        await tick()
-    }
-
     /// An attempt left `exchanging` with no exchange in flight (the broker
     /// stopped, or its answer could not be committed) is uncertain, due for
     /// reconciliation now.
-    private func markUncertain(_ record: inout AttemptRecord, _ message: String) throws {
+    func markUncertain(_ record: inout AttemptRecord, _ message: String) throws {
         try commit(
             &record, .recovered,
             error: AttemptError(code: BrokerErrorCode.exchangeUncertain.rawValue, message: message)
         ) { $0.nextReconcileAt = self.now() }
-    }
-
-    /// The periodic timer: local expiry of waiting attempts, due
-    /// reconciliations and follow-ups, owed sign-out revokes.
-    public func tick() async {
-        let now = now()
-        guard let records = try? store.attemptsNeedingWork() else { return }
-        for var record in records {
-            if record.state == .exchanging && !exchangesInFlight.contains(record.id) {
-                // Its exchange ended without its answer being committed (the
-                // state file could not be written): reconcile it, as after a crash.
-                do {
-                    try markUncertain(&record, "the exchange's answer could not be recorded; reconciling with the server")
-                    scheduleFollowUp(record.id)
-                } catch {
-                    logger.warning("cannot record the attempt's state", ["attempt.id": record.id, "error": "\(error)"])
-                }
-                continue
-            }
-            if record.state == .waiting, let expiresAt = record.expiresAt, now >= expiresAt {
-                try? expireLocally(&record)
-                scheduleFollowUp(record.id)
-                continue
-            }
-            let due = record.nextReconcileAt.map { now >= $0 } ?? true
-            guard due, !busy.contains(record.id) else { continue }
-            if record.state == .uncertain || record.followUp != .none {
-                scheduleFollowUp(record.id)
-            }
-        }
-        await retryPendingRevokes()
-        await maintainSessions()
     }
 }

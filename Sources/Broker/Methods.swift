@@ -24,6 +24,8 @@ public struct MethodTable: Sendable {
             throw error
         } catch let error as BrokerError {
             throw Self.rpcError(error)
+        } catch let error as InvalidAppRequest {
+            throw RPCError.invalidParams(error.message)
         } catch let error as DatabaseError where error.isStorageFault {
             logger.warning(
                 "the state directory cannot be written",
@@ -188,7 +190,14 @@ public struct MethodTable: Sendable {
             let id = try await engine.subscribe(
                 connection: connection.id, clients: clients,
                 mayUse: { client in configs[client].map { PeerBinding.mayUse($0, pid: pid) } ?? true },
-                send: { method, params in connection.notify(method: method, params: params) })
+                send: { event in
+                    let notification: (String, JSONValue?) =
+                        switch event {
+                        case .attemptChanged(let view): ("login.changed", try? JSONValue(encoding: ["attempt": view]))
+                        case .sessionChanged(let view): ("session.changed", try? JSONValue(encoding: ["session": view]))
+                        }
+                    if let params = notification.1 { connection.notify(method: notification.0, params: params) }
+                })
             // Held: a subscribed connection is never closed to make room for others.
             connection.hold()
             let engine = self.engine
