@@ -124,7 +124,7 @@ struct AppRequestProxy: Sendable {
         }
         if let code = serverCode(response), response.status == 401 || response.status == 403 {
             if code == .sessionRevoked || code == .sessionExpired || code == .authUserDisabled {
-                try await engine.endSession(
+                try await engine.sessions.end(
                     client.id, status: code == .sessionExpired ? .expired : .revoked, reason: code.rawValue)
             }
         }

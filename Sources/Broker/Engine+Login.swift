@@ -82,7 +82,7 @@ extension BrokerEngine {
                     recoveryChallenge: recoveryKey.challenge, ephemeral: ephemeral))
         } catch {
             let brokerError = error.brokerError(attemptId: id)
-            try commit(
+            try attempts.commit(
                 &record, .createFailed,
                 error: AttemptError(
                     code: brokerError.code.rawValue, message: brokerError.message, serverCode: brokerError.serverCode))
@@ -90,7 +90,8 @@ extension BrokerEngine {
             throw brokerError
         }
         if let problem = try createProblem(created, client: client) {
-            try commit(&record, .createFailed, error: AttemptError(code: problem.code.rawValue, message: problem.message))
+            try attempts.commit(
+                &record, .createFailed, error: AttemptError(code: problem.code.rawValue, message: problem.message))
             try? await vault.remove(attributes: keys)
             throw problem.with(attemptId: id)
         }
@@ -98,10 +99,11 @@ extension BrokerEngine {
         do {
             try await vault.storeJSON(secrets, label: VaultKeys.attemptLabel(appName: client.appName), attributes: keys)
         } catch {
-            try commit(&record, .createFailed, error: AttemptError(code: error.brokerError.code.rawValue, message: error.message))
+            try attempts.commit(
+                &record, .createFailed, error: AttemptError(code: error.brokerError.code.rawValue, message: error.message))
             throw error.brokerError.with(attemptId: id)
         }
-        try commit(&record, .created) {
+        try attempts.commit(&record, .created) {
             $0.serverAttemptId = created.attemptId
             $0.expiresAt = created.expiresAt
         }
@@ -172,7 +174,7 @@ extension BrokerEngine {
     }
 
     func expireLocally(_ record: inout AttemptRecord) throws {
-        try commit(
+        try attempts.commit(
             &record, .localExpiry,
             error: AttemptError(
                 code: BrokerErrorCode.attemptExpired.rawValue, message: "the sign-in was not finished in time; start again")
@@ -233,7 +235,7 @@ extension BrokerEngine {
                 attemptId: record.id)
         }
         guard record.state == .waiting else { throw notWaiting(record) }
-        try commit(
+        try attempts.commit(
             &record, .deniedConfirmed,
             error: AttemptError(code: BrokerErrorCode.accessDenied.rawValue, message: "the user declined the sign-in")
         ) { $0.followUp = .acknowledge }
@@ -257,7 +259,7 @@ extension BrokerEngine {
         {
             // A repeat of the callback that completed the attempt: answer, send nothing.
             var result = view(record)
-            if record.state == .completed { result.session = try sessionView(record.client) }
+            if record.state == .completed { result.session = try sessions.view(record.client) }
             return result
         }
         if record.state == .exchanging {
@@ -293,7 +295,7 @@ extension BrokerEngine {
             }
         }
         var result = view(record)
-        if record.state == .completed { result.session = try sessionView(record.client) }
+        if record.state == .completed { result.session = try sessions.view(record.client) }
         return result
     }
 
@@ -309,7 +311,7 @@ extension BrokerEngine {
     }
 
     private func exchange(_ record: inout AttemptRecord, code: String, digest: String) async throws -> AttemptView {
-        try commit(&record, .exchangeBegan) {
+        try attempts.commit(&record, .exchangeBegan) {
             $0.callbackDigest = digest
             $0.error = nil
         }
@@ -321,7 +323,7 @@ extension BrokerEngine {
         do {
             secrets = try await attemptSecrets(record)
         } catch {
-            try commit(&record, .exchangeNotSent)
+            try attempts.commit(&record, .exchangeNotSent)
             throw error
         }
         let result: Result<ExchangeResponse, LoginServerError>
@@ -361,13 +363,13 @@ extension BrokerEngine {
             // Cancelled while the exchange was in flight: revoke, never adopt.
             _ = try? await server(record.client).revokeByToken(accessToken: answer.session.accessToken)
             record.followUp = .acknowledge
-            try save(&record)
+            try attempts.save(&record)
             scheduleFollowUp(record.id)
             return view(record)
         }
         guard record.state == .exchanging else { return view(record) }
         if let vaultProblem {
-            try commit(
+            try attempts.commit(
                 &record, .exchangeUncertain,
                 error: AttemptError(
                     code: BrokerErrorCode.exchangeUncertain.rawValue, message: "the session could not be kept in the keyring")
@@ -381,7 +383,7 @@ extension BrokerEngine {
                 label: VaultKeys.sessionLabel(appName: client.appName, email: answer.session.account.email),
                 attributes: VaultKeys.session(client: record.client))
         } catch {
-            try commit(
+            try attempts.commit(
                 &record, .exchangeUncertain,
                 error: AttemptError(
                     code: BrokerErrorCode.exchangeUncertain.rawValue, message: "the session could not be kept in the keyring")
@@ -389,7 +391,7 @@ extension BrokerEngine {
             throw error.brokerError.with(attemptId: record.id)
         }
         try sessions.signedIn(client: record.client, session: answer.session, attemptId: record.id)
-        try commit(&record, .exchangeSucceeded) {
+        try attempts.commit(&record, .exchangeSucceeded) {
             $0.receiptIssuedAt = answer.receipt.issuedAt
             $0.receiptSessionExpiresAt = answer.session.expiresAt
             $0.followUp = .acknowledge
@@ -398,7 +400,7 @@ extension BrokerEngine {
         attempts.keptCallbacks[record.id] = nil
         scheduleFollowUp(record.id)
         var result = view(record)
-        result.session = try sessionView(record.client)
+        result.session = try sessions.view(record.client)
         return result
     }
 
@@ -406,7 +408,7 @@ extension BrokerEngine {
         if record.state == .cancelled {
             // Cancelled meanwhile: whatever the answer, a session issued anyway must be revoked.
             if case .refused = failure {} else { record.followUp = .revoke }
-            try save(&record)
+            try attempts.save(&record)
             scheduleFollowUp(record.id)
             throw failure.brokerError(attemptId: record.id)
         }
@@ -415,7 +417,7 @@ extension BrokerEngine {
         case .refused(_, let code, _, _):
             let brokerError = failure.brokerError(attemptId: record.id)
             let error = AttemptError(code: brokerError.code.rawValue, message: brokerError.message, serverCode: code.rawValue)
-            try commit(&record, .exchangeRefused(code), error: error) { r in
+            try attempts.commit(&record, .exchangeRefused(code), error: error) { r in
                 if r.state == .uncertain { r.nextReconcileAt = self.now() }
                 if r.state == .cancelled || r.state == .expired || r.state == .failed { r.followUp = .acknowledge }
             }
@@ -428,14 +430,14 @@ extension BrokerEngine {
             if code != .invalidGrant { attempts.keptCallbacks[record.id] = nil }
             throw brokerError
         case .notSent:
-            try commit(
+            try attempts.commit(
                 &record, .exchangeNotSent,
                 error: AttemptError(
                     code: BrokerErrorCode.serverUnreachable.rawValue,
                     message: "the login server could not be reached; the callback can be delivered again"))
             throw failure.brokerError(attemptId: record.id)
         default:
-            try commit(
+            try attempts.commit(
                 &record, .exchangeUncertain,
                 error: AttemptError(code: BrokerErrorCode.exchangeUncertain.rawValue, message: "\(failure)")
             ) { $0.nextReconcileAt = self.now() }
@@ -473,7 +475,7 @@ extension BrokerEngine {
         case .cancelled:
             return view(record)
         case .waiting, .exchanging:
-            try commit(
+            try attempts.commit(
                 &record, .cancel,
                 error: AttemptError(code: "CANCELLED", message: "the sign-in was cancelled")
             ) { $0.followUp = .cancel }
@@ -512,7 +514,7 @@ extension BrokerEngine {
             }
             record = try attempt(attemptId)
             if record.state == .waiting {
-                try commit(&record, .serverReported(status.state)) { r in
+                try attempts.commit(&record, .serverReported(status.state)) { r in
                     if r.state == .uncertain { r.nextReconcileAt = self.now() }
                     if r.state == .cancelled || r.state == .expired { r.followUp = .acknowledge }
                 }
@@ -537,7 +539,7 @@ extension BrokerEngine {
             record = try attempt(attemptId)
         }
         let followUp = record.followUp
-        try commit(&record, .acknowledge)
+        try attempts.commit(&record, .acknowledge)
         if followUp == .acknowledge || followUp == .cancel || followUp == .revoke {
             await runFollowUp(record.id)
         } else {

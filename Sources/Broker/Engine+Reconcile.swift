@@ -23,7 +23,7 @@ extension BrokerEngine {
         record.reconcileTries += 1
         let seconds = min(300, 1 << min(record.reconcileTries, 9))
         record.nextReconcileAt = now().adding(milliseconds: Int64(seconds) * 1000)
-        try save(&record)
+        try attempts.save(&record)
         logger.notice(
             "server work postponed",
             ["attempt.id": record.id, "client": record.client, "retry.seconds": "\(seconds)", "error": problem])
@@ -117,7 +117,7 @@ extension BrokerEngine {
                     // Redeemed meanwhile: reconcile again from the top.
                     try backoff(&record, "exchanged meanwhile")
                     record.nextReconcileAt = now()
-                    try save(&record)
+                    try attempts.save(&record)
                     return
                 }
                 try backoff(&record, "cancel: \(error)")
@@ -165,7 +165,7 @@ extension BrokerEngine {
         record = try attempt(record.id)
         guard record.state == .uncertain else { return }
         try sessions.signedIn(client: record.client, session: session, attemptId: record.id)
-        try commit(&record, .adopted) {
+        try attempts.commit(&record, .adopted) {
             $0.resolution = .adopted
             $0.followUp = .acknowledge
             $0.receiptIssuedAt = receipt.issuedAt
@@ -188,13 +188,13 @@ extension BrokerEngine {
             record.receiptIssuedAt = receipt.issuedAt
             record.receiptSessionExpiresAt = sessionExpiresAt
         }
-        try save(&record)
+        try attempts.save(&record)
         logger.notice(
             "uncertain attempt reconciled",
             ["attempt.id": record.id, "client": record.client, "resolution": resolution.rawValue])
         faultPoint("after-reconcile-settled")
         // Reconciled: nothing waits on anyone, so the broker retires it itself (§7).
-        try commit(&record, .acknowledge)
+        try attempts.commit(&record, .acknowledge)
     }
 
     // MARK: - Server follow-ups
@@ -228,7 +228,7 @@ extension BrokerEngine {
         else {
             record = try attempt(attemptId)
             record.followUp = .none
-            try save(&record)
+            try attempts.save(&record)
             return
         }
         var step = record.followUp
@@ -298,7 +298,7 @@ extension BrokerEngine {
         }
         record.followUp = .none
         record.nextReconcileAt = nil
-        try save(&record)
+        try attempts.save(&record)
         try await retireIfReconciled(&record)
     }
 
@@ -307,7 +307,7 @@ extension BrokerEngine {
     /// also when the broker stopped between those steps.
     private func retireIfReconciled(_ record: inout AttemptRecord) async throws {
         guard record.state == .uncertain, record.resolution != .none, record.followUp == .none else { return }
-        try commit(&record, .acknowledge)
+        try attempts.commit(&record, .acknowledge)
         try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
     }
 
@@ -326,7 +326,7 @@ extension BrokerEngine {
     /// stopped, or its answer could not be committed) is uncertain, due for
     /// reconciliation now.
     func markUncertain(_ record: inout AttemptRecord, _ message: String) throws {
-        try commit(
+        try attempts.commit(
             &record, .recovered,
             error: AttemptError(code: BrokerErrorCode.exchangeUncertain.rawValue, message: message)
         ) { $0.nextReconcileAt = self.now() }

@@ -85,18 +85,6 @@ public actor BrokerEngine {
 
     func attempt(_ id: String) throws -> AttemptRecord { try attempts.attempt(id) }
 
-    @discardableResult
-    func commit(
-        _ record: inout AttemptRecord, _ event: AttemptEvent, error: AttemptError? = nil,
-        change: ((inout AttemptRecord) -> Void)? = nil
-    ) throws -> AttemptRecord {
-        try attempts.commit(&record, event, error: error, change: change)
-    }
-
-    func save(_ record: inout AttemptRecord) throws { try attempts.save(&record) }
-
-    func sessionView(_ client: String) throws -> SessionView { try sessions.view(client) }
-
     /// A fault point of the crash tests (`TestFaults`; a no-op in release builds).
     func faultPoint(_ point: String) { TestFaults.hit(point) }
 
@@ -174,7 +162,7 @@ public actor BrokerEngine {
 
     public func session(client clientId: String) throws -> SessionView {
         _ = try client(clientId)
-        return try sessionView(clientId)
+        return try sessions.view(clientId)
     }
 
     /// Answers once the client is signed in (also for a sign-in that starts
@@ -183,7 +171,7 @@ public actor BrokerEngine {
     /// its timeout are removed then, nothing of the wait is left behind.
     public func waitForSession(client clientId: String, timeoutMilliseconds: Int) async throws -> SessionView? {
         _ = try client(clientId)
-        let current = try sessionView(clientId)
+        let current = try sessions.view(clientId)
         if current.status == .signedIn { return current }
         if Task.isCancelled { return nil }
         let id = sessions.newWaiterId()
@@ -230,10 +218,6 @@ public actor BrokerEngine {
         return try await task.value
     }
 
-    func endSession(_ clientId: String, status: SessionStatus, reason: String?) async throws {
-        try await sessions.end(clientId, status: status, reason: reason)
-    }
-
     // MARK: - http.request
 
     /// `http.request`: the app's request to its API with the session's bearer
@@ -250,7 +234,7 @@ public actor BrokerEngine {
         for var record in try store.attemptsNeedingWork() {
             switch record.state {
             case .starting:
-                try commit(
+                try attempts.commit(
                     &record, .recovered,
                     error: AttemptError(
                         code: BrokerErrorCode.serverProtocolError.rawValue,
@@ -264,7 +248,7 @@ public actor BrokerEngine {
             if record.followUp != .none && record.reconcileTries == 0 {
                 // The broker may have stopped with that request in flight.
                 record.reconcileTries = 1
-                try save(&record)
+                try attempts.save(&record)
             }
         }
         await tick()

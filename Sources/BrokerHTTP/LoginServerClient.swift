@@ -146,12 +146,6 @@ public struct LoginServerClient: SignInProtocol, ServerAttemptControl {
             as: RefreshResponse.self)
     }
 
-    /// Sends a request the caller built (the daemon's `http.request`) as it is:
-    /// no header added, no redirect followed, no retry.
-    public func send(_ request: HTTPRequest) async throws(HTTPTransportError) -> HTTPResponse {
-        try await transport.send(request)
-    }
-
     // MARK: Plumbing
 
     struct EmptyObject: Encodable {}
