@@ -283,7 +283,8 @@ extension BrokerEngine {
         let token = attempts.keptCounter
         attempts.keptCallbacks[record.id] = KeptCallback(callback: callback, token: token)
         while true {
-            await waitForExchange(record.id)
+            let attemptId = record.id
+            await attempts.waitForExchange(attemptId) { id in Task { await self.releaseExchangeWaiter(attemptId, id) } }
             record = try attempt(record.id)
             if record.state == .exchanging && attempts.exchangesInFlight.contains(record.id) && !Task.isCancelled { continue }
             break
@@ -297,13 +298,6 @@ extension BrokerEngine {
         var result = view(record)
         if record.state == .completed { result.session = try sessions.view(record.client) }
         return result
-    }
-
-    /// Suspends until the attempt's exchange in flight settles (or the caller is cancelled).
-    private func waitForExchange(_ attemptId: String) async {
-        await attempts.waitForExchange(attemptId) { id in
-            Task { await self.releaseExchangeWaiter(attemptId, id) }
-        }
     }
 
     private func releaseExchangeWaiter(_ attemptId: String, _ id: UInt64) {

@@ -35,13 +35,17 @@ extension BrokerEngine {
     /// issued if it is ours and alive, otherwise revoke it by proof; cancel
     /// a server attempt still pending; acknowledge what is settled.
     func reconcileNow(_ attemptId: String) async {
+        await exclusively(attemptId, failure: "reconcile failed") { try await self.reconcileSteps(attemptId) }
+    }
+
+    /// Runs one attempt's server work, once at a time per attempt; a failure
+    /// is logged and the timer tries again.
+    private func exclusively(_ attemptId: String, failure: String, _ steps: () async throws -> Void) async {
         guard !attempts.busy.contains(attemptId) else { return }
         attempts.busy.insert(attemptId)
         defer { attempts.busy.remove(attemptId) }
-        do {
-            try await reconcileSteps(attemptId)
-        } catch {
-            logger.warning("reconcile failed", ["attempt.id": attemptId, "error": "\(error)"])
+        do { try await steps() } catch {
+            logger.warning(failure, ["attempt.id": attemptId, "error": "\(error)"])
             timer.scheduled(now())
         }
     }
@@ -204,15 +208,7 @@ extension BrokerEngine {
     /// has forgotten the attempt, unless an unreconciled or unacknowledged
     /// uncertain attempt still needs it.
     func runFollowUp(_ attemptId: String) async {
-        guard !attempts.busy.contains(attemptId) else { return }
-        attempts.busy.insert(attemptId)
-        defer { attempts.busy.remove(attemptId) }
-        do {
-            try await followUpSteps(attemptId)
-        } catch {
-            logger.warning("server follow-up failed", ["attempt.id": attemptId, "error": "\(error)"])
-            timer.scheduled(now())
-        }
+        await exclusively(attemptId, failure: "server follow-up failed") { try await self.followUpSteps(attemptId) }
     }
 
     private func followUpSteps(_ attemptId: String) async throws {

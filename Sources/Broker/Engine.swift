@@ -198,13 +198,11 @@ public actor BrokerEngine {
     /// Resumes every waiter (at shutdown).
     public func releaseWaiters() { sessions.releaseWaiters() }
 
-    /// Signs out locally at once, then revokes at the server; when the
-    /// server cannot be reached, the revoke is owed and retried later.
+    /// `session.signOut` (`SessionKeeper.signOut`).
     public func signOut(client clientId: String) async throws -> SessionView {
         try await sessions.signOut(client: clientId)
     }
 
-    /// The signed-in session's secrets, or `NOT_SIGNED_IN`.
     func currentSession(_ clientId: String) async throws -> SessionSecrets {
         try await sessions.current(clientId)
     }
