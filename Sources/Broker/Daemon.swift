@@ -213,7 +213,7 @@ public enum BrokerDaemon {
                 storePath: stateDirectory + "/state.sqlite", clients: loaded.clients,
                 vault: TestFaults.armed ? FaultingVault(base: SecretServiceVault()) : SecretServiceVault(),
                 makeServer: {
-                    let server = LoginServerAdapter($0, transport: transport)
+                    let server = LoginServerClient.signIn(for: $0, transport: transport)
                     return TestFaults.armed ? FaultingLoginServer(base: server) : server
                 },
                 launcher: ProcessBrowserLauncher(environment: environment, logger: logger), transport: transport,

@@ -1,5 +1,4 @@
 import BrokerCore
-import BrokerRPC
 import BrokerStore
 import BrowserLoginProtocol
 import Foundation
@@ -63,15 +62,17 @@ extension BrokerEngine {
             id: id, client: client.id, state: .starting, returnURL: client.returnURL.text,
             issuer: client.server.serialized, ephemeral: ephemeral, createdAt: createdAt)
         try store.insert(record)
+        sessions.refreshBoard(client.id)
         do {
             try await vault.storeJSON(secrets, label: VaultKeys.attemptLabel(appName: client.appName), attributes: keys)
         } catch {
             // Nothing was sent: the attempt never existed for anyone.
             try store.delete(attemptId: id, client: client.id)
+            sessions.refreshBoard(client.id)
             throw error.brokerError
         }
         logger.info("attempt created", ["attempt.id": id, "client": client.id])
-        publishAttempt(record)
+        attempts.publish(record)
 
         let created: CreateAttemptResponse
         do {
@@ -81,7 +82,7 @@ extension BrokerEngine {
                     recoveryChallenge: recoveryKey.challenge, ephemeral: ephemeral))
         } catch {
             let brokerError = error.brokerError(attemptId: id)
-            try commit(
+            try attempts.commit(
                 &record, .createFailed,
                 error: AttemptError(
                     code: brokerError.code.rawValue, message: brokerError.message, serverCode: brokerError.serverCode))
@@ -89,7 +90,8 @@ extension BrokerEngine {
             throw brokerError
         }
         if let problem = try createProblem(created, client: client) {
-            try commit(&record, .createFailed, error: AttemptError(code: problem.code.rawValue, message: problem.message))
+            try attempts.commit(
+                &record, .createFailed, error: AttemptError(code: problem.code.rawValue, message: problem.message))
             try? await vault.remove(attributes: keys)
             throw problem.with(attemptId: id)
         }
@@ -97,10 +99,11 @@ extension BrokerEngine {
         do {
             try await vault.storeJSON(secrets, label: VaultKeys.attemptLabel(appName: client.appName), attributes: keys)
         } catch {
-            try commit(&record, .createFailed, error: AttemptError(code: error.brokerError.code.rawValue, message: error.message))
+            try attempts.commit(
+                &record, .createFailed, error: AttemptError(code: error.brokerError.code.rawValue, message: error.message))
             throw error.brokerError.with(attemptId: id)
         }
-        try commit(&record, .created) {
+        try attempts.commit(&record, .created) {
             $0.serverAttemptId = created.attemptId
             $0.expiresAt = created.expiresAt
         }
@@ -171,7 +174,7 @@ extension BrokerEngine {
     }
 
     func expireLocally(_ record: inout AttemptRecord) throws {
-        try commit(
+        try attempts.commit(
             &record, .localExpiry,
             error: AttemptError(
                 code: BrokerErrorCode.attemptExpired.rawValue, message: "the sign-in was not finished in time; start again")
@@ -219,7 +222,7 @@ extension BrokerEngine {
         let secrets = try await attemptSecrets(record)
         let status: StatusResponse
         do {
-            status = try await server(record.client).status(
+            status = try await attemptControl(record.client).status(
                 attemptId: record.serverAttemptId ?? "", recoveryKey: secrets.recoveryKey)
         } catch {
             throw error.brokerError(attemptId: record.id)
@@ -232,7 +235,7 @@ extension BrokerEngine {
                 attemptId: record.id)
         }
         guard record.state == .waiting else { throw notWaiting(record) }
-        try commit(
+        try attempts.commit(
             &record, .deniedConfirmed,
             error: AttemptError(code: BrokerErrorCode.accessDenied.rawValue, message: "the user declined the sign-in")
         ) { $0.followUp = .acknowledge }
@@ -256,7 +259,7 @@ extension BrokerEngine {
         {
             // A repeat of the callback that completed the attempt: answer, send nothing.
             var result = view(record)
-            if record.state == .completed { result.session = try sessionView(record.client) }
+            if record.state == .completed { result.session = try sessions.view(record.client) }
             return result
         }
         if record.state == .exchanging {
@@ -276,69 +279,48 @@ extension BrokerEngine {
     private func keepUntilSettled(_ record: inout AttemptRecord, callback: Callback, code: String) async throws
         -> AttemptView
     {
-        keptCounter += 1
-        let token = keptCounter
-        keptCallbacks[record.id] = KeptCallback(callback: callback, token: token)
+        attempts.keptCounter += 1
+        let token = attempts.keptCounter
+        attempts.keptCallbacks[record.id] = KeptCallback(callback: callback, token: token)
         while true {
-            await waitForExchange(record.id)
+            let attemptId = record.id
+            await attempts.waitForExchange(attemptId) { id in Task { await self.releaseExchangeWaiter(attemptId, id) } }
             record = try attempt(record.id)
-            if record.state == .exchanging && exchangesInFlight.contains(record.id) && !Task.isCancelled { continue }
+            if record.state == .exchanging && attempts.exchangesInFlight.contains(record.id) && !Task.isCancelled { continue }
             break
         }
-        if keptCallbacks[record.id]?.token == token {
-            keptCallbacks[record.id] = nil
+        if attempts.keptCallbacks[record.id]?.token == token {
+            attempts.keptCallbacks[record.id] = nil
             if record.state == .waiting && !Task.isCancelled {
                 return try await finishCode(&record, callback: callback, code: code)
             }
         }
         var result = view(record)
-        if record.state == .completed { result.session = try sessionView(record.client) }
+        if record.state == .completed { result.session = try sessions.view(record.client) }
         return result
     }
 
-    /// Suspends until the attempt's exchange in flight settles (or the caller is cancelled).
-    private func waitForExchange(_ attemptId: String) async {
-        guard exchangesInFlight.contains(attemptId) else { return }
-        waiterCounter += 1
-        let id = waiterCounter
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                exchangeWaiters[attemptId, default: [:]][id] = continuation
-            }
-        } onCancel: {
-            Task { await self.releaseExchangeWaiter(attemptId, id) }
-        }
-    }
-
     private func releaseExchangeWaiter(_ attemptId: String, _ id: UInt64) {
-        exchangeWaiters[attemptId]?.removeValue(forKey: id)?.resume()
-        if exchangeWaiters[attemptId]?.isEmpty == true { exchangeWaiters[attemptId] = nil }
-    }
-
-    /// The exchange of `attemptId` is settled: its `finish` waiters answer.
-    func exchangeSettled(_ attemptId: String) {
-        exchangesInFlight.remove(attemptId)
-        if let state = try? store.attempt(id: attemptId)?.state, state != .waiting { keptCallbacks[attemptId] = nil }
-        for continuation in (exchangeWaiters.removeValue(forKey: attemptId) ?? [:]).values { continuation.resume() }
+        attempts.releaseExchangeWaiter(attemptId, id)
     }
 
     private func exchange(_ record: inout AttemptRecord, code: String, digest: String) async throws -> AttemptView {
-        try commit(&record, .exchangeBegan) {
+        try attempts.commit(&record, .exchangeBegan) {
             $0.callbackDigest = digest
             $0.error = nil
         }
         let attemptId = record.id
-        exchangesInFlight.insert(attemptId)
-        defer { exchangeSettled(attemptId) }
+        attempts.exchangesInFlight.insert(attemptId)
+        defer { attempts.exchangeSettled(attemptId) }
         faultPoint("after-exchanging-commit")
         let secrets: AttemptSecrets
         do {
             secrets = try await attemptSecrets(record)
         } catch {
-            try commit(&record, .exchangeNotSent)
+            try attempts.commit(&record, .exchangeNotSent)
             throw error
         }
-        let result: Result<ExchangeResponse, ServerFailure>
+        let result: Result<ExchangeResponse, LoginServerError>
         do {
             result = .success(
                 try await server(record.client).exchange(
@@ -358,10 +340,8 @@ extension BrokerEngine {
     private func exchanged(_ record: inout AttemptRecord, _ answer: ExchangeResponse, secrets: AttemptSecrets) async throws
         -> AttemptView
     {
+        // The protocol checked the receipt against the attempt and the issued session.
         let client = try client(record.client)
-        let wellFormed =
-            answer.receipt.attemptId == record.serverAttemptId
-            && Crypto.constantTimeEquals(answer.receipt.tokenDigest, Crypto.digest(answer.session.accessToken))
         var withSession = secrets
         withSession.session = answer.session
         var vaultProblem: VaultError?
@@ -375,24 +355,21 @@ extension BrokerEngine {
 
         if record.state == .cancelled {
             // Cancelled while the exchange was in flight: revoke, never adopt.
-            _ = try? await server(record.client).revoke(accessToken: answer.session.accessToken)
+            _ = try? await server(record.client).revokeByToken(accessToken: answer.session.accessToken)
             record.followUp = .acknowledge
-            try save(&record)
+            try attempts.save(&record)
             scheduleFollowUp(record.id)
             return view(record)
         }
         guard record.state == .exchanging else { return view(record) }
-        guard wellFormed, vaultProblem == nil else {
-            try commit(
+        if let vaultProblem {
+            try attempts.commit(
                 &record, .exchangeUncertain,
                 error: AttemptError(
-                    code: BrokerErrorCode.exchangeUncertain.rawValue,
-                    message: wellFormed
-                        ? "the session could not be kept in the keyring" : "the server's exchange answer is inconsistent")
+                    code: BrokerErrorCode.exchangeUncertain.rawValue, message: "the session could not be kept in the keyring")
             ) { $0.nextReconcileAt = self.now() }
             scheduleFollowUp(record.id)
-            if let vaultProblem { throw vaultProblem.brokerError.with(attemptId: record.id) }
-            throw uncertain(record)
+            throw vaultProblem.brokerError.with(attemptId: record.id)
         }
         do {
             try await vault.storeJSON(
@@ -400,48 +377,32 @@ extension BrokerEngine {
                 label: VaultKeys.sessionLabel(appName: client.appName, email: answer.session.account.email),
                 attributes: VaultKeys.session(client: record.client))
         } catch {
-            try commit(
+            try attempts.commit(
                 &record, .exchangeUncertain,
                 error: AttemptError(
                     code: BrokerErrorCode.exchangeUncertain.rawValue, message: "the session could not be kept in the keyring")
             ) { $0.nextReconcileAt = self.now() }
             throw error.brokerError.with(attemptId: record.id)
         }
-        try storeSignedIn(client: record.client, session: answer.session, attemptId: record.id)
-        try commit(&record, .exchangeSucceeded) {
+        try sessions.signedIn(client: record.client, session: answer.session, attemptId: record.id)
+        try attempts.commit(&record, .exchangeSucceeded) {
             $0.receiptIssuedAt = answer.receipt.issuedAt
             $0.receiptSessionExpiresAt = answer.session.expiresAt
             $0.followUp = .acknowledge
             $0.error = nil
         }
-        keptCallbacks[record.id] = nil
+        attempts.keptCallbacks[record.id] = nil
         scheduleFollowUp(record.id)
         var result = view(record)
-        result.session = try sessionView(record.client)
+        result.session = try sessions.view(record.client)
         return result
     }
 
-    func storeSignedIn(client: String, session: IssuedSession, attemptId: String) throws {
-        sessionCache[client] = SessionSecrets(session: session, attemptId: attemptId)
-        nextRefresh[client] = nil
-        nextVerify[client] = now().adding(milliseconds: verifyIntervalMilliseconds)
-        var record = SessionRecord(
-            client: client, status: .signedIn, account: session.account, authMethod: session.authMethod,
-            authenticatedAt: session.authenticatedAt, expiresAt: session.expiresAt,
-            accessTokenExpiresAt: session.accessTokenExpiresAt, attemptId: attemptId, updatedAt: now(),
-            verifiedAt: now())
-        // A revoke still owed for an earlier session stays owed.
-        record.revokePending = (try store.session(client: client))?.revokePending ?? false
-        try store.save(record)
-        logger.info("signed in", ["client": client, "attempt.id": attemptId])
-        // Published with the attempt's commit that follows, in that order.
-    }
-
-    private func exchangeFailed(_ record: inout AttemptRecord, _ failure: ServerFailure) async throws -> AttemptView {
+    private func exchangeFailed(_ record: inout AttemptRecord, _ failure: LoginServerError) async throws -> AttemptView {
         if record.state == .cancelled {
             // Cancelled meanwhile: whatever the answer, a session issued anyway must be revoked.
             if case .refused = failure {} else { record.followUp = .revoke }
-            try save(&record)
+            try attempts.save(&record)
             scheduleFollowUp(record.id)
             throw failure.brokerError(attemptId: record.id)
         }
@@ -450,7 +411,7 @@ extension BrokerEngine {
         case .refused(_, let code, _, _):
             let brokerError = failure.brokerError(attemptId: record.id)
             let error = AttemptError(code: brokerError.code.rawValue, message: brokerError.message, serverCode: code.rawValue)
-            try commit(&record, .exchangeRefused(code), error: error) { r in
+            try attempts.commit(&record, .exchangeRefused(code), error: error) { r in
                 if r.state == .uncertain { r.nextReconcileAt = self.now() }
                 if r.state == .cancelled || r.state == .expired || r.state == .failed { r.followUp = .acknowledge }
             }
@@ -460,17 +421,17 @@ extension BrokerEngine {
             }
             if record.state.isTerminal { scheduleFollowUp(record.id) }
             // Only an INVALID_GRANT lets a kept callback be tried (§7).
-            if code != .invalidGrant { keptCallbacks[record.id] = nil }
+            if code != .invalidGrant { attempts.keptCallbacks[record.id] = nil }
             throw brokerError
         case .notSent:
-            try commit(
+            try attempts.commit(
                 &record, .exchangeNotSent,
                 error: AttemptError(
                     code: BrokerErrorCode.serverUnreachable.rawValue,
                     message: "the login server could not be reached; the callback can be delivered again"))
             throw failure.brokerError(attemptId: record.id)
         default:
-            try commit(
+            try attempts.commit(
                 &record, .exchangeUncertain,
                 error: AttemptError(code: BrokerErrorCode.exchangeUncertain.rawValue, message: "\(failure)")
             ) { $0.nextReconcileAt = self.now() }
@@ -508,11 +469,11 @@ extension BrokerEngine {
         case .cancelled:
             return view(record)
         case .waiting, .exchanging:
-            try commit(
+            try attempts.commit(
                 &record, .cancel,
                 error: AttemptError(code: "CANCELLED", message: "the sign-in was cancelled")
             ) { $0.followUp = .cancel }
-            keptCallbacks[record.id] = nil
+            attempts.keptCallbacks[record.id] = nil
             await runFollowUp(record.id)
             return view(try attempt(attemptId))
         default:
@@ -537,7 +498,7 @@ extension BrokerEngine {
             let secrets = try await attemptSecrets(record)
             let status: StatusResponse
             do {
-                status = try await server(record.client).status(
+                status = try await attemptControl(record.client).status(
                     attemptId: record.serverAttemptId ?? "", recoveryKey: secrets.recoveryKey)
             } catch {
                 var result = view(try attempt(attemptId))
@@ -547,7 +508,7 @@ extension BrokerEngine {
             }
             record = try attempt(attemptId)
             if record.state == .waiting {
-                try commit(&record, .serverReported(status.state)) { r in
+                try attempts.commit(&record, .serverReported(status.state)) { r in
                     if r.state == .uncertain { r.nextReconcileAt = self.now() }
                     if r.state == .cancelled || r.state == .expired { r.followUp = .acknowledge }
                 }
@@ -572,7 +533,7 @@ extension BrokerEngine {
             record = try attempt(attemptId)
         }
         let followUp = record.followUp
-        try commit(&record, .acknowledge)
+        try attempts.commit(&record, .acknowledge)
         if followUp == .acknowledge || followUp == .cancel || followUp == .revoke {
             await runFollowUp(record.id)
         } else {
@@ -582,7 +543,7 @@ extension BrokerEngine {
     }
 }
 
-/// Server ids are opaque and URL-safe (PROTOCOL.md §4).
+/// Server ids are opaque and URL-safe (docs/protocol.md §4).
 func isValidOpaqueId(_ id: String) -> Bool {
     (16...256).contains(id.utf8.count)
         && id.utf8.allSatisfy {

@@ -23,7 +23,7 @@ extension BrokerEngine {
         record.reconcileTries += 1
         let seconds = min(300, 1 << min(record.reconcileTries, 9))
         record.nextReconcileAt = now().adding(milliseconds: Int64(seconds) * 1000)
-        try save(&record)
+        try attempts.save(&record)
         logger.notice(
             "server work postponed",
             ["attempt.id": record.id, "client": record.client, "retry.seconds": "\(seconds)", "error": problem])
@@ -35,20 +35,25 @@ extension BrokerEngine {
     /// issued if it is ours and alive, otherwise revoke it by proof; cancel
     /// a server attempt still pending; acknowledge what is settled.
     func reconcileNow(_ attemptId: String) async {
-        guard !busy.contains(attemptId) else { return }
-        busy.insert(attemptId)
-        defer { busy.remove(attemptId) }
-        do {
-            try await reconcileSteps(attemptId)
-        } catch {
-            logger.warning("reconcile failed", ["attempt.id": attemptId, "error": "\(error)"])
+        await exclusively(attemptId, failure: "reconcile failed") { try await self.reconcileSteps(attemptId) }
+    }
+
+    /// Runs one attempt's server work, once at a time per attempt; a failure
+    /// is logged and the timer tries again.
+    private func exclusively(_ attemptId: String, failure: String, _ steps: () async throws -> Void) async {
+        guard !attempts.busy.contains(attemptId) else { return }
+        attempts.busy.insert(attemptId)
+        defer { attempts.busy.remove(attemptId) }
+        do { try await steps() } catch {
+            logger.warning(failure, ["attempt.id": attemptId, "error": "\(error)"])
+            timer.scheduled(now())
         }
     }
 
     private func reconcileSteps(_ attemptId: String) async throws {
         var record = try attempt(attemptId)
         guard record.state == .uncertain, record.resolution == .none else { return }
-        let server = server(record.client)
+        let server = attemptControl(record.client)
         let secrets: AttemptSecrets
         do { secrets = try await attemptSecrets(record) } catch {
             record = try attempt(attemptId)
@@ -82,7 +87,7 @@ extension BrokerEngine {
                 Crypto.constantTimeEquals(Crypto.digest(session.accessToken), receipt.tokenDigest),
                 status.sessionRevoked != true
             {
-                switch await verify(session, server: server) {
+                switch await verify(session, server: self.server(record.client)) {
                 case .alive:
                     try await adopt(&record, session: session, receipt: receipt)
                     return
@@ -97,7 +102,7 @@ extension BrokerEngine {
                 try settle(&record, .sessionExpired, followUp: .acknowledge, receipt: receipt, sessionExpiresAt: expires)
             } else {
                 do {
-                    _ = try await server.revoke(attemptId: serverId, recoveryKey: secrets.recoveryKey)
+                    _ = try await server.revokeByProof(attemptId: serverId, recoveryKey: secrets.recoveryKey)
                 } catch {
                     record = try attempt(attemptId)
                     try backoff(&record, "revoke: \(error)")
@@ -116,7 +121,7 @@ extension BrokerEngine {
                     // Redeemed meanwhile: reconcile again from the top.
                     try backoff(&record, "exchanged meanwhile")
                     record.nextReconcileAt = now()
-                    try save(&record)
+                    try attempts.save(&record)
                     return
                 }
                 try backoff(&record, "cancel: \(error)")
@@ -136,7 +141,7 @@ extension BrokerEngine {
         case unreachable(String)
     }
 
-    func verify(_ session: IssuedSession, server: any LoginServerAPI) async -> Verification {
+    func verify(_ session: IssuedSession, server: any SignInProtocol) async -> Verification {
         do {
             let info = try await server.session(accessToken: session.accessToken)
             return info.sessionId == session.sessionId ? .alive : .dead
@@ -163,8 +168,8 @@ extension BrokerEngine {
         }
         record = try attempt(record.id)
         guard record.state == .uncertain else { return }
-        try storeSignedIn(client: record.client, session: session, attemptId: record.id)
-        try commit(&record, .adopted) {
+        try sessions.signedIn(client: record.client, session: session, attemptId: record.id)
+        try attempts.commit(&record, .adopted) {
             $0.resolution = .adopted
             $0.followUp = .acknowledge
             $0.receiptIssuedAt = receipt.issuedAt
@@ -187,13 +192,13 @@ extension BrokerEngine {
             record.receiptIssuedAt = receipt.issuedAt
             record.receiptSessionExpiresAt = sessionExpiresAt
         }
-        try save(&record)
+        try attempts.save(&record)
         logger.notice(
             "uncertain attempt reconciled",
             ["attempt.id": record.id, "client": record.client, "resolution": resolution.rawValue])
         faultPoint("after-reconcile-settled")
         // Reconciled: nothing waits on anyone, so the broker retires it itself (§7).
-        try commit(&record, .acknowledge)
+        try attempts.commit(&record, .acknowledge)
     }
 
     // MARK: - Server follow-ups
@@ -203,14 +208,7 @@ extension BrokerEngine {
     /// has forgotten the attempt, unless an unreconciled or unacknowledged
     /// uncertain attempt still needs it.
     func runFollowUp(_ attemptId: String) async {
-        guard !busy.contains(attemptId) else { return }
-        busy.insert(attemptId)
-        defer { busy.remove(attemptId) }
-        do {
-            try await followUpSteps(attemptId)
-        } catch {
-            logger.warning("server follow-up failed", ["attempt.id": attemptId, "error": "\(error)"])
-        }
+        await exclusively(attemptId, failure: "server follow-up failed") { try await self.followUpSteps(attemptId) }
     }
 
     private func followUpSteps(_ attemptId: String) async throws {
@@ -219,20 +217,20 @@ extension BrokerEngine {
             try await retireIfReconciled(&record)
             return
         }
-        let server = server(record.client)
+        let server = attemptControl(record.client)
         let keys = VaultKeys.attempt(client: record.client, attemptId: record.id)
         guard let serverId = record.serverAttemptId,
             let secrets = try? await vault.lookupJSON(AttemptSecrets.self, attributes: keys)
         else {
             record = try attempt(attemptId)
             record.followUp = .none
-            try save(&record)
+            try attempts.save(&record)
             return
         }
         var step = record.followUp
         if record.reconcileTries > 0 {
             // An earlier try may have reached the server: never send it again
-            // blind (PROTOCOL.md §4); ask `status` (safe) and act on what it says.
+            // blind (docs/protocol.md §4); ask `status` (safe) and act on what it says.
             do {
                 let status = try await server.status(attemptId: serverId, recoveryKey: secrets.recoveryKey)
                 step = Self.followUp(step, after: status)
@@ -254,7 +252,7 @@ extension BrokerEngine {
                     _ = try await server.cancel(attemptId: serverId, recoveryKey: secrets.recoveryKey)
                     step = .acknowledge
                 case .revoke:
-                    _ = try await server.revoke(attemptId: serverId, recoveryKey: secrets.recoveryKey)
+                    _ = try await server.revokeByProof(attemptId: serverId, recoveryKey: secrets.recoveryKey)
                     step = .acknowledge
                 case .acknowledge:
                     _ = try await server.acknowledge(attemptId: serverId, recoveryKey: secrets.recoveryKey)
@@ -296,7 +294,7 @@ extension BrokerEngine {
         }
         record.followUp = .none
         record.nextReconcileAt = nil
-        try save(&record)
+        try attempts.save(&record)
         try await retireIfReconciled(&record)
     }
 
@@ -305,7 +303,7 @@ extension BrokerEngine {
     /// also when the broker stopped between those steps.
     private func retireIfReconciled(_ record: inout AttemptRecord) async throws {
         guard record.state == .uncertain, record.resolution != .none, record.followUp == .none else { return }
-        try commit(&record, .acknowledge)
+        try attempts.commit(&record, .acknowledge)
         try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
     }
 
@@ -320,73 +318,13 @@ extension BrokerEngine {
         }
     }
 
-    // MARK: - Timer and start-up
-
-    /// Start-up recovery (§7): starting → failed, exchanging → uncertain,
-    /// waiting kept (expired when due); pending work resumes.
-    public func recover() async throws {
-        for var record in try store.attemptsNeedingWork() {
-            switch record.state {
-            case .starting:
-                try commit(
-                    &record, .recovered,
-                    error: AttemptError(
-                        code: BrokerErrorCode.serverProtocolError.rawValue,
-                        message: "the broker stopped while creating this attempt; start a new sign-in"))
-                try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
-            case .exchanging:
-                try markUncertain(&record, "the broker stopped while exchanging; reconciling with the server")
-            default:
-                break
-            }
-            if record.followUp != .none && record.reconcileTries == 0 {
-                // The broker may have stopped with that request in flight.
-                record.reconcileTries = 1
-                try save(&record)
-            }
-        }
-        await tick()
-    }
-
     /// An attempt left `exchanging` with no exchange in flight (the broker
     /// stopped, or its answer could not be committed) is uncertain, due for
     /// reconciliation now.
-    private func markUncertain(_ record: inout AttemptRecord, _ message: String) throws {
-        try commit(
+    func markUncertain(_ record: inout AttemptRecord, _ message: String) throws {
+        try attempts.commit(
             &record, .recovered,
             error: AttemptError(code: BrokerErrorCode.exchangeUncertain.rawValue, message: message)
         ) { $0.nextReconcileAt = self.now() }
-    }
-
-    /// The periodic timer: local expiry of waiting attempts, due
-    /// reconciliations and follow-ups, owed sign-out revokes.
-    public func tick() async {
-        let now = now()
-        guard let records = try? store.attemptsNeedingWork() else { return }
-        for var record in records {
-            if record.state == .exchanging && !exchangesInFlight.contains(record.id) {
-                // Its exchange ended without its answer being committed (the
-                // state file could not be written): reconcile it, as after a crash.
-                do {
-                    try markUncertain(&record, "the exchange's answer could not be recorded; reconciling with the server")
-                    scheduleFollowUp(record.id)
-                } catch {
-                    logger.warning("cannot record the attempt's state", ["attempt.id": record.id, "error": "\(error)"])
-                }
-                continue
-            }
-            if record.state == .waiting, let expiresAt = record.expiresAt, now >= expiresAt {
-                try? expireLocally(&record)
-                scheduleFollowUp(record.id)
-                continue
-            }
-            let due = record.nextReconcileAt.map { now >= $0 } ?? true
-            guard due, !busy.contains(record.id) else { continue }
-            if record.state == .uncertain || record.followUp != .none {
-                scheduleFollowUp(record.id)
-            }
-        }
-        await retryPendingRevokes()
-        await maintainSessions()
     }
 }

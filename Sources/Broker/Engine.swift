@@ -1,71 +1,56 @@
 import BrokerCore
-import BrokerRPC
 import BrokerStore
 import BrowserLoginProtocol
 import Foundation
+import Synchronization
 
-/// The broker's single owner of attempts and sessions. It persists each
-/// change before it acts on it (PROTOCOL.md §7 durability order), publishes
-/// each committed change to subscribers in commit order, and keeps secrets in
-/// the vault only.
+/// The broker's entry point for the RPC methods: the sign-in flow of each
+/// attempt (Engine+Login, Engine+Reconcile) over three owners — the attempts
+/// and their commits (`AttemptLedger`), the sessions (`SessionKeeper`) and the
+/// app's requests (`AppRequestProxy`). It persists each change before it acts
+/// on it (docs/protocol.md §7 durability order), publishes each committed
+/// change to subscribers in commit order (`BrokerEvent`), and keeps secrets
+/// in the vault only.
 ///
 /// An actor: its awaits on the vault and the server let other calls run, so
 /// every step that decides on a state re-reads the record after an await.
+/// The ledger and the keeper are its own (used from it only), so a commit or
+/// a session write never adds a suspension point to a step.
 public actor BrokerEngine {
     let store: BrokerStore
     let clients: [String: ClientConfig]
     let vault: any SecretVault
-    let servers: [String: any LoginServerAPI]
+    let servers: [String: any SignInProtocol]
     let launcher: any BrowserLauncher
-    /// The transport for `http.request` (the app's own API).
-    let transport: any HTTPTransport
     let clock: any BrokerCore.Clock
     let logger: Logger
     public let socketPath: String
     /// The directory of the state database (named in `STORAGE_UNAVAILABLE` errors).
     public nonisolated let stateDirectory: String
 
-    var hub = EventHub()
-    /// The latest callback that arrived while its attempt was exchanging (memory only: it holds a code).
-    var keptCallbacks: [String: KeptCallback] = [:]
-    var keptCounter: UInt64 = 0
-    /// Attempts whose exchange request is in flight now.
-    var exchangesInFlight: Set<String> = []
-    /// `login.finish` calls waiting for an attempt's exchange to settle.
-    var exchangeWaiters: [String: [UInt64: CheckedContinuation<Void, Never>]] = [:]
-    /// Attempts whose reconciliation or follow-up is running now.
-    var busy: Set<String> = []
+    let hub = EventHub()
+    let attempts: AttemptLedger
+    let sessions: SessionKeeper
+    let proxy: AppRequestProxy
     /// `login.start` calls in flight per client (one live attempt per client).
     var starting: [String: Task<AttemptView, any Error>] = [:]
-    /// `session.wait` callers per client.
-    var waiters: [String: [UInt64: CheckedContinuation<SessionView?, Never>]] = [:]
-    var waiterCounter: UInt64 = 0
-    /// Every client's public session view, kept current on each store write:
-    /// `session.get` reads it without a query, also off the actor (the RPC fast path).
+    /// Every client's public session view: `session.get` reads it without a
+    /// query, also off the actor (the RPC fast path).
     public nonisolated let sessionBoard = SessionBoard()
-    /// The last session view published per client, to publish changes only.
-    var publishedSessions: [String: SessionView] = [:]
-    /// Each signed-in client's session secrets, read once from the vault.
-    var sessionCache: [String: SessionSecrets] = [:]
-    /// Refreshes in flight per client: concurrent callers share one.
-    var refreshing: [String: Task<SessionSecrets, any Error>] = [:]
-    /// Clients whose sign-out revoke is being sent now: at most one request per session in flight.
-    var revokesInFlight: Set<String> = []
-    /// When each session is next refreshed and verified.
-    var nextRefresh: [String: Timestamp] = [:]
-    var nextVerify: [String: Timestamp] = [:]
-    /// How often sessions are checked with `GET session`.
-    let verifyIntervalMilliseconds: Int64
+    /// The timer's next deadline and its wake-up hook.
+    nonisolated let timer = TimerSignal()
+
     public init(
         storePath: String, clients: [ClientConfig], vault: any SecretVault,
-        makeServer: (ClientConfig) -> any LoginServerAPI, launcher: any BrowserLauncher, transport: any HTTPTransport,
+        makeServer: (ClientConfig) -> any SignInProtocol, launcher: any BrowserLauncher, transport: any HTTPTransport,
         clock: any BrokerCore.Clock = SystemClock(), logger: Logger, socketPath: String,
         verifyIntervalMilliseconds: Int64 = 300_000
     ) throws {
-        self.store = try BrokerStore(path: storePath)
+        let store = try BrokerStore(path: storePath)
+        self.store = store
         self.stateDirectory = (storePath as NSString).deletingLastPathComponent
         var byId: [String: ClientConfig] = [:]
-        var servers: [String: any LoginServerAPI] = [:]
+        var servers: [String: any SignInProtocol] = [:]
         for client in clients {
             byId[client.id] = client
             servers[client.id] = makeServer(client)
@@ -74,18 +59,14 @@ public actor BrokerEngine {
         self.servers = servers
         self.vault = vault
         self.launcher = launcher
-        self.transport = transport
-        self.verifyIntervalMilliseconds = verifyIntervalMilliseconds
         self.clock = clock
         self.logger = logger
         self.socketPath = socketPath
-        let board = sessionBoard
-        let store = self.store
-        for id in byId.keys { board.set(try Self.computeSessionView(store, id)) }
-        // Runs inside each write, so the board never lags a committed change.
-        store.didWrite = { [unowned store] client in
-            if let view = try? Self.computeSessionView(store, client) { board.set(view) } else { board.remove(client) }
-        }
+        self.proxy = AppRequestProxy(transport: transport)
+        sessions = try SessionKeeper(
+            store: store, clients: byId, vault: vault, servers: servers, clock: clock, logger: logger,
+            board: sessionBoard, hub: hub, timer: timer, verifyIntervalMilliseconds: verifyIntervalMilliseconds)
+        attempts = AttemptLedger(store: store, clock: clock, logger: logger, hub: hub, sessions: sessions, timer: timer)
     }
 
     // MARK: - Helpers
@@ -95,88 +76,14 @@ public actor BrokerEngine {
         return c
     }
 
-    func server(_ id: String) -> any LoginServerAPI { servers[id]! }
+    func server(_ id: String) -> any SignInProtocol { servers[id]! }
+
+    /// The server's attempt routes; a protocol without them has no attempt there to settle.
+    func attemptControl(_ id: String) -> any ServerAttemptControl { servers[id]!.attemptControl ?? NoServerAttempts() }
 
     func now() -> Timestamp { clock.now() }
 
-    func attempt(_ id: String) throws -> AttemptRecord {
-        guard let record = try store.attempt(id: id) else { throw BrokerError.attemptUnknown() }
-        return record
-    }
-
-    /// Applies `event` to `record` through the state machine, commits it,
-    /// and publishes the change. Throws when the machine refuses.
-    @discardableResult
-    func commit(
-        _ record: inout AttemptRecord, _ event: AttemptEvent, error: AttemptError? = nil,
-        change: ((inout AttemptRecord) -> Void)? = nil
-    ) throws -> AttemptRecord {
-        let previous = record.state
-        switch AttemptMachine.next(record.state, resolution: record.resolution, on: event) {
-        case .success(let next): record.state = next
-        case .failure(.notReconciled):
-            throw BrokerError(
-                .ackNotReconciled,
-                "the attempt is uncertain and not reconciled yet: its session may exist at the server; run 'browser-login status' (it reconciles), then acknowledge",
-                attemptId: record.id)
-        case .failure(.notAllowed(let state)):
-            throw BrokerError(
-                .attemptNotWaiting, "the attempt is \(state.rawValue); this is not possible now",
-                attemptId: record.id)
-        }
-        if let error { record.error = error }
-        change?(&record)
-        record.updatedAt = now()
-        try store.update(record, previous: previous)
-        faultPoint("commit:" + record.state.rawValue)
-        logger.info(
-            "attempt changed",
-            ["attempt.id": record.id, "client": record.client, "from": previous.rawValue, "to": record.state.rawValue]
-                .merging(error.map { ["error.code": $0.code] } ?? [:]) { a, _ in a })
-        publishAttempt(record)
-        return record
-    }
-
-    /// Commits a change that is not a state transition (follow-ups, resolution).
-    func save(_ record: inout AttemptRecord, publish: Bool = false) throws {
-        record.updatedAt = now()
-        try store.update(record, previous: record.state)
-        if publish { publishAttempt(record) }
-    }
-
-    func publishAttempt(_ record: AttemptRecord) {
-        if let params = try? JSONValue(encoding: ["attempt": AttemptView(record)]) {
-            hub.publish(client: record.client, method: "login.changed", params: params)
-        }
-        publishSessionIfChanged(record.client)
-    }
-
-    func publishSessionIfChanged(_ client: String) {
-        guard let view = try? sessionView(client), publishedSessions[client] != view else { return }
-        publishedSessions[client] = view
-        if let params = try? JSONValue(encoding: ["session": view]) {
-            hub.publish(client: client, method: "session.changed", params: params)
-        }
-        if view.status == .signedIn, let list = waiters.removeValue(forKey: client) {
-            for continuation in list.values { continuation.resume(returning: view) }
-        }
-    }
-
-    /// The public session of a client: its stored session when signed in,
-    /// `signingIn` while an attempt is live, else what the store says.
-    func sessionView(_ client: String) throws -> SessionView {
-        if let view = sessionBoard.view(client) { return view }
-        return try Self.computeSessionView(store, client)
-    }
-
-    /// `sessionView` from the store (what the board holds).
-    static func computeSessionView(_ store: BrokerStore, _ client: String) throws -> SessionView {
-        let record = try store.session(client: client)
-        if let record, record.status == .signedIn { return record.view }
-        let live = try store.list(client: client, states: [.starting, .waiting, .exchanging], limit: 1)
-        if !live.isEmpty { return SessionView(client: client, status: .signingIn) }
-        return record?.view ?? .signedOut(client)
-    }
+    func attempt(_ id: String) throws -> AttemptRecord { try attempts.attempt(id) }
 
     /// A fault point of the crash tests (`TestFaults`; a no-op in release builds).
     func faultPoint(_ point: String) { TestFaults.hit(point) }
@@ -226,6 +133,8 @@ public actor BrokerEngine {
     /// Nonisolated: `clients` never changes, so the method table asks without an actor hop.
     public nonisolated func config(for client: String) -> ClientConfig? { clients[client] }
 
+    public func clientConfigs() -> [String: ClientConfig] { clients }
+
     // MARK: - Lists
 
     public func list(client: String?, states: [AttemptState]?, mayUse: (String) -> Bool) throws -> [AttemptView] {
@@ -239,7 +148,7 @@ public actor BrokerEngine {
 
     public func subscribe(
         connection: UInt64, clients: [String]?, mayUse: @escaping @Sendable (String) -> Bool,
-        send: @escaping @Sendable (String, JSONValue) -> Void
+        send: @escaping @Sendable (BrokerEvent) -> Void
     ) throws -> String {
         if let clients { for c in clients { _ = try client(c) } }
         return hub.subscribe(connection: connection, clients: clients.map(Set.init), mayUse: mayUse, send: send)
@@ -248,19 +157,200 @@ public actor BrokerEngine {
     public func unsubscribe(_ id: String, connection: UInt64) -> Bool { hub.unsubscribe(id, connection: connection) }
 
     public func connectionClosed(_ connection: UInt64) { hub.dropConnection(connection) }
+
+    // MARK: - Sessions
+
+    public func session(client clientId: String) throws -> SessionView {
+        _ = try client(clientId)
+        return try sessions.view(clientId)
+    }
+
+    /// Answers once the client is signed in (also for a sign-in that starts
+    /// after the call), or nil after `timeoutMilliseconds` — or at once when
+    /// the calling task is cancelled (its connection closed): the waiter and
+    /// its timeout are removed then, nothing of the wait is left behind.
+    public func waitForSession(client clientId: String, timeoutMilliseconds: Int) async throws -> SessionView? {
+        _ = try client(clientId)
+        let current = try sessions.view(clientId)
+        if current.status == .signedIn { return current }
+        if Task.isCancelled { return nil }
+        let id = sessions.newWaiterId()
+        // The timeout: one sleeping task, ended as soon as the wait ends in any way.
+        let timer = Task {
+            try await Task.sleep(nanoseconds: UInt64(timeoutMilliseconds) * 1_000_000)
+            self.timeOutWaiter(client: clientId, id: id)
+        }
+        defer { timer.cancel() }
+        return await withTaskCancellationHandler {
+            // Runs on this actor up to the suspension: the waiter is registered
+            // before anything else (the cancellation's removal included) can run here.
+            await withCheckedContinuation { continuation in
+                sessions.waiters[clientId, default: [:]][id] = continuation
+            }
+        } onCancel: {
+            timer.cancel()
+            Task { await self.timeOutWaiter(client: clientId, id: id) }
+        }
+    }
+
+    private func timeOutWaiter(client: String, id: UInt64) { sessions.timeOutWaiter(client: client, id: id) }
+
+    /// Resumes every waiter (at shutdown).
+    public func releaseWaiters() { sessions.releaseWaiters() }
+
+    /// `session.signOut` (`SessionKeeper.signOut`).
+    public func signOut(client clientId: String) async throws -> SessionView {
+        try await sessions.signOut(client: clientId)
+    }
+
+    func currentSession(_ clientId: String) async throws -> SessionSecrets {
+        try await sessions.current(clientId)
+    }
+
+    /// Rotates the session's tokens (§5.7). Concurrent callers share one refresh.
+    func refreshSession(_ clientId: String, current: SessionSecrets) async throws -> SessionSecrets {
+        if let running = sessions.refreshing[clientId] { return try await running.value }
+        let task = Task { try await self.sessions.refreshNow(clientId, current: current) }
+        sessions.refreshing[clientId] = task
+        defer { sessions.refreshing[clientId] = nil }
+        return try await task.value
+    }
+
+    // MARK: - http.request
+
+    /// `http.request`: the app's request to its API with the session's bearer
+    /// token, which never leaves the broker.
+    public func appRequest(_ request: AppRequest) async throws -> AppResponse {
+        try await proxy.send(request, client: try client(request.client), engine: self)
+    }
+
+    // MARK: - Timer
+
+    /// Start-up recovery (§7): starting → failed, exchanging → uncertain,
+    /// waiting kept (expired when due); pending work resumes.
+    public func recover() async throws {
+        for var record in try store.attemptsNeedingWork() {
+            switch record.state {
+            case .starting:
+                try attempts.commit(
+                    &record, .recovered,
+                    error: AttemptError(
+                        code: BrokerErrorCode.serverProtocolError.rawValue,
+                        message: "the broker stopped while creating this attempt; start a new sign-in"))
+                try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
+            case .exchanging:
+                try markUncertain(&record, "the broker stopped while exchanging; reconciling with the server")
+            default:
+                break
+            }
+            if record.followUp != .none && record.reconcileTries == 0 {
+                // The broker may have stopped with that request in flight.
+                record.reconcileTries = 1
+                try attempts.save(&record)
+            }
+        }
+        await tick()
+    }
+
+    /// The timer: local expiry of waiting attempts, due reconciliations and
+    /// follow-ups, owed sign-out revokes, session expiry, refresh and checks.
+    /// Answers when the engine next has timer work (nil: nothing scheduled);
+    /// the hook set with `setWakeUp` says when something earlier was scheduled
+    /// meanwhile. A timer sleeps `sleepMilliseconds(until:now:)` between ticks.
+    @discardableResult
+    public func tick() async -> Timestamp? {
+        let now = now()
+        var due: Timestamp?
+        func consider(_ at: Timestamp?) { if let at, due.map({ at < $0 }) ?? true { due = at } }
+        guard let records = try? store.attemptsNeedingWork() else {
+            timer.answered(now)
+            return now
+        }
+        for var record in records {
+            if record.state == .exchanging && !attempts.exchangesInFlight.contains(record.id) {
+                // Its exchange ended without its answer being committed (the
+                // state file could not be written): reconcile it, as after a crash.
+                do {
+                    try markUncertain(
+                        &record, "the exchange's answer could not be recorded; reconciling with the server")
+                    scheduleFollowUp(record.id)
+                } catch {
+                    logger.warning("cannot record the attempt's state", ["attempt.id": record.id, "error": "\(error)"])
+                    consider(now)
+                }
+                continue
+            }
+            if record.state == .waiting, let expiresAt = record.expiresAt, now >= expiresAt {
+                try? expireLocally(&record)
+                scheduleFollowUp(record.id)
+                continue
+            }
+            // Work in flight schedules what it leaves owed when it ends.
+            guard !attempts.busy.contains(record.id) else { continue }
+            let workDue = record.nextReconcileAt.map { now >= $0 } ?? true
+            if workDue && (record.state == .uncertain || record.followUp != .none) {
+                scheduleFollowUp(record.id)
+                continue
+            }
+            consider(AttemptLedger.due(record, now: now))
+        }
+        let work = await sessions.maintain()
+        for client in work.refresh {
+            Task {
+                guard let current = try? await self.currentSession(client) else { return }
+                _ = try? await self.refreshSession(client, current: current)
+            }
+        }
+        for client in work.verify {
+            Task {
+                if let expired = await self.sessions.verify(client) {
+                    _ = try? await self.refreshSession(client, current: expired)
+                }
+            }
+        }
+        consider(work.due)
+        timer.answered(due)
+        return due
+    }
+
+    /// Sets the hook called (from any thread) when the engine schedules work
+    /// that may be due before the deadline `tick()` last answered.
+    public nonisolated func setWakeUp(_ hook: @escaping @Sendable () -> Void) { timer.setHook(hook) }
+
+    /// How long a timer sleeps before the next tick: until `deadline`, at
+    /// least `minimumSleepMilliseconds` (a past deadline is work started, not
+    /// yet recorded), at most `maximumSleepMilliseconds` (a missed wake-up is
+    /// only a delay).
+    public static func sleepMilliseconds(until deadline: Timestamp?, now: Timestamp) -> Int64 {
+        guard let deadline else { return maximumSleepMilliseconds }
+        let wait = deadline.millisecondsSince1970 - now.millisecondsSince1970
+        return min(maximumSleepMilliseconds, max(minimumSleepMilliseconds, wait))
+    }
+    public static let minimumSleepMilliseconds: Int64 = 250
+    public static let maximumSleepMilliseconds: Int64 = 60_000
 }
 
-/// A callback kept while its attempt was exchanging, with the token of the `finish` call that delivered it.
-struct KeptCallback: Sendable {
-    var callback: Callback
-    var token: UInt64
+/// The engine's last answered deadline and the hook that wakes its timer.
+final class TimerSignal: Sendable {
+    private let state = Mutex<(hook: (@Sendable () -> Void)?, deadline: Timestamp?)>((nil, nil))
+
+    func setHook(_ hook: @escaping @Sendable () -> Void) { state.withLock { $0.hook = hook } }
+
+    func answered(_ deadline: Timestamp?) { state.withLock { $0.deadline = deadline } }
+
+    /// Work is due at `at`: the timer is woken when that is before the deadline it sleeps towards.
+    func scheduled(_ at: Timestamp?) {
+        guard let at else { return }
+        let hook = state.withLock { state -> (@Sendable () -> Void)? in
+            guard state.deadline.map({ at < $0 }) ?? true else { return nil }
+            state.deadline = at
+            return state.hook
+        }
+        hook?()
+    }
 }
 
 /// The broker's version.
 public enum BrokerVersion {
     public static let string = "0.1.0"
-}
-
-extension BrokerEngine {
-    public func clientConfigs() -> [String: ClientConfig] { clients }
 }

@@ -1,49 +1,66 @@
 import BrokerCore
-import BrokerRPC
+import Synchronization
 
-/// Subscriptions to `session.changed` and `login.changed`. Owned by the
-/// engine actor: changes are published right after they are committed, from
-/// the actor, so every subscriber sees them in commit order.
-struct EventHub {
+/// A committed change, as subscribers receive it. The RPC side names and
+/// encodes it (`login.changed`, `session.changed`; docs/rpc.md).
+public enum BrokerEvent: Sendable, Equatable {
+    case attemptChanged(AttemptView)
+    case sessionChanged(SessionView)
+
+    public var client: String {
+        switch self {
+        case .attemptChanged(let view): view.client
+        case .sessionChanged(let view): view.client
+        }
+    }
+}
+
+/// Subscriptions to the engine's changes. Changes are published right after
+/// they are committed, from the engine actor, so every subscriber sees them
+/// in commit order.
+final class EventHub: Sendable {
     struct Subscription {
         let id: String
         let connection: UInt64
         let clients: Set<String>?
         let mayUse: @Sendable (String) -> Bool
-        let send: @Sendable (String, JSONValue) -> Void
+        let send: @Sendable (BrokerEvent) -> Void
     }
 
-    private var subscriptions: [String: Subscription] = [:]
-    private var counter: UInt64 = 0
+    private let state = Mutex<(subscriptions: [String: Subscription], counter: UInt64)>(([:], 0))
 
-    mutating func subscribe(
+    func subscribe(
         connection: UInt64, clients: Set<String>?, mayUse: @escaping @Sendable (String) -> Bool,
-        send: @escaping @Sendable (String, JSONValue) -> Void
+        send: @escaping @Sendable (BrokerEvent) -> Void
     ) -> String {
-        counter += 1
-        let id = "sub-\(connection)-\(counter)"
-        subscriptions[id] = Subscription(id: id, connection: connection, clients: clients, mayUse: mayUse, send: send)
-        return id
-    }
-
-    /// Removes a subscription of this connection; false when there is none.
-    mutating func unsubscribe(_ id: String, connection: UInt64) -> Bool {
-        guard subscriptions[id]?.connection == connection else { return false }
-        subscriptions[id] = nil
-        return true
-    }
-
-    mutating func dropConnection(_ connection: UInt64) {
-        subscriptions = subscriptions.filter { $0.value.connection != connection }
-    }
-
-    func publish(client: String, method: String, params: JSONValue) {
-        for subscription in subscriptions.values.sorted(by: { $0.id < $1.id }) {
-            if let clients = subscription.clients, !clients.contains(client) { continue }
-            guard subscription.mayUse(client) else { continue }
-            subscription.send(method, params)
+        state.withLock { state in
+            state.counter += 1
+            let id = "sub-\(connection)-\(state.counter)"
+            state.subscriptions[id] = Subscription(
+                id: id, connection: connection, clients: clients, mayUse: mayUse, send: send)
+            return id
         }
     }
 
-    var count: Int { subscriptions.count }
+    /// Removes a subscription of this connection; false when there is none.
+    func unsubscribe(_ id: String, connection: UInt64) -> Bool {
+        state.withLock { state in
+            guard state.subscriptions[id]?.connection == connection else { return false }
+            state.subscriptions[id] = nil
+            return true
+        }
+    }
+
+    func dropConnection(_ connection: UInt64) {
+        state.withLock { $0.subscriptions = $0.subscriptions.filter { $0.value.connection != connection } }
+    }
+
+    func publish(_ event: BrokerEvent) {
+        let client = event.client
+        for subscription in state.withLock({ $0.subscriptions.values }).sorted(by: { $0.id < $1.id }) {
+            if let clients = subscription.clients, !clients.contains(client) { continue }
+            guard subscription.mayUse(client) else { continue }
+            subscription.send(event)
+        }
+    }
 }

@@ -35,13 +35,22 @@ enum ServerCheck {
             _ = try await server.status(attemptId: probeAttemptId, recoveryKey: probeRecoveryKey)
             result.problem = "the server accepted a status request for an attempt that does not exist; it is not a login server"
         } catch {
-            if case .refused = error {
-                result.ok = true
-            } else {
-                result.problem = error.description
-            }
+            if case .refused = error { result.ok = true } else { result.problem = problem(error) }
         }
         return result
+    }
+
+    /// What `--check-servers` prints for a failed probe.
+    static func problem(_ error: LoginServerError) -> String {
+        switch error {
+        case .notSent(let m): "the login server was not reached: \(m)"
+        case .noAnswer(let m): "the login server gave no answer: \(m)"
+        case .redirected(let status): "the login server answered a redirect (\(status)) on a native route"
+        case .malformed(let status, let m): "the login server's answer (\(status)) is not valid: \(m)"
+        case .serverFailure(let status): "the login server failed (\(status)); try again later"
+        case .refused(let status, let code, _, _): "the login server refused the request (\(status) \(code))"
+        case .responseTooLarge: "the login server's answer is too large"
+        }
     }
 
     static func run(clients: [ClientConfig], json: Bool) async -> Int32 {

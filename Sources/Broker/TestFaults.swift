@@ -77,54 +77,62 @@ public enum TestFaults {
 }
 
 /// A login server whose answers pass the `answer:ROUTE` fault points.
-struct FaultingLoginServer: LoginServerAPI {
-    let base: any LoginServerAPI
+struct FaultingLoginServer: SignInProtocol, ServerAttemptControl {
+    let base: any SignInProtocol
 
-    private func after<T>(_ route: String, _ body: () async throws(ServerFailure) -> T) async throws(ServerFailure) -> T {
-        let result: Result<T, ServerFailure>
+    private func after<T>(_ route: String, _ body: () async throws(LoginServerError) -> T) async throws(LoginServerError)
+        -> T
+    {
+        let result: Result<T, LoginServerError>
         do { result = .success(try await body()) } catch { result = .failure(error) }
         TestFaults.hit("answer:" + route)
         return try result.get()
     }
 
-    func create(_ request: CreateAttemptRequest) async throws(ServerFailure) -> CreateAttemptResponse {
-        try await after("create") { () async throws(ServerFailure) in try await base.create(request) }
+    var attemptControl: (any ServerAttemptControl)? { base.attemptControl == nil ? nil : self }
+    private var control: any ServerAttemptControl { base.attemptControl! }
+
+    func create(_ request: CreateAttemptRequest) async throws(LoginServerError) -> CreateAttemptResponse {
+        try await after("create") { () async throws(LoginServerError) in try await base.create(request) }
     }
-    func exchange(attemptId: String, _ request: ExchangeRequest) async throws(ServerFailure) -> ExchangeResponse {
-        try await after("exchange") { () async throws(ServerFailure) in try await base.exchange(attemptId: attemptId, request) }
-    }
-    func status(attemptId: String, recoveryKey: String) async throws(ServerFailure) -> StatusResponse {
-        try await after("status") { () async throws(ServerFailure) in
-            try await base.status(attemptId: attemptId, recoveryKey: recoveryKey)
+    func exchange(attemptId: String, _ request: ExchangeRequest) async throws(LoginServerError) -> ExchangeResponse {
+        try await after("exchange") { () async throws(LoginServerError) in
+            try await base.exchange(attemptId: attemptId, request)
         }
     }
-    func cancel(attemptId: String, recoveryKey: String) async throws(ServerFailure) -> StateResponse {
-        try await after("cancel") { () async throws(ServerFailure) in
-            try await base.cancel(attemptId: attemptId, recoveryKey: recoveryKey)
+    func status(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> StatusResponse {
+        try await after("status") { () async throws(LoginServerError) in
+            try await control.status(attemptId: attemptId, recoveryKey: recoveryKey)
         }
     }
-    func acknowledge(attemptId: String, recoveryKey: String) async throws(ServerFailure) -> StateResponse {
-        try await after("acknowledge") { () async throws(ServerFailure) in
-            try await base.acknowledge(attemptId: attemptId, recoveryKey: recoveryKey)
+    func cancel(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> ServerAttemptState {
+        try await after("cancel") { () async throws(LoginServerError) in
+            try await control.cancel(attemptId: attemptId, recoveryKey: recoveryKey)
         }
     }
-    func revoke(attemptId: String, recoveryKey: String) async throws(ServerFailure) -> RevokeResponse {
-        try await after("revoke-proof") { () async throws(ServerFailure) in
-            try await base.revoke(attemptId: attemptId, recoveryKey: recoveryKey)
+    func acknowledge(attemptId: String, recoveryKey: String) async throws(LoginServerError) {
+        try await after("acknowledge") { () async throws(LoginServerError) in
+            try await control.acknowledge(attemptId: attemptId, recoveryKey: recoveryKey)
         }
     }
-    func revoke(accessToken: String) async throws(ServerFailure) -> RevokeResponse {
-        try await after("revoke-token") { () async throws(ServerFailure) in try await base.revoke(accessToken: accessToken) }
+    func revokeByProof(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> RevokeResponse {
+        try await after("revoke-proof") { () async throws(LoginServerError) in
+            try await control.revokeByProof(attemptId: attemptId, recoveryKey: recoveryKey)
+        }
     }
-    func session(accessToken: String) async throws(ServerFailure) -> SessionInfoResponse {
-        try await after("session") { () async throws(ServerFailure) in try await base.session(accessToken: accessToken) }
+    func revokeByToken(accessToken: String) async throws(LoginServerError) -> RevokeResponse {
+        try await after("revoke-token") { () async throws(LoginServerError) in
+            try await base.revokeByToken(accessToken: accessToken)
+        }
     }
-    func refresh(refreshToken: String) async throws(ServerFailure) -> RefreshResponse {
-        try await after("refresh") { () async throws(ServerFailure) in try await base.refresh(refreshToken: refreshToken) }
+    func session(accessToken: String) async throws(LoginServerError) -> SessionInfoResponse {
+        try await after("session") { () async throws(LoginServerError) in try await base.session(accessToken: accessToken) }
+    }
+    func refresh(refreshToken: String) async throws(LoginServerError) -> RefreshResponse {
+        try await after("refresh") { () async throws(LoginServerError) in try await base.refresh(refreshToken: refreshToken) }
     }
 }
 
-/// A vault whose writes pass the `vault:store` and `vault:remove` fault points.
 struct FaultingVault: SecretVault {
     let base: any SecretVault
 

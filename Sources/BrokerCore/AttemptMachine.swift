@@ -41,7 +41,7 @@ public enum TransitionRefusal: Error, Sendable, Equatable {
     case notReconciled
 }
 
-/// The attempt lifecycle of PROTOCOL.md §7 as a pure function of
+/// The attempt lifecycle of docs/protocol.md §7 as a pure function of
 /// (state, resolution, event). Tested as a transition table.
 public enum AttemptMachine {
     public static func next(

@@ -6,7 +6,7 @@ import Foundation
 public struct LoginServerConfiguration: Sendable, Equatable {
     /// The server origin (also the expected `issuer`).
     public var origin: Origin
-    /// The server's `basePath` (PROTOCOL.md §1), default `/browser-login`.
+    /// The server's `basePath` (docs/protocol.md §1), default `/browser-login`.
     public var basePath: String
     /// A PEM file of CAs to trust instead of the system's (a private or test CA).
     public var caFile: String?
@@ -35,63 +35,10 @@ public struct LoginServerConfiguration: Sendable, Equatable {
     var nativeBase: String { origin.serialized + basePath + "/native" }
 }
 
-/// Why a call to the login server did not succeed. Messages never hold a
-/// token, a proof, a code or the server's attempt id.
-public enum LoginServerError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// The request certainly never reached the server (unreachable, TLS failed).
-    case notSent(String)
-    /// The request may have been processed, but no answer came.
-    case noAnswer(String)
-    /// A 3xx: servers never redirect on native routes (the broker's `SERVER_PROTOCOL_ERROR`).
-    case redirected(status: Int)
-    /// An answer that is not one of this protocol: a 2xx whose body does not
-    /// decode strictly, a 4xx without a well-formed error body, or an
-    /// unexpected status.
-    case malformed(status: Int, String)
-    /// A 5xx.
-    case serverFailure(status: Int)
-    /// A well-formed 4xx error.
-    case refused(status: Int, code: ServerErrorCode, message: String, retryAfterSeconds: Int?)
-    /// The answer was larger than the configured limit.
-    case responseTooLarge
-
-    /// PROTOCOL.md §7: only a success or a well-formed 4xx error body is a
-    /// definite answer. Everything else (nothing sent excepted) may hide a
-    /// processed request. A failure is definite only when it is `.refused`.
-    public var isDefinite: Bool {
-        if case .refused = self { return true }
-        return false
-    }
-
-    /// True when the request certainly did not reach the server.
-    public var certainlyNotSent: Bool {
-        if case .notSent = self { return true }
-        return false
-    }
-
-    /// The server's code for a well-formed refusal.
-    public var serverCode: ServerErrorCode? {
-        if case .refused(_, let code, _, _) = self { return code }
-        return nil
-    }
-
-    public var description: String {
-        switch self {
-        case .notSent(let m): "the login server was not reached: \(m)"
-        case .noAnswer(let m): "the login server gave no answer: \(m)"
-        case .redirected(let status): "the login server answered a redirect (\(status)) on a native route"
-        case .malformed(let status, let m): "the login server's answer (\(status)) is not valid: \(m)"
-        case .serverFailure(let status): "the login server failed (\(status)); try again later"
-        case .refused(let status, let code, _, _): "the login server refused the request (\(status) \(code))"
-        case .responseTooLarge: "the login server's answer is too large"
-        }
-    }
-}
-
-/// Typed calls of PROTOCOL.md §5 over any `HTTPTransport`. Requests carry
-/// no cookie and no `Origin`; state-changing calls are marked so and are
-/// never repeated.
-public struct LoginServerClient: Sendable {
+/// Browser Login (docs/protocol.md §5), the first `SignInProtocol`: typed
+/// calls over any `HTTPTransport`. Requests carry no cookie and no `Origin`;
+/// state-changing calls are marked so and are never repeated.
+public struct LoginServerClient: SignInProtocol, ServerAttemptControl {
     public let configuration: LoginServerConfiguration
     public let transport: any HTTPTransport
 
@@ -99,6 +46,16 @@ public struct LoginServerClient: Sendable {
         self.configuration = configuration
         self.transport = transport
     }
+
+    /// The sign-in protocol of a client, chosen by its configuration (today always Browser Login).
+    public static func signIn(for client: ClientConfig, transport: any HTTPTransport) -> any SignInProtocol {
+        // The base path was validated with the client file.
+        let configuration = LoginServerConfiguration(
+            origin: client.server, basePath: client.basePath, caFile: client.caFile)!
+        return LoginServerClient(configuration: configuration, transport: transport)
+    }
+
+    public var attemptControl: (any ServerAttemptControl)? { self }
 
     // MARK: §5 routes
 
@@ -187,12 +144,6 @@ public struct LoginServerClient: Sendable {
         try await post(
             path: "/sessions/refresh", body: RefreshRequest(refreshToken: refreshToken), expect: 200,
             as: RefreshResponse.self)
-    }
-
-    /// Sends a request the caller built (the daemon's `http.request`) as it is:
-    /// no header added, no redirect followed, no retry.
-    public func send(_ request: HTTPRequest) async throws(HTTPTransportError) -> HTTPResponse {
-        try await transport.send(request)
     }
 
     // MARK: Plumbing

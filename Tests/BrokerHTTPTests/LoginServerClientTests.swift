@@ -272,3 +272,44 @@ actor RecordingTransport: HTTPTransport {
         throw .notSent("recorded")
     }
 }
+
+/// Browser Login as the engine sees it: a `SignInProtocol` chosen by the client's configuration.
+@Suite struct BrowserLoginProtocolTests {
+    @Test func theClientsProtocolSpeaksToItsServerAndBasePathAndControlsItsAttempts() async throws {
+        let server = try TestHTTPServer { request in
+            switch request.target {
+            case "/auth/bl/native/attempts/att/status":
+                LoginServerClientTests.json(200, #"{"state":"expired","expiresAt":"2026-11-30T16:22:38.123Z"}"#)
+            case "/auth/bl/native/attempts/att/exchange":
+                LoginServerClientTests.json(200, LoginServerClientTests.exchangeJSON(attemptId: "other"))
+            default: LoginServerClientTests.json(404, #"{"error":{"code":"NOT_FOUND","message":"no"}}"#)
+            }
+        }
+        defer { server.stop() }
+        let config = ClientConfig(
+            id: "com.example.notes", appName: "Notes", server: try Origin(server.url), basePath: "/auth/bl",
+            returnURL: try ReturnURL("com.example.notes:/callback"))
+        let signIn: any SignInProtocol = LoginServerClient.signIn(for: config, transport: CurlTransport())
+        let control = try #require(signIn.attemptControl)
+        #expect(try await control.status(attemptId: "att", recoveryKey: LoginServerClientTests.challenge).state == .expired)
+        // The receipt is checked by the protocol: a receipt of another attempt never reaches the engine.
+        let error = await #expect(throws: LoginServerError.self) {
+            try await signIn.exchange(
+                attemptId: "att", ExchangeRequest(code: "c", codeVerifier: LoginServerClientTests.challenge))
+        }
+        #expect(error?.isDefinite == false)
+        #expect(
+            error?.brokerError(attemptId: "at_1").message
+                == "the login server's answer broke the protocol (the server's answer (200) is not a protocol answer: the receipt does not match the attempt or the issued session); check the client's Server= and BasePath="
+        )
+        #expect(
+            server.requests.map(\.target) == ["/auth/bl/native/attempts/att/status", "/auth/bl/native/attempts/att/exchange"])
+    }
+
+    @Test func aProtocolWithoutServerAttemptsKnowsNone() async throws {
+        let error = await #expect(throws: LoginServerError.self) {
+            try await NoServerAttempts().status(attemptId: "att", recoveryKey: "k")
+        }
+        #expect(error?.serverCode == .attemptUnknown)
+    }
+}

@@ -10,17 +10,17 @@ import Testing
 
 /// A scripted login server: answers each route from a queue the test fills,
 /// and counts the calls. The logic of the engine, without I/O.
-final class FakeServer: LoginServerAPI {
+final class FakeServer: SignInProtocol, ServerAttemptControl {
     struct State {
         var calls: [String: Int] = [:]
-        var exchange: [Result<ExchangeResponse, ServerFailure>] = []
-        var refresh: [Result<RefreshResponse, ServerFailure>] = []
-        var status: [Result<StatusResponse, ServerFailure>] = []
+        var exchange: [Result<ExchangeResponse, LoginServerError>] = []
+        var refresh: [Result<RefreshResponse, LoginServerError>] = []
+        var status: [Result<StatusResponse, LoginServerError>] = []
         var created: [String] = []
         var exchangeGate: (@Sendable () async -> Void)?
-        var revokeByToken: [Result<RevokeResponse, ServerFailure>] = []
+        var revokeByToken: [Result<RevokeResponse, LoginServerError>] = []
         var revokeGate: (@Sendable () async -> Void)?
-        var acknowledge: [Result<StateResponse, ServerFailure>] = []
+        var acknowledge: [Result<Void, LoginServerError>] = []
     }
     let state = Mutex(State())
     let issuer = "https://login.example.com"
@@ -28,7 +28,7 @@ final class FakeServer: LoginServerAPI {
     func count(_ route: String) -> Int { state.withLock { $0.calls[route] ?? 0 } }
     private func called(_ route: String) { state.withLock { $0.calls[route, default: 0] += 1 } }
 
-    func create(_ request: CreateAttemptRequest) async throws(ServerFailure) -> CreateAttemptResponse {
+    func create(_ request: CreateAttemptRequest) async throws(LoginServerError) -> CreateAttemptResponse {
         called("create")
         let id = "srv" + String(repeating: "a", count: 20) + "\(count("create"))"
         state.withLock { $0.created.append(id) }
@@ -36,7 +36,7 @@ final class FakeServer: LoginServerAPI {
             attemptId: id, authorizeUrl: issuer + "/browser-login/browser/login?attempt=" + id,
             expiresAt: Timestamp.now().adding(milliseconds: 120_000), issuer: issuer)
     }
-    func exchange(attemptId: String, _ request: ExchangeRequest) async throws(ServerFailure) -> ExchangeResponse {
+    func exchange(attemptId: String, _ request: ExchangeRequest) async throws(LoginServerError) -> ExchangeResponse {
         called("exchange")
         if let gate = state.withLock({ $0.exchangeGate }) { await gate() }
         let next = state.withLock { $0.exchange.isEmpty ? nil : $0.exchange.removeFirst() }
@@ -45,7 +45,7 @@ final class FakeServer: LoginServerAPI {
         case .failure(let f): throw f
         }
     }
-    func status(attemptId: String, recoveryKey: String) async throws(ServerFailure) -> StatusResponse {
+    func status(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> StatusResponse {
         called("status")
         let next = state.withLock { $0.status.isEmpty ? nil : $0.status.removeFirst() }
         switch next ?? .failure(.notSent("unscripted")) {
@@ -53,23 +53,21 @@ final class FakeServer: LoginServerAPI {
         case .failure(let f): throw f
         }
     }
-    func cancel(attemptId: String, recoveryKey: String) async throws(ServerFailure) -> StateResponse {
+    var attemptControl: (any ServerAttemptControl)? { self }
+    func cancel(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> ServerAttemptState {
         called("cancel")
-        return StateResponse(state: "cancelled")
+        return .cancelled
     }
-    func acknowledge(attemptId: String, recoveryKey: String) async throws(ServerFailure) -> StateResponse {
+    func acknowledge(attemptId: String, recoveryKey: String) async throws(LoginServerError) {
         called("acknowledge")
         let next = state.withLock { $0.acknowledge.isEmpty ? nil : $0.acknowledge.removeFirst() }
-        switch next ?? .success(StateResponse(state: "acknowledged")) {
-        case .success(let r): return r
-        case .failure(let f): throw f
-        }
+        if case .failure(let f) = next { throw f }
     }
-    func revoke(attemptId: String, recoveryKey: String) async throws(ServerFailure) -> RevokeResponse {
+    func revokeByProof(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> RevokeResponse {
         called("revokeByProof")
         return RevokeResponse(revoked: true)
     }
-    func revoke(accessToken: String) async throws(ServerFailure) -> RevokeResponse {
+    func revokeByToken(accessToken: String) async throws(LoginServerError) -> RevokeResponse {
         called("revokeByToken")
         if let gate = state.withLock({ $0.revokeGate }) { await gate() }
         let next = state.withLock { $0.revokeByToken.isEmpty ? nil : $0.revokeByToken.removeFirst() }
@@ -78,13 +76,13 @@ final class FakeServer: LoginServerAPI {
         case .failure(let f): throw f
         }
     }
-    func session(accessToken: String) async throws(ServerFailure) -> SessionInfoResponse {
+    func session(accessToken: String) async throws(LoginServerError) -> SessionInfoResponse {
         called("session")
         return SessionInfoResponse(
             sessionId: "sess", expiresAt: Timestamp.now().adding(milliseconds: 3_600_000),
             account: Account(userId: "u1", email: "ada@example.com", displayName: "Ada"))
     }
-    func refresh(refreshToken: String) async throws(ServerFailure) -> RefreshResponse {
+    func refresh(refreshToken: String) async throws(LoginServerError) -> RefreshResponse {
         called("refresh")
         let next = state.withLock { $0.refresh.isEmpty ? nil : $0.refresh.removeFirst() }
         switch next ?? .failure(.noAnswer("unscripted")) {
@@ -312,7 +310,7 @@ final class ScratchDirectory: Sendable {
         // session the vault holds: reconciliation must revoke, never adopt.
         let receipt = Receipt(attemptId: serverId, sessionId: "sess", issuedAt: .now(), tokenDigest: Crypto.digest("other"))
         server.state.withLock {
-            $0.exchange = [.failure(.serverFailure(502))]
+            $0.exchange = [.failure(.serverFailure(status: 502))]
             $0.status = [
                 .success(
                     StatusResponse(

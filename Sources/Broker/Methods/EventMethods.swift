@@ -20,7 +20,14 @@ extension MethodTable {
             let engine = call.engine
             let id = try await engine.subscribe(
                 connection: connection.id, clients: params.clients, mayUse: await call.clientFilter(),
-                send: { method, params in connection.notify(method: method, params: params) })
+                send: { event in
+                    let encoded =
+                        switch event {
+                        case .attemptChanged(let view): notification(forAttempt: view)
+                        case .sessionChanged(let view): notification(forSession: view)
+                        }
+                    if let (method, params) = encoded { connection.notify(method: method, params: params) }
+                })
             // Held: a subscribed connection is never closed to make room for others.
             connection.hold()
             connection.onClose { Task { await engine.connectionClosed(connection.id) } }

@@ -75,6 +75,8 @@ public struct MethodTable: Sendable {
             throw error
         } catch let error as BrokerError {
             throw Self.rpcError(error)
+        } catch let error as InvalidAppRequest {
+            throw RPCError.invalidParams(error.message)
         } catch let error as DatabaseError where error.isStorageFault {
             logger.warning(
                 "the state directory cannot be written",

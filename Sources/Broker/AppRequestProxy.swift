@@ -1,5 +1,4 @@
 import BrokerCore
-import BrokerRPC
 import BrowserLoginProtocol
 import Foundation
 
@@ -21,7 +20,7 @@ public struct AppResponse: Sendable {
     public var body: [UInt8]
 }
 
-/// The checks of RPC.md `http.request` that need no state: method, path,
+/// The checks of docs/rpc.md `http.request` that need no state: method, path,
 /// query, headers, sizes. Each refusal is a `-32602` message.
 public enum AppRequestRules {
     public static let methods: Set<String> = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
@@ -86,48 +85,56 @@ public enum AppRequestRules {
     }
 }
 
-extension BrokerEngine {
-    /// `http.request`: the app's request to its API with the session's bearer
-    /// token, which never leaves the broker.
-    public func appRequest(_ request: AppRequest) async throws -> AppResponse {
-        let client = try client(request.client)
+/// A refusal of an `http.request` call that the RPC side answers as invalid params (`-32602`).
+public struct InvalidAppRequest: Error, Sendable {
+    public let message: String
+}
+
+/// `http.request` (docs/rpc.md): the app's request to its own API with the
+/// session's bearer token, which never leaves the broker. Holds no state: it
+/// runs on the engine's actor and asks the session keeper for the token.
+struct AppRequestProxy: Sendable {
+    /// The transport for the app's own API.
+    let transport: any HTTPTransport
+
+    func send(_ request: AppRequest, client: ClientConfig, engine: isolated BrokerEngine) async throws -> AppResponse {
         var url = client.apiOrigin.serialized + request.path
         if !request.query.isEmpty { url += "?" + AppRequestRules.encodeQuery(request.query) }
         // Parse the built URL again: its origin must be the API origin.
         guard let parts = URLParts(splitting: url), let authority = parts.authority,
             (try? Origin(parts.scheme + "://" + authority)) == client.apiOrigin, parts.fragment == nil
         else {
-            throw RPCError.invalidParams("the request URL does not stay on the client's API origin")
+            throw InvalidAppRequest(message: "the request URL does not stay on the client's API origin")
         }
         if client.apiOrigin == client.server,
             request.path == client.basePath || request.path.hasPrefix(client.basePath + "/")
         {
-            throw RPCError.invalidParams(
-                "paths under the login server's base path (\(client.basePath)) belong to the broker, not the app")
+            throw InvalidAppRequest(
+                message: "paths under the login server's base path (\(client.basePath)) belong to the broker, not the app")
         }
-        var secrets = try await currentSession(client.id)
-        if now().adding(milliseconds: 15_000) >= secrets.session.accessTokenExpiresAt,
-            !((try store.session(client: client.id)).map { clockAheadOfServer($0, now: now()) } ?? false)
-        {
-            secrets = try await refreshSession(client.id, current: secrets)
+        var secrets = try await engine.currentSession(client.id)
+        if try engine.sessions.tokenNeedsRefresh(client.id, secrets) {
+            secrets = try await engine.refreshSession(client.id, current: secrets)
         }
-        var response = try await sendApp(request, url: url, token: secrets.session.accessToken)
+        var response = try await send(request, client: client, url: url, token: secrets.session.accessToken)
         if response.status == 401, serverCode(response) == .tokenExpired {
             // The request was not processed: refresh and send it once more.
-            secrets = try await refreshSession(client.id, current: secrets)
-            response = try await sendApp(request, url: url, token: secrets.session.accessToken)
+            secrets = try await engine.refreshSession(client.id, current: secrets)
+            response = try await send(request, client: client, url: url, token: secrets.session.accessToken)
         }
         if let code = serverCode(response), response.status == 401 || response.status == 403 {
             if code == .sessionRevoked || code == .sessionExpired || code == .authUserDisabled {
-                try await endSession(client.id, status: code == .sessionExpired ? .expired : .revoked, reason: code.rawValue)
+                try await engine.sessions.end(
+                    client.id, status: code == .sessionExpired ? .expired : .revoked, reason: code.rawValue)
             }
         }
         response.headers.removeAll { $0.name.lowercased() == "set-cookie" }
         return response
     }
 
-    private func sendApp(_ request: AppRequest, url: String, token: String) async throws -> AppResponse {
-        let client = try client(request.client)
+    private func send(_ request: AppRequest, client: ClientConfig, url: String, token: String) async throws
+        -> AppResponse
+    {
         var headers = request.headers
         headers.append(HTTPHeader("Authorization", "Bearer " + token))
         let http = HTTPRequest(
@@ -152,7 +159,7 @@ extension BrokerEngine {
                     .serverUnreachable,
                     "the app's API did not answer (\(m)); the request may have been processed, so it was not repeated")
             case .invalidRequest(let m):
-                throw RPCError.invalidParams("the request could not be built: \(m)")
+                throw InvalidAppRequest(message: "the request could not be built: \(m)")
             }
         }
     }

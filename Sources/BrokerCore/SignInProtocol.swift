@@ -1,0 +1,133 @@
+import BrowserLoginProtocol
+
+/// Why a call to the login server did not answer with its success body: the
+/// one error of every sign-in protocol. Messages never hold a token, a proof,
+/// a code or the server's attempt id.
+public enum LoginServerError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The request certainly never reached the server.
+    case notSent(String)
+    /// Sent, but no answer came (connection lost, timeout).
+    case noAnswer(String)
+    /// Any 3xx: servers never redirect on native routes.
+    case redirected(status: Int)
+    /// An answer that is not a well-formed answer of the protocol.
+    case malformed(status: Int, String)
+    /// A 5xx.
+    case serverFailure(status: Int)
+    /// A well-formed 4xx error body.
+    case refused(status: Int, code: ServerErrorCode, message: String, retryAfterSeconds: Int?)
+    /// The answer was larger than allowed.
+    case responseTooLarge
+
+    /// docs/protocol.md §7: only a success or a well-formed 4xx error body is
+    /// a definite answer; anything else may hide a processed request.
+    public var isDefinite: Bool {
+        if case .refused = self { return true }
+        return false
+    }
+
+    /// True when the request certainly did not reach the server.
+    public var certainlyNotSent: Bool {
+        if case .notSent = self { return true }
+        return false
+    }
+
+    /// The server's code for a well-formed refusal.
+    public var serverCode: ServerErrorCode? {
+        if case .refused(_, let code, _, _) = self { return code }
+        return nil
+    }
+
+    public var description: String {
+        switch self {
+        case .notSent(let m): "the server could not be reached (\(m))"
+        case .noAnswer(let m): "the server did not answer (\(m))"
+        case .redirected(let s): "the server answered a redirect (\(s)), which the protocol forbids"
+        case .malformed(let s, let m): "the server's answer (\(s)) is not a protocol answer: \(m)"
+        case .serverFailure(let s): "the server failed (\(s))"
+        case .refused(let s, let code, _, _): "the server refused (\(s) \(code))"
+        case .responseTooLarge: "the server's answer is too large"
+        }
+    }
+
+    /// The broker error for a call that failed this way.
+    public func brokerError(attemptId: String? = nil) -> BrokerError {
+        switch self {
+        case .notSent(let detail), .noAnswer(let detail):
+            // The detail names only the host and what failed (a TLS
+            // handshake, a timeout), never a path, a token or an id.
+            return BrokerError(
+                .serverUnreachable,
+                "the login server could not be reached (\(detail)); check the network and the client's Server= origin, then try again",
+                attemptId: attemptId)
+        case .serverFailure(let status):
+            return BrokerError(
+                .serverProtocolError,
+                "the login server failed (HTTP \(status)); try again later, and tell its operator if it persists",
+                attemptId: attemptId)
+        case .redirected, .malformed, .responseTooLarge:
+            return BrokerError(
+                .serverProtocolError,
+                "the login server's answer broke the protocol (\(self)); check the client's Server= and BasePath=",
+                attemptId: attemptId)
+        case .refused(_, let code, let message, let retryAfter):
+            let safeMessage = message.count <= 200 ? message : String(message.prefix(200))
+            return BrokerError(
+                .serverError, "the login server refused: \(code.rawValue) (\(safeMessage))", attemptId: attemptId,
+                serverCode: code.rawValue, retryAfterSeconds: retryAfter)
+        }
+    }
+}
+
+/// A sign-in protocol as the engine drives it, one per client (chosen from
+/// the client's configuration). Browser Login (docs/protocol.md) is the first;
+/// a protocol maps its server's answers onto these values and checks them
+/// (the exchange's receipt included) before it returns, so the engine, the
+/// attempt machine, the store and the RPC layer never see its wire.
+public protocol SignInProtocol: Sendable {
+    /// Begins an attempt at the server (§5.1): its id there, the authorize
+    /// URL the browser opens, its expiry and the server's issuer. The proofs
+    /// behind the request's challenges are in the vault before this is sent.
+    func create(_ request: CreateAttemptRequest) async throws(LoginServerError) -> CreateAttemptResponse
+    /// Redeems the accepted callback's code for a session (§5.2).
+    func exchange(attemptId: String, _ request: ExchangeRequest) async throws(LoginServerError) -> ExchangeResponse
+    /// Rotates the session's tokens (§5.7).
+    func refresh(refreshToken: String) async throws(LoginServerError) -> RefreshResponse
+    /// Revokes the session of a signed-out client (§5.8, RFC 7009).
+    func revokeByToken(accessToken: String) async throws(LoginServerError) -> RevokeResponse
+    /// Checks the session with the server (§5.6).
+    func session(accessToken: String) async throws(LoginServerError) -> SessionInfoResponse
+    /// The server's routes for one attempt (status, cancel, acknowledge,
+    /// revoke by proof), which reconciliation and follow-ups use; nil for a
+    /// protocol whose server keeps no attempt a client can ask about.
+    var attemptControl: (any ServerAttemptControl)? { get }
+}
+
+/// The optional capability of a sign-in protocol whose server keeps each
+/// attempt and answers for it with the attempt's recovery key (§5.3–§5.5, §5.8).
+public protocol ServerAttemptControl: Sendable {
+    func status(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> StatusResponse
+    func cancel(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> ServerAttemptState
+    func acknowledge(attemptId: String, recoveryKey: String) async throws(LoginServerError)
+    func revokeByProof(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> RevokeResponse
+}
+
+/// The attempt control of a protocol without one: every attempt is unknown to
+/// its server (404 `ATTEMPT_UNKNOWN`), so nothing is owed there and an
+/// uncertain attempt is retired.
+public struct NoServerAttempts: ServerAttemptControl {
+    public init() {}
+    static let unknown = LoginServerError.refused(
+        status: 404, code: .attemptUnknown, message: "the protocol keeps no attempt at the server",
+        retryAfterSeconds: nil)
+    public func status(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> StatusResponse {
+        throw Self.unknown
+    }
+    public func cancel(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> ServerAttemptState {
+        throw Self.unknown
+    }
+    public func acknowledge(attemptId: String, recoveryKey: String) async throws(LoginServerError) { throw Self.unknown }
+    public func revokeByProof(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> RevokeResponse {
+        throw Self.unknown
+    }
+}
