@@ -319,15 +319,17 @@ public actor BrokerEngine {
 
     /// How long a timer sleeps before the next tick: until `deadline`, at
     /// least `minimumSleepMilliseconds` (a past deadline is work started, not
-    /// yet recorded), at most `maximumSleepMilliseconds` (a missed wake-up is
-    /// only a delay).
+    /// yet recorded), at most `maximumSleepMilliseconds`. Deadlines are wall-clock
+    /// times and a timer sleeps on a monotonic clock: the cap bounds how late a
+    /// jump of the wall clock is noticed (docs/reliability.md, clock faults), and
+    /// makes a missed wake-up only a delay.
     public static func sleepMilliseconds(until deadline: Timestamp?, now: Timestamp) -> Int64 {
         guard let deadline else { return maximumSleepMilliseconds }
         let wait = deadline.millisecondsSince1970 - now.millisecondsSince1970
         return min(maximumSleepMilliseconds, max(minimumSleepMilliseconds, wait))
     }
     public static let minimumSleepMilliseconds: Int64 = 250
-    public static let maximumSleepMilliseconds: Int64 = 60_000
+    public static let maximumSleepMilliseconds: Int64 = 5_000
 }
 
 /// The engine's last answered deadline and the hook that wakes its timer.
