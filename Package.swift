@@ -33,38 +33,46 @@ let package = Package(
 
         // Shared by the broker and the reference server.
         .target(name: "BrowserLoginProtocol", dependencies: ["CCrypto", "CJansson"]),
+        // One implementation per facility, used by every program (docs/architecture.md): the logger,
+        // signals, /proc, XDG and socket paths, subprocesses, service lifecycle; and the one libcurl wrapper.
+        .target(name: "SystemSupport"),
+        .target(name: "CurlSupport", dependencies: ["CCurl"]),
         .target(name: "SQLiteSupport", dependencies: ["CSQLite"]),
         // The reference login server.
-        .target(name: "LoginServer", dependencies: ["BrowserLoginProtocol", "SQLiteSupport", "CMicroHTTPD", "CCrypto"]),
+        .target(
+            name: "LoginServer",
+            dependencies: ["BrowserLoginProtocol", "SQLiteSupport", "SystemSupport", "CMicroHTTPD", "CCrypto"]),
         .executableTarget(name: "browser-login-server", dependencies: ["LoginServer"]),
-        .target(name: "ScriptedBrowser", dependencies: ["BrowserLoginProtocol", "CCurl"]),
+        .target(name: "ScriptedBrowser", dependencies: ["BrowserLoginProtocol", "CurlSupport"]),
         .executableTarget(name: "browser-login-demo-agent", dependencies: ["ScriptedBrowser"]),
         .testTarget(name: "LoginServerTests", dependencies: ["LoginServer", "ScriptedBrowser", "BrowserLoginProtocol"]),
 
         // The broker.
         .target(name: "BrokerCore", dependencies: ["BrowserLoginProtocol"]),
         .target(name: "BrokerStore", dependencies: ["BrokerCore", "SQLiteSupport"]),
-        .target(name: "BrokerHTTP", dependencies: ["BrokerCore", "BrowserLoginProtocol", "CCurl"]),
+        .target(name: "BrokerHTTP", dependencies: ["BrokerCore", "BrowserLoginProtocol", "CurlSupport", "CCurl"]),
         .target(name: "BrokerVault", dependencies: ["BrokerCore", "CSecret"]),
         // Test support: runs one vault operation in a child process (private bus, locked keyring).
         .executableTarget(
             name: "vault-probe", dependencies: ["BrokerVault", "BrokerCore", "CMalloc"], path: "Tests/Support/vault-probe"),
         .target(name: "BrokerRPC", dependencies: ["CJansson"]),
         // The URL handler's desktop file: plain text and subprocesses, shared by the CLI and the daemon.
-        .target(name: "DesktopEntry"),
-        .target(name: "BrokerSystem", dependencies: ["BrokerCore", "DesktopEntry", "CSystemd", "CGIO"]),
+        .target(name: "DesktopEntry", dependencies: ["SystemSupport"]),
+        .target(name: "BrokerSystem", dependencies: ["BrokerCore", "DesktopEntry", "SystemSupport", "CSystemd", "CGIO"]),
         .target(
             name: "Broker",
             dependencies: [
                 "BrokerCore", "BrokerStore", "BrokerRPC", "BrokerHTTP", "BrokerVault", "BrokerSystem", "DesktopEntry",
-                "BrowserLoginProtocol", "CMalloc", "SQLiteSupport",
+                "BrowserLoginProtocol", "CMalloc", "SQLiteSupport", "SystemSupport",
             ]
         ),
 
         .executableTarget(name: "browser-login-broker", dependencies: ["Broker"]),
-        .executableTarget(name: "browser-login", dependencies: ["BrokerRPC", "BrowserLoginProtocol", "DesktopEntry"]),
+        .executableTarget(
+            name: "browser-login", dependencies: ["BrokerRPC", "BrowserLoginProtocol", "DesktopEntry", "SystemSupport"]),
 
         .testTarget(name: "BrowserLoginProtocolTests", dependencies: ["BrowserLoginProtocol"]),
+        .testTarget(name: "SystemSupportTests", dependencies: ["SystemSupport", "CurlSupport"]),
         .testTarget(name: "BrokerRPCTests", dependencies: ["BrokerRPC"]),
         .testTarget(name: "BrokerVaultTests", dependencies: ["BrokerVault", "BrokerCore", "vault-probe"]),
         .testTarget(name: "BrokerHTTPTests", dependencies: ["BrokerHTTP", "BrokerCore", "BrowserLoginProtocol"]),
@@ -90,13 +98,13 @@ let package = Package(
             name: "browser-login-bench",
             dependencies: [
                 "BrokerRPC", "BrokerStore", "BrokerCore", "BrokerHTTP", "BrokerVault", "BrowserLoginProtocol",
-                "SQLiteSupport", "ScriptedBrowser",
+                "SQLiteSupport", "ScriptedBrowser", "SystemSupport",
             ],
             path: "Benchmarks/browser-login-bench"
         ),
         // The load-and-abuse run against the real daemon (docs/reliability.md).
         .executableTarget(
-            name: "browser-login-load", dependencies: ["BrokerRPC", "ScriptedBrowser"],
+            name: "browser-login-load", dependencies: ["BrokerRPC", "ScriptedBrowser", "SystemSupport"],
             path: "Benchmarks/browser-login-load"
         ),
 
