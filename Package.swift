@@ -44,7 +44,7 @@ let package = Package(
             dependencies: ["BrowserLoginProtocol", "SQLiteSupport", "SystemSupport", "CMicroHTTPD", "CCrypto"]),
         .executableTarget(name: "browser-login-server", dependencies: ["LoginServer"]),
         .target(name: "ScriptedBrowser", dependencies: ["BrowserLoginProtocol", "CurlSupport"]),
-        .executableTarget(name: "browser-login-demo-agent", dependencies: ["ScriptedBrowser"]),
+        .executableTarget(name: "browser-login-demo-agent", dependencies: ["ScriptedBrowser", "SystemSupport"]),
         .testTarget(name: "LoginServerTests", dependencies: ["LoginServer", "ScriptedBrowser", "BrowserLoginProtocol"]),
 
         // The broker.
