@@ -219,7 +219,7 @@ final class ChildProcess: Sendable {
     var anonymousKiB: Int? { readResidentKiB(pid, field: "RssAnon") }
 }
 
-func readResidentKiB(_ pid: pid_t, field: String = "VmRSS") -> Int? { ProcFS.residentKiB(pid: pid, field: field) }
+func readResidentKiB(_ pid: pid_t, field: String = "VmRSS") -> Int? { ProcFS.statusNumber(field, pid: pid) }
 
 /// utime + stime of /proc/PID/stat, in seconds.
 func readCPUSeconds(_ pid: pid_t) -> Double? { ProcFS.cpuSeconds(pid: pid) }

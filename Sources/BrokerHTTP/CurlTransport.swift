@@ -24,18 +24,7 @@ public final class CurlTransport: HTTPTransport {
     /// Configuration of the transport. Requests carry their own timeouts,
     /// size limit and CA file.
     public struct Configuration: Sendable, Equatable {
-        /// Where proxies come from.
-        public enum Proxy: Sendable, Equatable {
-            /// Never use a proxy, whatever the environment says.
-            case none
-            /// libcurl's own reading of `https_proxy`, `http_proxy` and
-            /// `all_proxy`. Loopback addresses and `noProxy` never go through
-            /// a proxy (this replaces the environment's `no_proxy`, so pass
-            /// its entries in `noProxy` when they matter).
-            case environment
-            /// This proxy URL (`http://host:port`), for every non-excluded host.
-            case url(String)
-        }
+        public typealias Proxy = CurlProxy
 
         /// Default `.environment`: a broker on a network that only reaches
         /// the internet through a proxy still works, and an https login
@@ -194,19 +183,13 @@ final class Worker: @unchecked Sendable {
         if session == nil { session = CurlSession() }
         guard let session else { return .failure(.notSent("libcurl could not start a transfer")) }
         let request = plan.request
-        let proxy: CurlProxy =
-            switch configuration.proxy {
-            case .none: .none
-            case .environment: .environment(noProxy: configuration.noProxy)
-            case .url(let url): .url(url, noProxy: configuration.noProxy)
-            }
         let transfer = CurlRequest(
             method: plan.method.rawValue, url: request.url, headers: plan.headers, suppressedHeaders: plan.suppressed,
             body: plan.body,
             timeoutMilliseconds: request.timeoutMilliseconds,
             connectTimeoutMilliseconds: request.connectTimeoutMilliseconds,
             maximumResponseBytes: request.maximumResponseBytes, caFile: request.caFile,
-            freshConnection: request.changesState, proxy: proxy)
+            freshConnection: request.changesState, proxy: configuration.proxy, noProxy: configuration.noProxy)
         switch session.perform(transfer, cancellation: cancellation) {
         case .answered(let status, let headers, let body):
             return .success(HTTPResponse(status: status, headers: headers.map { HTTPHeader($0.name, $0.value) }, body: body))

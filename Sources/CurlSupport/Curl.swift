@@ -18,16 +18,15 @@ public struct CurlHeader: Sendable, Equatable {
     }
 }
 
-/// Where proxies come from.
+/// Where proxies come from. Loopback addresses and a request's `noProxy`
+/// never go through a proxy (this replaces the environment's `no_proxy`).
 public enum CurlProxy: Sendable, Equatable {
     /// Never use a proxy, whatever the environment says.
     case none
     /// libcurl's own reading of `https_proxy`, `http_proxy` and `all_proxy`.
-    /// Loopback addresses and `noProxy` never go through a proxy (this
-    /// replaces the environment's `no_proxy`).
-    case environment(noProxy: [String])
-    /// This proxy URL (`http://host:port`), for every host but loopback and `noProxy`.
-    case url(String, noProxy: [String])
+    case environment
+    /// This proxy URL (`http://host:port`).
+    case url(String)
 }
 
 /// One transfer, as libcurl is told it. Checking a request (methods,
@@ -56,13 +55,14 @@ public struct CurlRequest: Sendable {
     /// kept across this session's requests, never read from or written to a file.
     public var cookies: Bool
     public var proxy: CurlProxy
+    public var noProxy: [String]
 
     public init(
         method: String, url: String, headers: [(name: String, value: String)] = [], suppressedHeaders: [String] = [],
         body: [UInt8]? = nil,
         timeoutMilliseconds: Int = 60_000, connectTimeoutMilliseconds: Int = 10_000, maximumResponseBytes: Int? = nil,
         caFile: String? = nil, freshConnection: Bool = false, cookies: Bool = false,
-        proxy: CurlProxy = .environment(noProxy: [])
+        proxy: CurlProxy = .environment, noProxy: [String] = []
     ) {
         self.method = method
         self.url = url
@@ -76,6 +76,7 @@ public struct CurlRequest: Sendable {
         self.freshConnection = freshConnection
         self.cookies = cookies
         self.proxy = proxy
+        self.noProxy = noProxy
     }
 }
 
@@ -193,11 +194,11 @@ public final class CurlSession {
         if let caFile = request.caFile { ok = ok && set(CURLOPT_CAINFO, caFile) }
         if request.freshConnection { ok = ok && set(CURLOPT_FRESH_CONNECT, 1) && set(CURLOPT_FORBID_REUSE, 1) }
         if request.cookies { ok = ok && set(CURLOPT_COOKIEFILE, "") }
-        func noProxy(_ extra: [String]) -> String { (["127.0.0.1", "localhost", "::1"] + extra).joined(separator: ",") }
+        let noProxy = (["127.0.0.1", "localhost", "::1"] + request.noProxy).joined(separator: ",")
         switch request.proxy {
         case .none: ok = ok && set(CURLOPT_PROXY, "")
-        case .environment(let extra): ok = ok && set(CURLOPT_NOPROXY, noProxy(extra))
-        case .url(let url, let extra): ok = ok && set(CURLOPT_PROXY, url) && set(CURLOPT_NOPROXY, noProxy(extra))
+        case .environment: ok = ok && set(CURLOPT_NOPROXY, noProxy)
+        case .url(let url): ok = ok && set(CURLOPT_PROXY, url) && set(CURLOPT_NOPROXY, noProxy)
         }
         switch (request.method, request.body) {
         case ("GET", _): ok = ok && set(CURLOPT_HTTPGET, 1)

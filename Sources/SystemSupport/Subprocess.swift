@@ -29,7 +29,8 @@ public struct Subprocess: Sendable {
         }
         if !inheritStandardError { posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0) }
         // Every other descriptor closed in the child (glibc skips ones already closed).
-        for fd in ProcFS.openDescriptors() where fd > 2 { posix_spawn_file_actions_addclose(&actions, fd) }
+        let open = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        for fd in open.compactMap({ Int32($0) }) where fd > 2 { posix_spawn_file_actions_addclose(&actions, fd) }
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
