@@ -268,7 +268,12 @@ public enum BrokerDaemon {
         // engine's timer still runs; the watchdog pings until the end.
         var services: [ServiceGroup.Entry] = []
         if let usec = Systemd.watchdogMicroseconds() {
-            services.append(.init(TimerService { Systemd.notify("WATCHDOG=1") ? .microseconds(usec / 2) : nil }))
+            services.append(
+                .init(
+                    TimerService {
+                        Systemd.notify("WATCHDOG=1")
+                        return .microseconds(usec / 2)
+                    }))
         }
         let tick = Duration.milliseconds(options.tickMilliseconds)
         services.append(

@@ -13,7 +13,7 @@ public struct BrowserSessionInfo: Codable, Sendable, Equatable {
 }
 
 /// A user agent that plays a real browser on the reference server's hosted
-/// page (PROTOCOL.md §6): it keeps cookies in memory (libcurl's cookie
+/// page (docs/protocol.md §6): it keeps cookies in memory (libcurl's cookie
 /// engine, one profile per instance), loads the authorize URL (which sets
 /// the attempt's binding cookie), signs in through the same JSON routes the
 /// page's script uses, describes the attempt, reads the browser session's
