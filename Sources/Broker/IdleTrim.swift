@@ -43,9 +43,6 @@ public struct IdleTrim: Sendable {
     /// Trimmed, and no message since: nothing to check until there is activity.
     public var isSettled: Bool { quietFor >= quietTicks && lastMessages == trimmedAt }
 
-    /// This process's resident size in KiB (`VmRSS`), for the debug log.
-    public static func residentKiB() -> Int? { ProcFS.residentKiB() }
-
     /// At most `count` malloc arenas (glibc's default is 8 per core). The
     /// broker's work runs on a few dispatch and cooperative-pool threads; each
     /// further arena keeps its own freed pages, which `malloc_trim` can only
@@ -88,11 +85,11 @@ final class TrimService: Service {
                 IdleTrim.trimHeap()
                 continue
             }
-            let before = IdleTrim.residentKiB()
+            let before = ProcFS.residentKiB()
             IdleTrim.trimHeap()
             logger.debug(
                 "idle: heap trimmed",
-                ["rss.kib.before": "\(before ?? -1)", "rss.kib.after": "\(IdleTrim.residentKiB() ?? -1)"])
+                ["rss.kib.before": "\(before ?? -1)", "rss.kib.after": "\(ProcFS.residentKiB() ?? -1)"])
         }
     }
 

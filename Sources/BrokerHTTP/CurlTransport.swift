@@ -180,7 +180,7 @@ final class Worker: @unchecked Sendable {
     {
         dispatchPrecondition(condition: .onQueue(queue))
         if cancellation.isCancelled { return .failure(.notSent("the request was cancelled before it was sent")) }
-        if session == nil { session = CurlSession() }
+        if session == nil { session = CurlSession(proxy: configuration.proxy, noProxy: configuration.noProxy) }
         guard let session else { return .failure(.notSent("libcurl could not start a transfer")) }
         let request = plan.request
         let transfer = CurlRequest(
@@ -189,7 +189,7 @@ final class Worker: @unchecked Sendable {
             timeoutMilliseconds: request.timeoutMilliseconds,
             connectTimeoutMilliseconds: request.connectTimeoutMilliseconds,
             maximumResponseBytes: request.maximumResponseBytes, caFile: request.caFile,
-            freshConnection: request.changesState, proxy: configuration.proxy, noProxy: configuration.noProxy)
+            freshConnection: request.changesState)
         switch session.perform(transfer, cancellation: cancellation) {
         case .answered(let status, let headers, let body):
             return .success(HTTPResponse(status: status, headers: headers.map { HTTPHeader($0.name, $0.value) }, body: body))

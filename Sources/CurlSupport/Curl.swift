@@ -51,18 +51,12 @@ public struct CurlRequest: Sendable {
     /// `CURLOPT_FORBID_REUSE`): libcurl then never re-sends the request
     /// after finding a reused connection dead.
     public var freshConnection: Bool
-    /// The handle's in-memory cookie engine (`CURLOPT_COOKIEFILE ""`): cookies
-    /// kept across this session's requests, never read from or written to a file.
-    public var cookies: Bool
-    public var proxy: CurlProxy
-    public var noProxy: [String]
 
     public init(
         method: String, url: String, headers: [(name: String, value: String)] = [], suppressedHeaders: [String] = [],
         body: [UInt8]? = nil,
         timeoutMilliseconds: Int = 60_000, connectTimeoutMilliseconds: Int = 10_000, maximumResponseBytes: Int? = nil,
-        caFile: String? = nil, freshConnection: Bool = false, cookies: Bool = false,
-        proxy: CurlProxy = .environment, noProxy: [String] = []
+        caFile: String? = nil, freshConnection: Bool = false
     ) {
         self.method = method
         self.url = url
@@ -74,9 +68,6 @@ public struct CurlRequest: Sendable {
         self.maximumResponseBytes = maximumResponseBytes
         self.caFile = caFile
         self.freshConnection = freshConnection
-        self.cookies = cookies
-        self.proxy = proxy
-        self.noProxy = noProxy
     }
 }
 
@@ -112,11 +103,20 @@ public func curlText(_ code: CURLcode) -> String {
 /// the cookies), so that requests without `freshConnection` may reuse a connection.
 public final class CurlSession {
     private let raw: UnsafeMutableRawPointer
+    private let cookies: Bool
+    private let proxy: CurlProxy
+    private let noProxy: [String]
 
     /// nil when libcurl cannot be initialised or has no memory for a handle.
-    public init?() {
+    /// `cookies`: the handle's in-memory cookie engine (`CURLOPT_COOKIEFILE ""`)
+    /// keeps cookies across requests, never read from or written to a file.
+    /// `noProxy`: hosts never sent through a proxy, besides loopback.
+    public init?(cookies: Bool = false, proxy: CurlProxy = .environment, noProxy: [String] = []) {
         guard curlGlobalInit == CURLE_OK, let handle = curl_easy_init() else { return nil }
         raw = handle
+        self.cookies = cookies
+        self.proxy = proxy
+        self.noProxy = noProxy
     }
 
     deinit { curl_easy_cleanup(raw) }
@@ -193,9 +193,9 @@ public final class CurlSession {
         }
         if let caFile = request.caFile { ok = ok && set(CURLOPT_CAINFO, caFile) }
         if request.freshConnection { ok = ok && set(CURLOPT_FRESH_CONNECT, 1) && set(CURLOPT_FORBID_REUSE, 1) }
-        if request.cookies { ok = ok && set(CURLOPT_COOKIEFILE, "") }
-        let noProxy = (["127.0.0.1", "localhost", "::1"] + request.noProxy).joined(separator: ",")
-        switch request.proxy {
+        if cookies { ok = ok && set(CURLOPT_COOKIEFILE, "") }
+        let noProxy = (["127.0.0.1", "localhost", "::1"] + noProxy).joined(separator: ",")
+        switch proxy {
         case .none: ok = ok && set(CURLOPT_PROXY, "")
         case .environment: ok = ok && set(CURLOPT_NOPROXY, noProxy)
         case .url(let url): ok = ok && set(CURLOPT_PROXY, url) && set(CURLOPT_NOPROXY, noProxy)

@@ -62,29 +62,20 @@ public enum ScriptedBrowserError: Error, Sendable, CustomStringConvertible {
     }
 }
 
-/// One libcurl session (`CurlSupport`). Not Sendable: its owner serialises
-/// its use. With `cookies` on, the session's in-memory cookie engine keeps
-/// cookies across requests, like a browser profile; it never reads or writes
-/// a cookie file. Redirects are never followed.
-final class CurlHandle {
-    private let session: CurlSession
-    private let cookies: Bool
-    private let caFile: String?
-
-    init(cookies: Bool, caFile: String?) throws(ScriptedBrowserError) {
-        guard let session = CurlSession() else { throw .transport("curl_easy_init failed") }
-        self.session = session
-        self.cookies = cookies
-        self.caFile = caFile
+extension CurlSession {
+    /// A session for the scripted browser: with `cookies`, a browser profile's cookie jar in memory.
+    static func make(cookies: Bool) throws(ScriptedBrowserError) -> CurlSession {
+        guard let session = CurlSession(cookies: cookies) else { throw .transport("curl_easy_init failed") }
+        return session
     }
 
-    func perform(method: String, url: String, headers: [(String, String)], body: [UInt8]?) throws(ScriptedBrowserError)
-        -> HTTPAnswer
+    /// One request (redirects never followed); answer header names in lower case.
+    func answer(method: String, url: String, headers: [(String, String)], body: [UInt8]?, caFile: String?)
+        throws(ScriptedBrowserError) -> HTTPAnswer
     {
         let request = CurlRequest(
-            method: method, url: url, headers: headers.map { (name: $0.0, value: $0.1) }, body: body,
-            caFile: caFile, cookies: cookies)
-        switch session.perform(request) {
+            method: method, url: url, headers: headers.map { (name: $0.0, value: $0.1) }, body: body, caFile: caFile)
+        switch perform(request) {
         case .answered(let status, let headers, let body):
             return HTTPAnswer(status: status, headers: headers.map { ($0.name.lowercased(), $0.value) }, body: body)
         case .tooLarge: throw .transport("the answer is too large")
@@ -100,7 +91,7 @@ public enum RawHTTP {
     public static func send(
         _ method: String, _ url: String, headers: [(String, String)] = [], body: [UInt8]? = nil, caFile: String? = nil
     ) throws(ScriptedBrowserError) -> HTTPAnswer {
-        try CurlHandle(cookies: false, caFile: caFile).perform(method: method, url: url, headers: headers, body: body)
+        try CurlSession.make(cookies: false).answer(method: method, url: url, headers: headers, body: body, caFile: caFile)
     }
 
     /// POSTs `json` with `Content-Type: application/json`.
