@@ -33,7 +33,7 @@ let package = Package(
 
         // Shared by the broker and the reference server.
         .target(name: "BrowserLoginProtocol", dependencies: ["CCrypto", "CJansson"]),
-        // One implementation per facility, used by every program (docs/architecture.md): the logger,
+        // One implementation per facility, used by every program: the logger,
         // signals, /proc, XDG and socket paths, subprocesses, service lifecycle; and the one libcurl wrapper.
         .target(name: "SystemSupport"),
         .target(name: "CurlSupport", dependencies: ["CCurl"]),

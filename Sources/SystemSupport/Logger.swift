@@ -11,7 +11,7 @@ import Synchronization
 /// `<6>browser-login-broker: serving clients=2 socket=/run/…`. Callers put
 /// data in dotted metadata keys, never in the message, and never pass a
 /// secret: tokens, verifiers, codes, recovery keys, callback and authorize
-/// URLs and the server's attempt ids stay out of logs (docs/architecture.md).
+/// URLs and the server's attempt ids stay out of logs (docs/operations.md, Logs).
 ///
 /// Where lines go is the handler's business: `StderrLogHandler` (stderr,
 /// which journald reads under systemd) in the programs, `RecordingLogHandler`
