@@ -157,10 +157,15 @@ public final class Wakeup: Sendable {
 /// nothing due takes no wake-ups.
 public final class TimerService: Service {
     private let tick: @Sendable () async -> Duration?
-    private let wakeup = Wakeup()
+    private let wakeup: Wakeup
     private let stopping = Atomic<Bool>(false)
 
-    public init(tick: @escaping @Sendable () async -> Duration?) { self.tick = tick }
+    /// `wakeup`: signalled by whoever schedules new work (e.g. made before the
+    /// engine that signals it, and handed to both).
+    public init(wakeup: Wakeup = Wakeup(), tick: @escaping @Sendable () async -> Duration?) {
+        self.wakeup = wakeup
+        self.tick = tick
+    }
 
     /// New work may be due earlier than the last answer said: tick now.
     public func wake() { wakeup.signal() }
