@@ -36,20 +36,27 @@ let package = Package(
         .target(name: "BrowserLoginProtocol", dependencies: ["CCrypto", "CJansson"]),
         // The broker's wire API (docs/rpc.md): shared by the daemon, the CLI and client libraries.
         .target(name: "BrowserLoginAPI", dependencies: ["BrowserLoginProtocol"]),
+        // One implementation per facility, used by every program: the logger,
+        // signals, /proc, XDG and socket paths, subprocesses, service lifecycle; and the one libcurl wrapper.
+        .target(name: "SystemSupport"),
+        .target(name: "CurlSupport", dependencies: ["CCurl"]),
         .target(name: "SQLiteSupport", dependencies: ["CSQLite"]),
         // The reference login server.
         .target(
             name: "LoginServer",
-            dependencies: ["BrowserLoginProtocol", "CommandLineKit", "SQLiteSupport", "CMicroHTTPD", "CCrypto"]),
+            dependencies: [
+                "BrowserLoginProtocol", "CommandLineKit", "SQLiteSupport", "SystemSupport", "CMicroHTTPD", "CCrypto",
+            ]),
         .executableTarget(name: "browser-login-server", dependencies: ["LoginServer"]),
-        .target(name: "ScriptedBrowser", dependencies: ["BrowserLoginProtocol", "CCurl"]),
-        .executableTarget(name: "browser-login-demo-agent", dependencies: ["CommandLineKit", "ScriptedBrowser"]),
+        .target(name: "ScriptedBrowser", dependencies: ["BrowserLoginProtocol", "CurlSupport"]),
+        .executableTarget(
+            name: "browser-login-demo-agent", dependencies: ["CommandLineKit", "ScriptedBrowser", "SystemSupport"]),
         .testTarget(name: "LoginServerTests", dependencies: ["LoginServer", "ScriptedBrowser", "BrowserLoginProtocol"]),
 
         // The broker.
         .target(name: "BrokerCore", dependencies: ["BrowserLoginAPI", "BrowserLoginProtocol"]),
         .target(name: "BrokerStore", dependencies: ["BrokerCore", "SQLiteSupport"]),
-        .target(name: "BrokerHTTP", dependencies: ["BrokerCore", "BrowserLoginProtocol", "CCurl"]),
+        .target(name: "BrokerHTTP", dependencies: ["BrokerCore", "BrowserLoginProtocol", "CurlSupport", "CCurl"]),
         .target(name: "BrokerVault", dependencies: ["BrokerCore", "CSecret"]),
         // Test support: runs one vault operation in a child process (private bus, locked keyring).
         .executableTarget(
@@ -58,22 +65,25 @@ let package = Package(
         // The declarative command-line parser of the four programs.
         .target(name: "CommandLineKit"),
         // The URL handler's desktop file: plain text and subprocesses, shared by the CLI and the daemon.
-        .target(name: "DesktopEntry"),
-        .target(name: "BrokerSystem", dependencies: ["BrokerCore", "DesktopEntry", "CSystemd", "CGIO"]),
+        .target(name: "DesktopEntry", dependencies: ["SystemSupport"]),
+        .target(name: "BrokerSystem", dependencies: ["BrokerCore", "DesktopEntry", "SystemSupport", "CSystemd", "CGIO"]),
         .target(
             name: "Broker",
             dependencies: [
                 "BrokerCore", "BrokerStore", "BrokerRPC", "BrokerHTTP", "BrokerVault", "BrokerSystem", "DesktopEntry",
-                "BrowserLoginAPI", "BrowserLoginProtocol", "CMalloc", "CommandLineKit", "SQLiteSupport",
+                "BrowserLoginAPI", "BrowserLoginProtocol", "CMalloc", "CommandLineKit", "SQLiteSupport", "SystemSupport",
             ]
         ),
 
         .executableTarget(name: "browser-login-broker", dependencies: ["Broker"]),
         .executableTarget(
             name: "browser-login",
-            dependencies: ["BrokerRPC", "BrowserLoginAPI", "BrowserLoginProtocol", "CommandLineKit", "DesktopEntry"]),
+            dependencies: [
+                "BrokerRPC", "BrowserLoginAPI", "BrowserLoginProtocol", "CommandLineKit", "DesktopEntry", "SystemSupport",
+            ]),
 
         .testTarget(name: "BrowserLoginProtocolTests", dependencies: ["BrowserLoginProtocol"]),
+        .testTarget(name: "SystemSupportTests", dependencies: ["SystemSupport", "CurlSupport"]),
         .testTarget(name: "BrokerRPCTests", dependencies: ["BrokerRPC"]),
         .testTarget(name: "BrowserLoginAPITests", dependencies: ["BrowserLoginAPI", "BrowserLoginProtocol"]),
         .testTarget(name: "CommandLineKitTests", dependencies: ["CommandLineKit"]),
@@ -101,13 +111,13 @@ let package = Package(
             name: "browser-login-bench",
             dependencies: [
                 "BrokerRPC", "BrokerStore", "BrokerCore", "BrokerHTTP", "BrokerVault", "BrowserLoginProtocol",
-                "SQLiteSupport", "ScriptedBrowser",
+                "SQLiteSupport", "ScriptedBrowser", "SystemSupport",
             ],
             path: "Benchmarks/browser-login-bench"
         ),
         // The load-and-abuse run against the real daemon (docs/reliability.md).
         .executableTarget(
-            name: "browser-login-load", dependencies: ["BrokerRPC", "ScriptedBrowser"],
+            name: "browser-login-load", dependencies: ["BrokerRPC", "ScriptedBrowser", "SystemSupport"],
             path: "Benchmarks/browser-login-load"
         ),
 

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import SystemSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -202,12 +203,7 @@ final class ChildProcess: Sendable {
     var isRunning: Bool { kill(pid, 0) == 0 }
 
     /// Running and not a zombie (a killed child that nobody reaped yet is not alive).
-    var isAlive: Bool {
-        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-            let close = text.lastIndex(of: ")")
-        else { return false }
-        return !text[text.index(after: close)...].hasPrefix(" Z")
-    }
+    var isAlive: Bool { ProcFS.isAlive(pid: pid) }
 
     /// Waits for the child to end and reaps it.
     func reap() {
@@ -220,27 +216,13 @@ final class ChildProcess: Sendable {
     /// User plus system CPU time so far, in seconds (10 ms resolution).
     var cpuSeconds: Double { readCPUSeconds(pid) ?? 0 }
     /// Anonymous resident memory in KiB (RssAnon: heap and stacks, without mapped libraries).
-    var anonymousKiB: Int? { readResidentKiB(pid, field: "RssAnon:") }
+    var anonymousKiB: Int? { readResidentKiB(pid, field: "RssAnon") }
 }
 
-func readResidentKiB(_ pid: pid_t, field: String = "VmRSS:") -> Int? {
-    guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
-    for line in text.split(separator: "\n") where line.hasPrefix(field) {
-        return Int(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "")
-    }
-    return nil
-}
+func readResidentKiB(_ pid: pid_t, field: String = "VmRSS") -> Int? { ProcFS.statusNumber(field, pid: pid) }
 
 /// utime + stime of /proc/PID/stat, in seconds.
-func readCPUSeconds(_ pid: pid_t) -> Double? {
-    guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-        let close = text.lastIndex(of: ")")
-    else { return nil }
-    // After "pid (comm)": state is field 3, utime 14 and stime 15.
-    let fields = text[text.index(after: close)...].split(separator: " ")
-    guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
-    return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
-}
+func readCPUSeconds(_ pid: pid_t) -> Double? { ProcFS.cpuSeconds(pid: pid) }
 
 func waitFor(_ seconds: Double, _ what: String, _ condition: () -> Bool) throws {
     let deadline = nowNanos() + UInt64(seconds * 1e9)

@@ -12,6 +12,7 @@ import BrokerRPC
 import Foundation
 import ScriptedBrowser
 import Synchronization
+import SystemSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -35,26 +36,12 @@ func say(_ text: String) {
     fflush(nil)
 }
 
-func residentKiB(_ pid: pid_t) -> Int {
-    guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return -1 }
-    for line in text.split(separator: "\n") where line.hasPrefix("VmRSS:") {
-        return Int(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "") ?? -1
-    }
-    return -1
-}
+func residentKiB(_ pid: pid_t) -> Int { ProcFS.residentKiB(pid: pid) ?? -1 }
 
-/// A field of /proc/PID/status (`RssAnon:`, `Threads:`).
-func statusField(_ pid: pid_t, _ field: String) -> String {
-    guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return "?" }
-    for line in text.split(separator: "\n") where line.hasPrefix(field) {
-        return line.dropFirst(field.count).trimmingCharacters(in: .whitespaces)
-    }
-    return "?"
-}
+/// A field of /proc/PID/status (`RssAnon`, `Threads`).
+func statusField(_ pid: pid_t, _ field: String) -> String { ProcFS.statusField(field, pid: pid) ?? "?" }
 
-func openDescriptors(_ pid: pid_t) -> Int {
-    (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count) ?? -1
-}
+func openDescriptors(_ pid: pid_t) -> Int { ProcFS.openDescriptorCount(pid: pid) ?? -1 }
 
 func waitFor(_ seconds: Double, _ condition: () -> Bool) -> Bool {
     let deadline = nowNanos() + UInt64(seconds * 1e9)
@@ -606,7 +593,7 @@ func restingKiB() -> Int {
     usleep(5_000_000)
     let rss = residentKiB(broker.pid)
     say(
-        "  at rest: \(rss) KiB (anonymous \(statusField(broker.pid, "RssAnon:")), \(statusField(broker.pid, "Threads:")) threads)"
+        "  at rest: \(rss) KiB (anonymous \(statusField(broker.pid, "RssAnon")), \(statusField(broker.pid, "Threads")) threads)"
     )
     clientsWell.pause(false)
     return rss

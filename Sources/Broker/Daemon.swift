@@ -8,6 +8,7 @@ import DesktopEntry
 import Dispatch
 import Foundation
 import Synchronization
+import SystemSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -167,7 +168,7 @@ public enum BrokerDaemon {
                     HandlerRegistration.handlerProgram(), "install-handler",
                 ]
                 + handlerSchemes.flatMap { ["--scheme", $0] }
-            let result = HandlerInstaller.run(program: "/usr/bin/env", arguments: arguments, environment: environment)
+            let result = Subprocess.run(program: "/usr/bin/env", arguments: arguments, environment: environment)
             logger.log(
                 result.status == 0 ? .info : .warning, "URL handler registration through systemd-run",
                 ["status": "\(result.status)"])
@@ -178,12 +179,8 @@ public enum BrokerDaemon {
             for problem in report.problems { logger.warning("URL handler registration problem", ["problem": problem]) }
         }
 
-        let home = environment["HOME"] ?? NSHomeDirectory()
-        // systemd's StateDirectory= passes the directory in STATE_DIRECTORY.
-        let stateDirectory =
-            options.stateDirectory ?? environment["STATE_DIRECTORY"].flatMap { $0.isEmpty ? nil : $0 }
-            ?? ((environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.local/state")
-                + "/browser-login")
+        let paths = UserPaths(environment: environment)
+        let stateDirectory = options.stateDirectory ?? paths.brokerStateDirectory
         do {
             try FileManager.default.createDirectory(
                 atPath: stateDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
@@ -196,8 +193,8 @@ public enum BrokerDaemon {
         let socketDescription: String
         if let passed = Systemd.listenFileDescriptors().first {
             listen = .fileDescriptor(passed.fd)
-            socketDescription = options.socketPath ?? socketPath(environment) ?? "fd:\(passed.fd)"
-        } else if let path = options.socketPath ?? socketPath(environment) {
+            socketDescription = paths.brokerSocket(option: options.socketPath) ?? "fd:\(passed.fd)"
+        } else if let path = paths.brokerSocket(option: options.socketPath) {
             listen = .path(path)
             socketDescription = path
         } else {
@@ -233,15 +230,23 @@ public enum BrokerDaemon {
                 ])
         }
         let rpcLog = RPCEventLog(logger: logger, descriptorLimit: descriptorLimit)
+        let activity = Wakeup()
         let server: RPCServer
         do {
             server = try RPCServer(
                 configuration: RPCServerConfiguration(
                     listen: listen, maxConnections: limits.maxConnections, reservedConnections: limits.reserved),
-                events: { event in rpcLog.record(event) },
-                fast: { context, method, params in methods.handleFast(context, method, params) },
+                events: { event in
+                    activity.signal()
+                    rpcLog.record(event)
+                },
+                fast: { context, method, params in
+                    activity.signal()
+                    return methods.handleFast(context, method, params)
+                },
                 handler: { context, method, params async throws(RPCError) in
-                    try await methods.handle(context, method, params)
+                    activity.signal()
+                    return try await methods.handle(context, method, params)
                 })
         } catch {
             logger.error("cannot listen on the socket", ["socket": socketDescription, "error": "\(error)"])
@@ -253,100 +258,39 @@ public enum BrokerDaemon {
             logger.error("start-up recovery failed", ["error": "\(error)"])
         }
 
-        let dbus = options.dbus ? sessionBusApplication(engine: engine, logger: logger) : nil
-        let signals = SignalWatcher(signals: [SIGTERM, SIGINT]) { signal in
-            logger.notice("stopping", ["signal": signal == SIGTERM ? "SIGTERM" : "SIGINT"])
-            Systemd.notify("STOPPING=1\nSTATUS=stopping")
-            dbus?.shutdown()
-            server.shutdown()
+        // Started in this order, stopped in the reverse: the RPC server drains first, while the
+        // engine's timer still runs; the watchdog pings until the end.
+        var services: [ServiceGroup.Entry] = []
+        if let usec = Systemd.watchdogMicroseconds() {
+            services.append(
+                .init(
+                    TimerService {
+                        Systemd.notify("WATCHDOG=1")
+                        return .microseconds(usec / 2)
+                    }))
         }
-        // Owning the bus name runs on its own thread: it never delays READY=1.
-        let dbusTask = Task { await dbus?.run() }
-        let timer = Task {
-            while !Task.isCancelled {
-                try? await Task.sleep(nanoseconds: UInt64(options.tickMilliseconds) * 1_000_000)
-                await engine.tick()
-            }
-        }
-        let trimmer = Task {
-            var idle = IdleTrim()
-            while !Task.isCancelled {
-                try? await Task.sleep(nanoseconds: 1_000_000_000)
-                let statistics = server.statistics
-                guard idle.check(messages: statistics.messages, inFlight: statistics.inFlight) else { continue }
-                guard Logger.Level.debug <= logger.minimum else {
-                    IdleTrim.trimHeap()
-                    continue
-                }
-                let before = IdleTrim.residentKiB()
-                IdleTrim.trimHeap()
-                logger.debug(
-                    "idle: heap trimmed",
-                    ["rss.kib.before": "\(before ?? -1)", "rss.kib.after": "\(IdleTrim.residentKiB() ?? -1)"])
-            }
-        }
-        let watchdog = Task {
-            guard let usec = Systemd.watchdogMicroseconds() else { return }
-            while !Task.isCancelled {
-                try? await Task.sleep(nanoseconds: usec * 1000 / 2)
-                Systemd.notify("WATCHDOG=1")
-            }
-        }
+        let tick = Duration.milliseconds(options.tickMilliseconds)
+        services.append(
+            .init(
+                TimerService {
+                    await engine.tick()
+                    return tick
+                }))
+        services.append(.init(TrimService(server: server, activity: activity, logger: logger)))
+        if options.dbus { services.append(.init(SessionBusService(engine: engine, logger: logger))) }
+        services.append(.init(RPCService(server: server, logger: logger), endsGroup: true))
         logger.notice(
             "serving", ["socket": socketDescription, "clients": "\(loaded.clients.count)", "state": stateDirectory])
         Systemd.notify("READY=1\nSTATUS=serving \(loaded.clients.count) client(s)")
 
-        do { try await server.run() } catch {
-            logger.error("the RPC server failed", ["error": "\(error)"])
+        await ServiceGroup(services).run { trigger in
+            guard case .signal(let signal) = trigger else { return }
+            logger.notice("stopping", ["signal": SignalWatcher.name(signal)])
+            Systemd.notify("STOPPING=1\nSTATUS=stopping")
         }
-        dbus?.shutdown()
-        await dbusTask.value
-        timer.cancel()
-        trimmer.cancel()
-        watchdog.cancel()
         await engine.releaseWaiters()
-        signals.cancel()
         logger.notice("stopped")
         return 0
-    }
-
-    /// The session-bus face of the daemon: `Open` goes to the same path as
-    /// `login.finish`. URIs are callback URLs, which are secrets: only the
-    /// outcome (attempt id, state or error code) is logged.
-    static func sessionBusApplication(engine: BrokerEngine, logger: Logger) -> DBusApplication {
-        DBusApplication(
-            busName: DesktopEntry.applicationId, objectPath: DesktopEntry.objectPath,
-            open: { uris in
-                for uri in uris {
-                    Task {
-                        do {
-                            let attempt = try await engine.finish(url: uri)
-                            logger.notice(
-                                "callback delivered over D-Bus",
-                                ["attempt.id": attempt.attemptId, "attempt.state": attempt.state.rawValue])
-                        } catch let error as BrokerError {
-                            logger.warning(
-                                "callback over D-Bus refused",
-                                ["error.code": error.code.rawValue, "attempt.id": error.attemptId ?? "-"])
-                        } catch {
-                            logger.warning("callback over D-Bus failed", ["error.type": "\(type(of: error))"])
-                        }
-                    }
-                }
-            },
-            events: { event in
-                switch event {
-                case .noSessionBus(let detail):
-                    logger.notice("no session bus; running without D-Bus activation", ["detail": detail])
-                case .nameAcquired(let name): logger.info("owning the bus name", ["dbus.name": name])
-                case .nameLost(let name):
-                    logger.notice("the bus name is owned elsewhere or the bus went away", ["dbus.name": name])
-                case .registrationFailed(let detail): logger.warning("D-Bus registration failed", ["detail": detail])
-                case .busClosed: logger.warning("the session bus closed; reconnecting when it is back", [:])
-                case .activated: logger.info("activated over D-Bus")
-                case .actionRefused: logger.info("D-Bus ActivateAction refused: the broker has no actions")
-                }
-            })
     }
 
     /// Raises the soft `RLIMIT_NOFILE` to the hard limit; answers the soft limit now in force.
@@ -374,34 +318,84 @@ public enum BrokerDaemon {
         return current
     }
 
-    static func socketPath(_ environment: [String: String]) -> String? {
-        guard let runtime = environment["XDG_RUNTIME_DIR"], !runtime.isEmpty else { return nil }
-        return runtime + "/browser-login/broker.sock"
-    }
 }
 
-/// Turns signals into a callback on a dispatch queue (the signals are ignored
-/// for their default action while watched).
-final class SignalWatcher {
-    private let sources: [any DispatchSourceSignal]
+/// The RPC server as a service: when it stops (or fails), the daemon stops.
+struct RPCService: Service {
+    let server: RPCServer
+    let logger: Logger
 
-    init(signals: [Int32], handler: @escaping @Sendable (Int32) -> Void) {
-        // A parent may have started us with these signals blocked; we handle them.
-        var unblock = sigset_t()
-        sigemptyset(&unblock)
-        for number in signals { sigaddset(&unblock, number) }
-        pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
-        let queue = DispatchQueue(label: "browser-login.signals")
-        sources = signals.map { number in
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
-            source.setEventHandler { handler(number) }
-            source.resume()
-            return source
+    func run() async {
+        do { try await server.run() } catch {
+            logger.error("the RPC server failed", ["error": "\(error)"])
         }
     }
 
-    func cancel() { for source in sources { source.cancel() } }
+    func shutdown() { server.shutdown() }
+}
+
+/// The session-bus face of the daemon: `Open` goes to the same path as
+/// `login.finish`. URIs are callback URLs, which are secrets: only the
+/// outcome (attempt id, state or error code) is logged. Without a session
+/// bus, `run()` returns at once and the daemon goes on without it.
+struct SessionBusService: Service {
+    let application: DBusApplication
+    private let opened: AsyncStream<[String]>
+    private let openedInput: AsyncStream<[String]>.Continuation
+    let engine: BrokerEngine
+    let logger: Logger
+
+    init(engine: BrokerEngine, logger: Logger) {
+        self.engine = engine
+        self.logger = logger
+        let (opened, openedInput) = AsyncStream.makeStream(of: [String].self)
+        self.opened = opened
+        self.openedInput = openedInput
+        application = DBusApplication(
+            busName: DesktopEntry.applicationId, objectPath: DesktopEntry.objectPath,
+            open: { uris in openedInput.yield(uris) },
+            events: { event in
+                switch event {
+                case .noSessionBus(let detail):
+                    logger.notice("no session bus; running without D-Bus activation", ["detail": detail])
+                case .nameAcquired(let name): logger.info("owning the bus name", ["dbus.name": name])
+                case .nameLost(let name):
+                    logger.notice("the bus name is owned elsewhere or the bus went away", ["dbus.name": name])
+                case .registrationFailed(let detail): logger.warning("D-Bus registration failed", ["detail": detail])
+                case .busClosed: logger.warning("the session bus closed; reconnecting when it is back", [:])
+                case .activated: logger.info("activated over D-Bus")
+                case .actionRefused: logger.info("D-Bus ActivateAction refused: the broker has no actions")
+                }
+            })
+    }
+
+    /// Owning the bus name runs on its own thread; each opened URI is delivered in a child task.
+    func run() async {
+        await withDiscardingTaskGroup { group in
+            group.addTask {
+                await application.run()
+                openedInput.finish()
+            }
+            for await uris in opened {
+                for uri in uris { group.addTask { await deliver(uri) } }
+            }
+        }
+    }
+
+    func shutdown() { application.shutdown() }
+
+    private func deliver(_ uri: String) async {
+        do {
+            let attempt = try await engine.finish(url: uri)
+            logger.notice(
+                "callback delivered over D-Bus", ["attempt.id": attempt.attemptId, "attempt.state": attempt.state.rawValue])
+        } catch let error as BrokerError {
+            logger.warning(
+                "callback over D-Bus refused", ["error.code": error.code.rawValue, "attempt.id": error.attemptId ?? "-"])
+        } catch {
+            logger.warning("callback over D-Bus failed", ["error.type": "\(type(of: error))"])
+        }
+    }
 }
 
 /// The connection limits the descriptor limit allows: `maxConnections` plus

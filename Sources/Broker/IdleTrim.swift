@@ -1,4 +1,7 @@
+import BrokerRPC
 import CMalloc
+import Synchronization
+import SystemSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -37,19 +40,8 @@ public struct IdleTrim: Sendable {
         return true
     }
 
-    /// This process's resident size in KiB (`VmRSS`), for the debug log.
-    public static func residentKiB() -> Int? {
-        guard let file = fopen("/proc/self/status", "r") else { return nil }
-        defer { fclose(file) }
-        var line = [CChar](repeating: 0, count: 256)
-        while fgets(&line, Int32(line.count), file) != nil {
-            let text = String(decoding: line.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            if text.hasPrefix("VmRSS:") {
-                return Int(text.dropFirst(6).trimmingPrefix(while: { $0 == " " || $0 == "\t" }).prefix(while: \.isNumber))
-            }
-        }
-        return nil
-    }
+    /// Trimmed, and no message since: nothing to check until there is activity.
+    public var isSettled: Bool { quietFor >= quietTicks && lastMessages == trimmedAt }
 
     /// At most `count` malloc arenas (glibc's default is 8 per core). The
     /// broker's work runs on a few dispatch and cooperative-pool threads; each
@@ -62,5 +54,48 @@ public struct IdleTrim: Sendable {
     /// Returns free heap pages to the system (glibc's `malloc_trim`).
     public static func trimHeap() {
         _ = malloc_trim(0)
+    }
+}
+
+/// Checks `IdleTrim` every second while there is something to trim, and
+/// sleeps until the next RPC request (`activity`) once the quiet period's
+/// trim is done: an idle broker takes no wake-ups for it.
+final class TrimService: Service {
+    let server: RPCServer
+    let activity: Wakeup
+    let logger: Logger
+    private let stop = Wakeup()
+    private let stopping = Atomic<Bool>(false)
+
+    init(server: RPCServer, activity: Wakeup, logger: Logger) {
+        self.server = server
+        self.activity = activity
+        self.logger = logger
+    }
+
+    func run() async {
+        var idle = IdleTrim()
+        while !stopping.load(ordering: .acquiring) {
+            if idle.isSettled { await activity.wait() }
+            await stop.wait(timeout: .seconds(1))
+            guard !stopping.load(ordering: .acquiring) else { return }
+            let statistics = server.statistics
+            guard idle.check(messages: statistics.messages, inFlight: statistics.inFlight) else { continue }
+            guard Logger.Level.debug <= logger.minimum else {
+                IdleTrim.trimHeap()
+                continue
+            }
+            let before = ProcFS.residentKiB()
+            IdleTrim.trimHeap()
+            logger.debug(
+                "idle: heap trimmed",
+                ["rss.kib.before": "\(before ?? -1)", "rss.kib.after": "\(ProcFS.residentKiB() ?? -1)"])
+        }
+    }
+
+    func shutdown() {
+        stopping.store(true, ordering: .releasing)
+        stop.signal()
+        activity.signal()
     }
 }

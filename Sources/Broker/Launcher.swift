@@ -1,5 +1,6 @@
 import BrokerCore
 import Foundation
+import SystemSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -138,25 +139,25 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
     }
 
     static func run(_ argv: [String], environment: [String: String]) async -> RunResult {
-        let process = Process()
-        let program = argv[0]
-        if program.hasPrefix("/") {
-            process.executableURL = URL(fileURLWithPath: program)
-        } else {
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        // A program name is looked up on the environment's PATH by env(1), which exits 127 when it is not there.
+        let program = argv[0].hasPrefix("/") ? argv[0] : "/usr/bin/env"
+        let arguments = argv[0].hasPrefix("/") ? Array(argv.dropFirst()) : argv
+        guard let child = Subprocess.spawn(program: program, arguments: arguments, environment: environment) else {
+            return .failure("cannot start")
         }
-        process.arguments = program.hasPrefix("/") ? Array(argv.dropFirst()) : argv
-        process.environment = environment
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        do { try process.run() } catch { return .failure("cannot start") }
-        let deadline = Date().addingTimeInterval(2)
-        while process.isRunning && Date() < deadline {
-            try? await Task.sleep(nanoseconds: 20_000_000)
+        let deadline = ContinuousClock.now + .seconds(2)
+        var status = child.poll()
+        while status == nil && ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(20))
+            status = child.poll()
         }
-        if process.isRunning { return .success }
-        if process.terminationStatus == 127 { return .failure("not found") }
-        return process.terminationStatus == 0 ? .success : .failure("exit status \(process.terminationStatus)")
+        switch status {
+        case nil:
+            child.reapInBackground()
+            return .success
+        case 127?: return .failure("not found")
+        case 0?: return .success
+        case let code?: return .failure("exit status \(code)")
+        }
     }
 }

@@ -1,7 +1,8 @@
 import BrokerCore
 import Foundation
+import SystemSupport
 
-/// Client binding (RPC.md): a client file's `Peers=` names the local programs
+/// Client binding (docs/rpc.md): a client file's `Peers=` names the local programs
 /// that may use it — Flatpak app ids (from `/proc/PID/root/.flatpak-info`)
 /// or absolute executable paths (from `/proc/PID/exe`).
 enum PeerBinding {
@@ -11,9 +12,9 @@ enum PeerBinding {
     }
 
     static func identity(pid: Int32) -> Identity {
-        let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/exe")
+        let exe = ProcFS.executable(pid: pid)
         var flatpak: String?
-        if let info = try? String(contentsOfFile: "/proc/\(pid)/root/.flatpak-info", encoding: .utf8) {
+        if let info = ProcFS.read("root/.flatpak-info", pid: pid) {
             var inApplication = false
             for line in info.split(separator: "\n") {
                 let trimmed = line.trimmingCharacters(in: .whitespaces)

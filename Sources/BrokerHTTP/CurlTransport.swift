@@ -1,6 +1,7 @@
 import BrokerCore
 import BrowserLoginProtocol
 import CCurl
+import CurlSupport
 import Dispatch
 import Synchronization
 
@@ -23,18 +24,7 @@ public final class CurlTransport: HTTPTransport {
     /// Configuration of the transport. Requests carry their own timeouts,
     /// size limit and CA file.
     public struct Configuration: Sendable, Equatable {
-        /// Where proxies come from.
-        public enum Proxy: Sendable, Equatable {
-            /// Never use a proxy, whatever the environment says.
-            case none
-            /// libcurl's own reading of `https_proxy`, `http_proxy` and
-            /// `all_proxy`. Loopback addresses and `noProxy` never go through
-            /// a proxy (this replaces the environment's `no_proxy`, so pass
-            /// its entries in `noProxy` when they matter).
-            case environment
-            /// This proxy URL (`http://host:port`), for every non-excluded host.
-            case url(String)
-        }
+        public typealias Proxy = CurlProxy
 
         /// Default `.environment`: a broker on a network that only reaches
         /// the internet through a proxy still works, and an https login
@@ -100,8 +90,9 @@ struct TransferPlan: Sendable {
     let method: Method
     /// `host[:port]`, for messages (never the path: it may hold an attempt id).
     let authority: String
-    /// Header lines for `CURLOPT_HTTPHEADER`.
-    let headerLines: [String]
+    let headers: [(name: String, value: String)]
+    /// `Content-Type` for a body the caller did not label: libcurl must not invent a form type.
+    let suppressed: [String]
     let body: [UInt8]?
 
     init(_ request: HTTPRequest) throws(HTTPTransportError) {
@@ -125,7 +116,7 @@ struct TransferPlan: Sendable {
         if let caFile = request.caFile, caFile.isEmpty || caFile.utf8.contains(0) {
             throw .invalidRequest("the CA file name is empty or invalid")
         }
-        var lines: [String] = []
+        var headers: [(name: String, value: String)] = []
         var hasContentType = false
         for header in request.headers {
             guard TransferPlan.isToken(header.name) else {
@@ -135,8 +126,7 @@ struct TransferPlan: Sendable {
                 throw .invalidRequest("the value of header '\(header.name)' has a control character")
             }
             if header.name.lowercased() == "content-type" { hasContentType = true }
-            // libcurl's syntax: "Name;" sends an empty header, "Name:" would remove it.
-            lines.append(header.value.isEmpty ? "\(header.name);" : "\(header.name): \(header.value)")
+            headers.append((header.name, header.value))
         }
         switch method {
         case .POST, .PUT, .PATCH:
@@ -147,14 +137,12 @@ struct TransferPlan: Sendable {
             guard request.body == nil else { throw .invalidRequest("a \(method.rawValue) request has no body") }
             body = nil
         }
-        // No `Expect: 100-continue` round trip, and no form content type
-        // invented by libcurl for a body the caller did not label.
-        lines.append("Expect:")
-        if body != nil && !hasContentType { lines.append("Content-Type:") }
+        // No form content type invented by libcurl for a body the caller did not label.
+        self.headers = headers
+        suppressed = body != nil && !hasContentType ? ["Content-Type"] : []
         self.request = request
         self.method = method
         self.authority = authority
-        self.headerLines = lines
     }
 
     static func isToken(_ text: String) -> Bool {
@@ -173,14 +161,14 @@ struct TransferPlan: Sendable {
     }
 }
 
-/// One serial queue and the easy handle it owns.
+/// One serial queue and the libcurl session it owns.
 ///
-/// `@unchecked Sendable` is safe because `handle` is read and written only
+/// `@unchecked Sendable` is safe because `session` is read and written only
 /// inside `perform`, which runs only on `queue` (serial): one thread at a
-/// time, never concurrently. `queue` and `index` are immutable.
+/// time, never concurrently. `queue` is immutable.
 final class Worker: @unchecked Sendable {
     let queue: DispatchQueue
-    private var handle: EasyHandle?
+    private var session: CurlSession?
 
     init(index: Int) {
         queue = DispatchQueue(label: "browser-login.http.\(index)")
@@ -192,87 +180,26 @@ final class Worker: @unchecked Sendable {
     {
         dispatchPrecondition(condition: .onQueue(queue))
         if cancellation.isCancelled { return .failure(.notSent("the request was cancelled before it was sent")) }
-        if handle == nil { handle = EasyHandle() }
-        guard let handle else { return .failure(.notSent("libcurl could not start a transfer")) }
-        handle.reset()
-        let sink = TransferSink(limit: plan.request.maximumResponseBytes, cancellation: cancellation)
-        let headers = HeaderList()
-        var errorBuffer = [CChar](repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
-        let code: CURLcode = withExtendedLifetime(sink) {
-            errorBuffer.withUnsafeMutableBytes { errorBytes in
-                guard configure(handle, plan, configuration, sink: sink, headers: headers),
-                    handle.set(CURLOPT_ERRORBUFFER, pointer: errorBytes.baseAddress)
-                else { return CURLE_BAD_FUNCTION_ARGUMENT }
-                let code = handle.perform()
-                // Nothing in the handle may point at this call's memory afterwards.
-                _ = handle.set(CURLOPT_ERRORBUFFER, pointer: nil)
-                _ = handle.set(CURLOPT_WRITEDATA, pointer: nil)
-                _ = handle.set(CURLOPT_HEADERDATA, pointer: nil)
-                _ = handle.set(CURLOPT_XFERINFODATA, pointer: nil)
-                _ = handle.set(CURLOPT_HTTPHEADER, list: nil)
-                return code
-            }
-        }
-        if code == CURLE_OK {
-            let status = handle.info(CURLINFO_RESPONSE_CODE)
-            return .success(HTTPResponse(status: status, headers: sink.headers, body: sink.body))
-        }
-        if code == CURLE_FILESIZE_EXCEEDED || (code == CURLE_WRITE_ERROR && sink.tooLarge) {
-            return .failure(.responseTooLarge)
-        }
-        let reachedTransfer =
-            handle.info(offset: CURLINFO_PRETRANSFER_TIME_T) > 0 || handle.info(CURLINFO_REQUEST_SIZE) > 0
-        let detail = errorBuffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
-        return .failure(
-            TransferFailure.classify(
-                code: code, reachedTransfer: reachedTransfer, authority: plan.authority, detail: detail))
-    }
-
-    private func configure(
-        _ handle: EasyHandle, _ plan: TransferPlan, _ configuration: CurlTransport.Configuration,
-        sink: TransferSink, headers: HeaderList
-    ) -> Bool {
+        if session == nil { session = CurlSession(proxy: configuration.proxy, noProxy: configuration.noProxy) }
+        guard let session else { return .failure(.notSent("libcurl could not start a transfer")) }
         let request = plan.request
-        let sinkPointer = Unmanaged.passUnretained(sink).toOpaque()
-        var ok =
-            handle.set(CURLOPT_URL, request.url)
-            && handle.set(CURLOPT_PROTOCOLS_STR, "http,https")
-            && handle.set(CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
-            && handle.set(CURLOPT_FOLLOWLOCATION, 0)
-            && handle.set(CURLOPT_NOSIGNAL, 1)
-            && handle.set(CURLOPT_TIMEOUT_MS, request.timeoutMilliseconds)
-            && handle.set(CURLOPT_CONNECTTIMEOUT_MS, min(request.connectTimeoutMilliseconds, request.timeoutMilliseconds))
-            && handle.set(CURLOPT_SSL_VERIFYPEER, 1)
-            && handle.set(CURLOPT_SSL_VERIFYHOST, 2)
-            && handle.set(CURLOPT_SSLVERSION, CURL_SSLVERSION_TLSv1_2)
-            && handle.set(CURLOPT_MAXFILESIZE_LARGE, offset: Int64(request.maximumResponseBytes))
-            && handle.set(CURLOPT_WRITEFUNCTION, callback: writeBodyCallback)
-            && handle.set(CURLOPT_WRITEDATA, pointer: sinkPointer)
-            && handle.set(CURLOPT_HEADERFUNCTION, callback: writeHeaderCallback)
-            && handle.set(CURLOPT_HEADERDATA, pointer: sinkPointer)
-            && handle.set(CURLOPT_SUPPRESS_CONNECT_HEADERS, 1)
-            && handle.setProgress(progressCallback)
-            && handle.set(CURLOPT_XFERINFODATA, pointer: sinkPointer)
-            && handle.set(CURLOPT_NOPROGRESS, 0)
-        if let caFile = request.caFile { ok = ok && handle.set(CURLOPT_CAINFO, caFile) }
-        if request.changesState {
-            ok = ok && handle.set(CURLOPT_FRESH_CONNECT, 1) && handle.set(CURLOPT_FORBID_REUSE, 1)
+        let transfer = CurlRequest(
+            method: plan.method.rawValue, url: request.url, headers: plan.headers, suppressedHeaders: plan.suppressed,
+            body: plan.body,
+            timeoutMilliseconds: request.timeoutMilliseconds,
+            connectTimeoutMilliseconds: request.connectTimeoutMilliseconds,
+            maximumResponseBytes: request.maximumResponseBytes, caFile: request.caFile,
+            freshConnection: request.changesState)
+        switch session.perform(transfer, cancellation: cancellation) {
+        case .answered(let status, let headers, let body):
+            return .success(HTTPResponse(status: status, headers: headers.map { HTTPHeader($0.name, $0.value) }, body: body))
+        case .tooLarge:
+            return .failure(.responseTooLarge)
+        case .failed(let code, let reachedTransfer, let detail):
+            return .failure(
+                TransferFailure.classify(
+                    code: code, reachedTransfer: reachedTransfer, authority: plan.authority, detail: detail))
         }
-        let noProxy = (["127.0.0.1", "localhost", "::1"] + configuration.noProxy).joined(separator: ",")
-        switch configuration.proxy {
-        case .none: ok = ok && handle.set(CURLOPT_PROXY, "")
-        case .environment: ok = ok && handle.set(CURLOPT_NOPROXY, noProxy)
-        case .url(let url): ok = ok && handle.set(CURLOPT_PROXY, url) && handle.set(CURLOPT_NOPROXY, noProxy)
-        }
-        switch plan.method {
-        case .GET: ok = ok && handle.set(CURLOPT_HTTPGET, 1)
-        case .HEAD: ok = ok && handle.set(CURLOPT_NOBODY, 1)
-        case .POST: ok = ok && handle.set(CURLOPT_POST, 1)
-        case .PUT, .PATCH, .DELETE: ok = ok && handle.set(CURLOPT_CUSTOMREQUEST, plan.method.rawValue)
-        }
-        if let body = plan.body { ok = ok && handle.setBody(body) }
-        for line in plan.headerLines { ok = ok && headers.append(line) }
-        return ok && handle.set(CURLOPT_HTTPHEADER, list: headers.raw)
     }
 }
 

@@ -1,5 +1,6 @@
 import BrokerCore
 import BrowserLoginProtocol
+import CurlSupport
 import Foundation
 
 /// Where a client's login server is, and how to talk to it.

@@ -1,6 +1,7 @@
 import BrokerCore
 import CGIO
 import Foundation
+import SystemSupport
 
 /// Reads client drop-in files: `*.conf` in `$XDG_CONFIG_HOME/browser-login/clients.d/`,
 /// then in each `$XDG_DATA_DIRS/browser-login/clients.d/`. A file name found
@@ -16,11 +17,7 @@ public enum ClientFiles {
 
     /// The directories searched, in order of precedence.
     public static func directories(environment: [String: String]) -> [String] {
-        let home = environment["HOME"] ?? NSHomeDirectory()
-        let configHome = environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.config"
-        let dataDirs = environment["XDG_DATA_DIRS"].flatMap { $0.isEmpty ? nil : $0 } ?? "/usr/local/share:/usr/share"
-        return [configHome + "/browser-login/clients.d"]
-            + dataDirs.split(separator: ":").map { String($0) + "/browser-login/clients.d" }
+        UserPaths(environment: environment).clientDirectories
     }
 
     public static func load(directories: [String]) -> Loaded {

@@ -1,6 +1,7 @@
 import BrokerCore
 import DesktopEntry
 import Foundation
+import SystemSupport
 
 /// The broker's start-up registration of the URL handler, for clients whose
 /// file says `InstallHandler=true`: the same desktop file and the same steps
@@ -17,7 +18,7 @@ public enum HandlerRegistration {
 
     /// The CLI installed next to this executable (`browser-login`), else the name on `PATH`.
     public static func handlerProgram() -> String {
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? ""
+        let exe = ProcFS.executable() ?? ""
         let sibling = URL(fileURLWithPath: exe).deletingLastPathComponent().appendingPathComponent("browser-login").path
         return !exe.isEmpty && FileManager.default.isExecutableFile(atPath: sibling) ? sibling : "browser-login"
     }

@@ -1,4 +1,5 @@
 import Foundation
+import SystemSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -24,11 +25,7 @@ public struct HandlerInstaller: Sendable {
     public init(environment: [String: String]) { self.environment = environment }
 
     /// `$XDG_DATA_HOME/applications` (default `~/.local/share/applications`).
-    public var applicationsDirectory: String {
-        let home = environment["HOME"] ?? NSHomeDirectory()
-        let dataHome = environment["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.local/share"
-        return dataHome + "/applications"
-    }
+    public var applicationsDirectory: String { UserPaths(environment: environment).applicationsDirectory }
 
     public var desktopFilePath: String { applicationsDirectory + "/" + DesktopEntry.fileName }
 
@@ -93,11 +90,7 @@ public struct HandlerInstaller: Sendable {
     }
 
     /// `$XDG_CONFIG_HOME/mimeapps.list`, where `xdg-mime default` writes.
-    public var mimeappsListPath: String {
-        let home = environment["HOME"] ?? NSHomeDirectory()
-        let configHome = environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.config"
-        return configHome + "/mimeapps.list"
-    }
+    public var mimeappsListPath: String { UserPaths(environment: environment).mimeAppsList }
 
     /// `mimeapps.list` without this desktop file in any `type=a;b;` list (emptied entries are dropped).
     static func removingDefaults(from text: String) -> String {
@@ -114,7 +107,7 @@ public struct HandlerInstaller: Sendable {
     }
 
     private func updateDatabase(_ report: inout Report) {
-        guard Self.findProgram("update-desktop-database", environment: environment) != nil else {
+        guard Subprocess.findProgram("update-desktop-database", environment: environment) != nil else {
             report.steps.append("update-desktop-database is not installed; skipped")
             return
         }
@@ -133,36 +126,7 @@ public struct HandlerInstaller: Sendable {
 
     /// Runs a program found on `PATH` with output discarded; nil when it is not installed.
     func run(_ argv: [String]) -> Int32? {
-        guard let program = Self.findProgram(argv[0], environment: environment) else { return nil }
-        return Self.run(program: program, arguments: Array(argv.dropFirst()), environment: environment).status
-    }
-
-    /// The absolute path of `name` on `PATH`.
-    public static func findProgram(_ name: String, environment: [String: String]) -> String? {
-        if name.hasPrefix("/") { return access(name, X_OK) == 0 ? name : nil }
-        let path = environment["PATH"].flatMap { $0.isEmpty ? nil : $0 } ?? "/usr/local/bin:/usr/bin:/bin"
-        for dir in path.split(separator: ":") {
-            let candidate = dir + "/" + name
-            if access(candidate, X_OK) == 0 { return String(candidate) }
-        }
-        return nil
-    }
-
-    /// Runs `program` to completion; answers its exit status and standard output.
-    public static func run(program: String, arguments: [String], environment: [String: String]) -> (
-        status: Int32, output: String
-    ) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: program)
-        process.arguments = arguments
-        process.environment = environment
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
-        process.standardInput = FileHandle.nullDevice
-        do { try process.run() } catch { return (127, "") }
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        guard let program = Subprocess.findProgram(argv[0], environment: environment) else { return nil }
+        return Subprocess.run(program: program, arguments: Array(argv.dropFirst()), environment: environment).status
     }
 }

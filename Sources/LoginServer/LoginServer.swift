@@ -3,7 +3,7 @@ import Dispatch
 import Foundation
 import Synchronization
 
-/// The reference login server of PROTOCOL.md, running: an HTTP listener on
+/// The reference login server of docs/protocol.md, running: an HTTP listener on
 /// libmicrohttpd, the SQLite store and the hosted page. Start one in-process
 /// with `try LoginServer(configuration:)` (port 0 picks a free port; read
 /// `origin`), stop it with `stop()`.

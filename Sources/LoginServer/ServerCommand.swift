@@ -3,6 +3,7 @@ import CommandLineKit
 import Dispatch
 import Foundation
 import SQLiteSupport
+import SystemSupport
 
 /// The `browser-login-server` command line: `serve` (the default) and the
 /// admin subcommands. The executable is `exit(ServerCommand.main(args))`.
@@ -147,26 +148,12 @@ public enum ServerCommand {
         print("browser-login-server: listening on \(server.listenURL)")
         fflush(nil)
 
-        signal(SIGTERM, SIG_IGN)
-        signal(SIGINT, SIG_IGN)
-        // A parent may have started us with these signals blocked; we handle them.
-        var unblock = sigset_t()
-        sigemptyset(&unblock)
-        sigaddset(&unblock, SIGTERM)
-        sigaddset(&unblock, SIGINT)
-        pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
         let done = DispatchSemaphore(value: 0)
-        let queue = DispatchQueue(label: "browser-login-server.signals")
-        let sources = [SIGTERM, SIGINT].map { sig in
-            let source = DispatchSource.makeSignalSource(signal: sig, queue: queue)
-            source.setEventHandler { done.signal() }
-            source.resume()
-            return source
-        }
+        let signals = SignalWatcher(signals: [SIGTERM, SIGINT]) { _ in done.signal() }
         done.wait()
         Log.info("stopping")
         server.stop()
-        sources.forEach { $0.cancel() }
+        signals.cancel()
         return 0
     }
 

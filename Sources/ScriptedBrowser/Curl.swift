@@ -1,4 +1,4 @@
-import CCurl
+import CurlSupport
 import Foundation
 
 /// An HTTP answer: status, headers (names lower case, in order) and body.
@@ -62,103 +62,25 @@ public enum ScriptedBrowserError: Error, Sendable, CustomStringConvertible {
     }
 }
 
-/// Collects one answer's header lines and body from libcurl's callbacks.
-private final class AnswerCollector {
-    var headers: [(name: String, value: String)] = []
-    var body: [UInt8] = []
-}
-
-private let collectBody: bl_curl_write_callback = { data, size, count, user in
-    guard let data, let user else { return 0 }
-    let collector = Unmanaged<AnswerCollector>.fromOpaque(user).takeUnretainedValue()
-    let length = size * count
-    data.withMemoryRebound(to: UInt8.self, capacity: length) {
-        collector.body.append(contentsOf: UnsafeBufferPointer(start: $0, count: length))
-    }
-    return length
-}
-
-private let collectHeader: bl_curl_write_callback = { data, size, count, user in
-    guard let data, let user else { return 0 }
-    let collector = Unmanaged<AnswerCollector>.fromOpaque(user).takeUnretainedValue()
-    let length = size * count
-    let line = data.withMemoryRebound(to: UInt8.self, capacity: length) {
-        String(decoding: UnsafeBufferPointer(start: $0, count: length), as: UTF8.self)
-    }.trimmingCharacters(in: .whitespacesAndNewlines)
-    if line.hasPrefix("HTTP/") {
-        collector.headers = []  // a new status line (e.g. after 100 Continue) starts over
-    } else if let colon = line.firstIndex(of: ":") {
-        collector.headers.append(
-            (line[..<colon].lowercased(), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)))
-    }
-    return length
-}
-
-/// One libcurl easy handle. Not Sendable: its owner serialises its use.
-/// With `cookies` on, the handle's in-memory cookie engine
-/// (`CURLOPT_COOKIEFILE ""`) keeps cookies across requests, like a browser
-/// profile; it never reads or writes a cookie file. Redirects are never followed.
-final class CurlHandle {
-    private static let globalInit: Bool = curl_global_init(Int(CURL_GLOBAL_ALL)) == CURLE_OK
-
-    private let handle: UnsafeMutableRawPointer
-    private let cookies: Bool
-    private let caFile: String?
-
-    init(cookies: Bool, caFile: String?) throws(ScriptedBrowserError) {
-        guard Self.globalInit, let handle = curl_easy_init() else { throw .transport("curl_easy_init failed") }
-        self.handle = handle
-        self.cookies = cookies
-        self.caFile = caFile
+extension CurlSession {
+    /// A session for the scripted browser: with `cookies`, a browser profile's cookie jar in memory.
+    static func make(cookies: Bool) throws(ScriptedBrowserError) -> CurlSession {
+        guard let session = CurlSession(cookies: cookies) else { throw .transport("curl_easy_init failed") }
+        return session
     }
 
-    deinit { curl_easy_cleanup(handle) }
-
-    func perform(method: String, url: String, headers: [(String, String)], body: [UInt8]?) throws(ScriptedBrowserError)
-        -> HTTPAnswer
+    /// One request (redirects never followed); answer header names in lower case.
+    func answer(method: String, url: String, headers: [(String, String)], body: [UInt8]?, caFile: String?)
+        throws(ScriptedBrowserError) -> HTTPAnswer
     {
-        curl_easy_reset(handle)
-        _ = bl_curl_setopt_string(handle, CURLOPT_URL, url)
-        _ = bl_curl_setopt_long(handle, CURLOPT_FOLLOWLOCATION, 0)
-        _ = bl_curl_setopt_string(handle, CURLOPT_PROTOCOLS_STR, "http,https")
-        _ = bl_curl_setopt_long(handle, CURLOPT_NOSIGNAL, 1)
-        _ = bl_curl_setopt_long(handle, CURLOPT_TIMEOUT_MS, 60_000)
-        _ = bl_curl_setopt_long(handle, CURLOPT_CONNECTTIMEOUT_MS, 10_000)
-        if cookies { _ = bl_curl_setopt_string(handle, CURLOPT_COOKIEFILE, "") }
-        if let caFile { _ = bl_curl_setopt_string(handle, CURLOPT_CAINFO, caFile) }
-        if method == "GET" {
-            _ = bl_curl_setopt_long(handle, CURLOPT_HTTPGET, 1)
-        } else {
-            _ = bl_curl_setopt_string(handle, CURLOPT_CUSTOMREQUEST, method)
+        let request = CurlRequest(
+            method: method, url: url, headers: headers.map { (name: $0.0, value: $0.1) }, body: body, caFile: caFile)
+        switch perform(request) {
+        case .answered(let status, let headers, let body):
+            return HTTPAnswer(status: status, headers: headers.map { ($0.name.lowercased(), $0.value) }, body: body)
+        case .tooLarge: throw .transport("the answer is too large")
+        case .failed(let code, _, _): throw .transport(curlText(code))
         }
-        var list: UnsafeMutablePointer<curl_slist>? = nil
-        for (name, value) in headers { list = curl_slist_append(list, "\(name): \(value)") }
-        list = curl_slist_append(list, "Expect:")
-        defer { curl_slist_free_all(list) }
-        _ = bl_curl_setopt_slist(handle, CURLOPT_HTTPHEADER, list)
-
-        let collector = AnswerCollector()
-        let user = Unmanaged.passUnretained(collector).toOpaque()
-        _ = bl_curl_setopt_writefn(handle, CURLOPT_WRITEFUNCTION, collectBody)
-        _ = bl_curl_setopt_pointer(handle, CURLOPT_WRITEDATA, user)
-        _ = bl_curl_setopt_writefn(handle, CURLOPT_HEADERFUNCTION, collectHeader)
-        _ = bl_curl_setopt_pointer(handle, CURLOPT_HEADERDATA, user)
-
-        // A trailing NUL keeps the pointer valid for an empty body too.
-        var payload = (body ?? []) + [0]
-        let rc: CURLcode = withExtendedLifetime(collector) {
-            payload.withUnsafeMutableBytes { raw in
-                if let body {
-                    _ = bl_curl_setopt_off(handle, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count))
-                    _ = bl_curl_setopt_pointer(handle, CURLOPT_POSTFIELDS, raw.baseAddress)
-                }
-                return curl_easy_perform(handle)
-            }
-        }
-        guard rc == CURLE_OK else { throw .transport(String(cString: curl_easy_strerror(rc))) }
-        var status = 0
-        _ = bl_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status)
-        return HTTPAnswer(status: status, headers: collector.headers, body: collector.body)
     }
 }
 
@@ -169,7 +91,7 @@ public enum RawHTTP {
     public static func send(
         _ method: String, _ url: String, headers: [(String, String)] = [], body: [UInt8]? = nil, caFile: String? = nil
     ) throws(ScriptedBrowserError) -> HTTPAnswer {
-        try CurlHandle(cookies: false, caFile: caFile).perform(method: method, url: url, headers: headers, body: body)
+        try CurlSession.make(cookies: false).answer(method: method, url: url, headers: headers, body: body, caFile: caFile)
     }
 
     /// POSTs `json` with `Content-Type: application/json`.

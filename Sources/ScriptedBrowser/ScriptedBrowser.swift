@@ -1,4 +1,5 @@
 import BrowserLoginProtocol
+import CurlSupport
 import Foundation
 import Synchronization
 
@@ -13,7 +14,7 @@ public struct BrowserSessionInfo: Codable, Sendable, Equatable {
 }
 
 /// A user agent that plays a real browser on the reference server's hosted
-/// page (PROTOCOL.md §6): it keeps cookies in memory (libcurl's cookie
+/// page (docs/protocol.md §6): it keeps cookies in memory (libcurl's cookie
 /// engine, one profile per instance), loads the authorize URL (which sets
 /// the attempt's binding cookie), signs in through the same JSON routes the
 /// page's script uses, describes the attempt, reads the browser session's
@@ -27,7 +28,8 @@ public final class ScriptedBrowser: Sendable {
     public let serverOrigin: String
     /// The base path of the browser routes, e.g. `/browser-login`.
     public let basePath: String
-    private let handle: Mutex<CurlHandle>
+    private let caFile: String?
+    private let session: Mutex<CurlSession>
 
     /// - Parameters:
     ///   - serverOrigin: e.g. `http://127.0.0.1:43123` (no trailing slash).
@@ -36,7 +38,8 @@ public final class ScriptedBrowser: Sendable {
     public init(serverOrigin: String, basePath: String = "/browser-login", caFile: String? = nil) throws {
         self.serverOrigin = serverOrigin
         self.basePath = basePath
-        handle = Mutex(try CurlHandle(cookies: true, caFile: caFile))
+        self.caFile = caFile
+        session = Mutex(try CurlSession.make(cookies: true))
     }
 
     // MARK: The whole flow
@@ -146,8 +149,8 @@ public final class ScriptedBrowser: Sendable {
         var all = headers
         if stateChanging { all += [("Origin", serverOrigin), ("Sec-Fetch-Site", "same-origin")] }
         let fixed = all
-        return try handle.withLock { h throws(ScriptedBrowserError) in
-            try h.perform(method: method, url: url, headers: fixed, body: body)
+        return try session.withLock { session throws(ScriptedBrowserError) in
+            try session.answer(method: method, url: url, headers: fixed, body: body, caFile: caFile)
         }
     }
 

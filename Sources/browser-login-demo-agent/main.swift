@@ -6,6 +6,7 @@
 import CommandLineKit
 import Foundation
 import ScriptedBrowser
+import SystemSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -52,15 +53,12 @@ do {
         authorizeURL: url, email: email, code: environment["DEMO_CODE"] ?? "000000")
     note("user agent: continued; the page navigates to the app's return URL")
     let deliver = (environment["DEMO_DELIVER"] ?? "gio open").split(separator: " ").map(String.init)
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = deliver + [callback]
-    process.standardOutput = FileHandle.nullDevice
-    try process.run()
-    process.waitUntilExit()
-    note(
-        "user agent: handed the return URL to the desktop (\(deliver.joined(separator: " "))), exit \(process.terminationStatus)")
-    exit(process.terminationStatus == 0 ? 0 : 1)
+    let status =
+        Subprocess.spawn(
+            program: "/usr/bin/env", arguments: deliver + [callback], environment: environment, inheritStandardError: true
+        )?.wait() ?? 127
+    note("user agent: handed the return URL to the desktop (\(deliver.joined(separator: " "))), exit \(status)")
+    exit(status == 0 ? 0 : 1)
 } catch {
     note("user agent: failed: \(error)")
     FileHandle.standardError.write(Data("browser-login-demo-agent: \(error)\n".utf8))

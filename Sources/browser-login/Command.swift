@@ -1,6 +1,7 @@
 import BrokerRPC
 import BrowserLoginAPI
 import Foundation
+import SystemSupport
 
 /// sysexits(3) exit codes.
 enum Exit: Int32 {
@@ -29,14 +30,11 @@ struct CLIError: Error {
 /// Where the broker's socket is: `--socket`, else `$BROWSER_LOGIN_SOCKET`,
 /// else `$XDG_RUNTIME_DIR/browser-login/broker.sock`.
 func socketPath(_ option: String?) throws -> String {
-    if let option { return option }
-    let env = ProcessInfo.processInfo.environment
-    if let path = env["BROWSER_LOGIN_SOCKET"], !path.isEmpty { return path }
-    guard let runtime = env["XDG_RUNTIME_DIR"], !runtime.isEmpty else {
+    guard let path = UserPaths(environment: ProcessInfo.processInfo.environment).brokerSocket(option: option) else {
         throw CLIError(
             "XDG_RUNTIME_DIR is not set, so the broker's socket cannot be found; pass --socket PATH", .config)
     }
-    return runtime + "/browser-login/broker.sock"
+    return path
 }
 
 /// Connects to the broker, turning transport errors into clear messages.

@@ -3,6 +3,7 @@ import BrowserLoginAPI
 import CommandLineKit
 import DesktopEntry
 import Foundation
+import SystemSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -10,7 +11,7 @@ import Foundation
 
 /// This program's absolute path (the URL handler the desktop file runs).
 func ownExecutable() -> String {
-    (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    ProcFS.executable() ?? CommandLine.arguments[0]
 }
 
 /// The daemon binary: `$BROWSER_LOGIN_BROKER`, else next to this program, else on `PATH`.
@@ -19,7 +20,7 @@ func brokerExecutable(_ env: [String: String]) -> String? {
     let sibling = URL(fileURLWithPath: ownExecutable()).deletingLastPathComponent()
         .appendingPathComponent("browser-login-broker").path
     if FileManager.default.isExecutableFile(atPath: sibling) { return sibling }
-    return HandlerInstaller.findProgram("browser-login-broker", environment: env)
+    return Subprocess.findProgram("browser-login-broker", environment: env)
 }
 
 /// The schemes of the broker's clients (the scheme of each `returnUrl`).
@@ -94,8 +95,8 @@ struct Finding: Sendable {
 
 /// Runs a program with output captured; nil when it is not installed.
 func runProgram(_ argv: [String], _ env: [String: String]) -> (status: Int32, output: String)? {
-    guard let program = HandlerInstaller.findProgram(argv[0], environment: env) else { return nil }
-    return HandlerInstaller.run(program: program, arguments: Array(argv.dropFirst()), environment: env)
+    guard let program = Subprocess.findProgram(argv[0], environment: env) else { return nil }
+    return Subprocess.run(program: program, arguments: Array(argv.dropFirst()), environment: env)
 }
 
 func busNameQuery(_ method: String, _ argument: String?, _ env: [String: String]) -> String? {
@@ -189,7 +190,7 @@ func doctorFindings(socketOption: String?) -> [Finding] {
     // The client files (checked by the daemon binary itself).
     let brokerProgram = brokerExecutable(env)
     if let brokerProgram {
-        let result = HandlerInstaller.run(program: brokerProgram, arguments: ["--check-config"], environment: env)
+        let result = Subprocess.run(program: brokerProgram, arguments: ["--check-config"], environment: env)
         let lines = result.output.split(separator: "\n").map(String.init)
         let errors = lines.filter { $0.contains(": error: ") }
         if result.status == 0 {
@@ -243,7 +244,7 @@ func doctorFindings(socketOption: String?) -> [Finding] {
 
     // Each server's reachability (probed by the daemon binary, which has the HTTP client).
     if let brokerProgram {
-        let result = HandlerInstaller.run(
+        let result = Subprocess.run(
             program: brokerProgram, arguments: ["--check-servers", "--json"], environment: env)
         if let data = result.output.data(using: .utf8),
             let list = try? JSONSerialization.jsonObject(with: data) as? [[String: Any]]

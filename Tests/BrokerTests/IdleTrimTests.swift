@@ -33,6 +33,16 @@ import Testing
         #expect(answers([(1, 0), (1, 0), (1, 0), (1, 0), (1, 0)], quietTicks: 3) == [false, false, false, true, false])
     }
 
+    @Test func settlesAfterItsTrimUntilTheNextMessage() {
+        // Settled: the trimmer sleeps until a request wakes it (no check every second).
+        var idle = IdleTrim()
+        let settled = [(0, 0), (0, 0), (0, 0), (4, 0), (4, 0), (4, 0)].map { check -> Bool in
+            _ = idle.check(messages: check.0, inFlight: check.1)
+            return idle.isSettled
+        }
+        #expect(settled == [false, true, true, false, false, true])
+    }
+
     @Test func trimmingTheHeapLeavesLiveMemoryAlone() {
         var blocks: [[UInt8]] = (0..<256).map { _ in [UInt8](repeating: 1, count: 4096) }
         let kept = [UInt8](repeating: 7, count: 65_536)

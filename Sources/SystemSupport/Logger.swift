@@ -1,0 +1,143 @@
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The one logger of the broker, the reference server and their tools.
+///
+/// One line per event with a journald priority prefix (`<3>` error … `<7>`
+/// debug), the program's label and structured `key=value` fields:
+/// `<6>browser-login-broker: serving clients=2 socket=/run/…`. Callers put
+/// data in dotted metadata keys, never in the message, and never pass a
+/// secret: tokens, verifiers, codes, recovery keys, callback and authorize
+/// URLs and the server's attempt ids stay out of logs (docs/operations.md, Logs).
+///
+/// Where lines go is the handler's business: `StderrLogHandler` (stderr,
+/// which journald reads under systemd) in the programs, `RecordingLogHandler`
+/// in tests.
+public struct Logger: Sendable {
+    public enum Level: Int, Sendable, Comparable {
+        case error = 3
+        case warning = 4
+        case notice = 5
+        case info = 6
+        case debug = 7
+        public static func < (a: Level, b: Level) -> Bool { a.rawValue < b.rawValue }
+    }
+
+    public let label: String
+    public let minimum: Level
+    public let handler: any LogHandler
+
+    public init(label: String, minimum: Level = .info, handler: any LogHandler = StderrLogHandler()) {
+        self.label = label
+        self.minimum = minimum
+        self.handler = handler
+    }
+
+    /// A logger whose formatted lines go to `sink` (stderr when nil).
+    public init(label: String, minimum: Level = .info, sink: (@Sendable (String) -> Void)?) {
+        self.init(label: label, minimum: minimum, handler: sink.map { LineLogHandler($0) } ?? StderrLogHandler())
+    }
+
+    public func log(_ level: Level, _ message: String, _ metadata: [String: String] = [:]) {
+        guard level <= minimum else { return }
+        handler.handle(LogEntry(level: level, label: label, message: message, metadata: metadata))
+    }
+
+    public func error(_ message: String, _ metadata: [String: String] = [:]) { log(.error, message, metadata) }
+    public func warning(_ message: String, _ metadata: [String: String] = [:]) { log(.warning, message, metadata) }
+    public func notice(_ message: String, _ metadata: [String: String] = [:]) { log(.notice, message, metadata) }
+    public func info(_ message: String, _ metadata: [String: String] = [:]) { log(.info, message, metadata) }
+    public func debug(_ message: String, _ metadata: [String: String] = [:]) { log(.debug, message, metadata) }
+
+    /// A metadata value as written in a line: bare when it is printable
+    /// ASCII without blanks or quotes, else in double quotes with `"`, `\`,
+    /// newlines and other control characters escaped (so one event is one
+    /// line, and a value can never forge another field or line).
+    public static func quote(_ value: String) -> String {
+        let plain = !value.isEmpty && value.unicodeScalars.allSatisfy { $0.value > 0x20 && $0.value < 0x7F && $0 != "\"" }
+        if plain { return value }
+        var out = "\""
+        for scalar in value.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            default:
+                if scalar.value < 0x20 {
+                    out += "\\u{\(String(scalar.value, radix: 16))}"
+                } else {
+                    out.unicodeScalars.append(scalar)
+                }
+            }
+        }
+        return out + "\""
+    }
+}
+
+/// One event.
+public struct LogEntry: Sendable, Equatable {
+    public var level: Logger.Level
+    public var label: String
+    public var message: String
+    public var metadata: [String: String]
+
+    public init(level: Logger.Level, label: String, message: String, metadata: [String: String]) {
+        self.level = level
+        self.label = label
+        self.message = message
+        self.metadata = metadata
+    }
+
+    /// The text line: `<level>label: message key=value…`, keys sorted.
+    public var line: String {
+        var line = "<\(level.rawValue)>\(label): \(message)"
+        for key in metadata.keys.sorted() {
+            line += " \(key)=\(Logger.quote(metadata[key]!))"
+        }
+        return line
+    }
+}
+
+/// Where a logger's entries go.
+public protocol LogHandler: Sendable {
+    func handle(_ entry: LogEntry)
+}
+
+/// Writes each entry's line to stderr (journald's stream under systemd,
+/// which reads the `<N>` prefix as the priority), one `write` per line.
+public struct StderrLogHandler: LogHandler {
+    private static let lock = Mutex(())
+
+    public init() {}
+
+    public func handle(_ entry: LogEntry) {
+        var bytes = Array(entry.line.utf8)
+        bytes.append(0x0A)
+        Self.lock.withLock { _ in
+            _ = bytes.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
+        }
+    }
+}
+
+/// Hands each entry's line to a closure.
+public struct LineLogHandler: LogHandler {
+    private let sink: @Sendable (String) -> Void
+    public init(_ sink: @escaping @Sendable (String) -> Void) { self.sink = sink }
+    public func handle(_ entry: LogEntry) { sink(entry.line) }
+}
+
+/// Keeps entries in memory, for tests.
+public final class RecordingLogHandler: LogHandler {
+    private let recorded = Mutex<[LogEntry]>([])
+
+    public init() {}
+
+    public func handle(_ entry: LogEntry) { recorded.withLock { $0.append(entry) } }
+
+    public var entries: [LogEntry] { recorded.withLock { $0 } }
+    public var lines: [String] { entries.map(\.line) }
+    public func removeAll() { recorded.withLock { $0.removeAll() } }
+}

@@ -1,0 +1,55 @@
+import Foundation
+
+/// The one reader of `/proc` (proc(5)): a process's status fields, CPU time,
+/// state, executable and open descriptors. `pid` nil is this process.
+public enum ProcFS {
+    /// The text of `/proc/PID/<name>`, nil when unreadable (the process is gone).
+    public static func read(_ name: String, pid: Int32? = nil) -> String? {
+        try? String(contentsOfFile: path(name, pid: pid), encoding: .utf8)
+    }
+
+    /// A field of `/proc/PID/status` (`VmRSS`, `RssAnon`, `Threads`, `voluntary_ctxt_switches`), trimmed.
+    public static func statusField(_ field: String, pid: Int32? = nil) -> String? {
+        guard let text = read("status", pid: pid) else { return nil }
+        for line in text.split(separator: "\n") where line.hasPrefix(field + ":") {
+            return line.dropFirst(field.count + 1).trimmingCharacters(in: .whitespaces)
+        }
+        return nil
+    }
+
+    /// The leading number of a status field: KiB for `VmRSS` (resident size) and `RssAnon` (heap and stacks).
+    public static func statusNumber(_ field: String, pid: Int32? = nil) -> Int? {
+        statusField(field, pid: pid).flatMap { Int($0.prefix { $0.isNumber }) }
+    }
+
+    public static func residentKiB(pid: Int32? = nil) -> Int? { statusNumber("VmRSS", pid: pid) }
+
+    /// The fields of `/proc/PID/stat` after `pid (comm)`: index 0 is the state (field 3 of proc(5)).
+    public static func statFields(pid: Int32? = nil) -> [Substring]? {
+        guard let text = read("stat", pid: pid), let close = text.lastIndex(of: ")") else { return nil }
+        return text[text.index(after: close)...].split(separator: " ")
+    }
+
+    /// Running and not a zombie.
+    public static func isAlive(pid: Int32) -> Bool { statFields(pid: pid).map { $0.first != "Z" } ?? false }
+
+    /// User plus system CPU time so far, in seconds (clock-tick resolution).
+    public static func cpuSeconds(pid: Int32? = nil) -> Double? {
+        guard let fields = statFields(pid: pid), fields.count > 12, let user = Double(fields[11]),
+            let system = Double(fields[12])
+        else { return nil }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// The executable (`/proc/PID/exe`), nil when unreadable.
+    public static func executable(pid: Int32? = nil) -> String? {
+        try? FileManager.default.destinationOfSymbolicLink(atPath: path("exe", pid: pid))
+    }
+
+    /// How many descriptors the process has open, nil when unreadable.
+    public static func openDescriptorCount(pid: Int32? = nil) -> Int? {
+        (try? FileManager.default.contentsOfDirectory(atPath: path("fd", pid: pid)))?.count
+    }
+
+    static func path(_ name: String, pid: Int32?) -> String { "/proc/" + (pid.map { "\($0)" } ?? "self") + "/" + name }
+}

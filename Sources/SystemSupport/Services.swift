@@ -1,0 +1,185 @@
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A long-running part of a program (in the style of swift-service-lifecycle):
+/// `run()` works until it is done or until `shutdown()` asks it to return.
+public protocol Service: Sendable {
+    func run() async throws
+    /// Asks `run()` to finish what it is doing and return. Safe to call from
+    /// anywhere, before `run()` started or after it returned, more than once.
+    func shutdown()
+}
+
+/// Runs services as child tasks of one task group, started in order. On
+/// SIGTERM or SIGINT, or when a service marked `endsGroup` returns or any
+/// service throws, the others are shut down one at a time in REVERSE order
+/// (each `shutdown()`, then its `run()` awaited), so a service stops only
+/// after everything started after it (and so possibly relying on it) has.
+public struct ServiceGroup: Sendable {
+    public struct Entry: Sendable {
+        public var service: any Service
+        /// When this service's `run()` returns, the group shuts down.
+        public var endsGroup: Bool
+        public init(_ service: any Service, endsGroup: Bool = false) {
+            self.service = service
+            self.endsGroup = endsGroup
+        }
+    }
+
+    /// Why the group shut down.
+    public enum Trigger: Sendable {
+        case signal(Int32)
+        case serviceReturned(index: Int)
+        case serviceFailed(index: Int, any Error)
+    }
+
+    public let entries: [Entry]
+    public let signals: [Int32]
+
+    public init(_ entries: [Entry], signals: [Int32] = [SIGTERM, SIGINT]) {
+        self.entries = entries
+        self.signals = signals
+    }
+
+    /// Runs the services until the group shuts down; `willShutdown` is called
+    /// once, before the first service is asked to stop. Answers the trigger.
+    @discardableResult
+    public func run(willShutdown: @Sendable (Trigger) -> Void = { _ in }) async -> Trigger {
+        enum Event: Sendable {
+            case finished(Int, (any Error)?)
+            case signal(Int32)
+        }
+        let signalStream = SignalWatcher.stream(signals)
+        return await withTaskGroup(of: Event?.self) { group in
+            for (index, entry) in entries.enumerated() {
+                group.addTask {
+                    do {
+                        try await entry.service.run()
+                        return .finished(index, nil)
+                    } catch {
+                        return .finished(index, error)
+                    }
+                }
+            }
+            group.addTask {
+                for await signal in signalStream { return .signal(signal) }
+                return nil
+            }
+            var running = Set(entries.indices)
+            var trigger: Trigger?
+            while trigger == nil, let next = await group.next() {
+                switch next {
+                case .signal(let number)?: trigger = .signal(number)
+                case .finished(let index, let error?)?:
+                    running.remove(index)
+                    trigger = .serviceFailed(index: index, error)
+                case .finished(let index, nil)?:
+                    running.remove(index)
+                    if entries[index].endsGroup { trigger = .serviceReturned(index: index) }
+                case nil: break
+                }
+            }
+            let why = trigger ?? .serviceReturned(index: -1)
+            willShutdown(why)
+            for index in entries.indices.reversed() where running.contains(index) {
+                entries[index].service.shutdown()
+                while running.contains(index), let next = await group.next() {
+                    if case .finished(let done, _)? = next { running.remove(done) }
+                }
+            }
+            group.cancelAll()
+            return why
+        }
+    }
+}
+
+/// Wakes one waiting task; a signal sent while no one waits is kept for the next wait.
+public final class Wakeup: Sendable {
+    private struct State {
+        var pending = false
+        var waiter: CheckedContinuation<Void, Never>?
+    }
+    private let state = Mutex(State())
+
+    public init() {}
+
+    public func signal() {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard let waiter = state.waiter else {
+                state.pending = true
+                return nil
+            }
+            state.waiter = nil
+            return waiter
+        }
+        waiter?.resume()
+    }
+
+    /// Returns when signalled (or at once if a signal is pending), or when the task is cancelled.
+    public func wait() async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let now = state.withLock { state -> Bool in
+                    if state.pending || Task.isCancelled {
+                        state.pending = false
+                        return true
+                    }
+                    state.waiter = continuation
+                    return false
+                }
+                if now { continuation.resume() }
+            }
+        } onCancel: {
+            state.withLock { state -> CheckedContinuation<Void, Never>? in
+                defer { state.waiter = nil }
+                return state.waiter
+            }?.resume()
+        }
+    }
+
+    /// Returns when signalled, after `timeout` (nil: never), or when the task is cancelled.
+    public func wait(timeout: Duration?) async {
+        guard let timeout else { return await wait() }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { try? await Task.sleep(for: timeout) }
+            group.addTask { await self.wait() }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+}
+
+/// Calls `tick` and sleeps until the time it answers (nil: until woken),
+/// or until `wake()`; instead of polling at a fixed rate, a timer that has
+/// nothing due takes no wake-ups.
+public final class TimerService: Service {
+    private let tick: @Sendable () async -> Duration?
+    private let wakeup: Wakeup
+    private let stopping = Atomic<Bool>(false)
+
+    /// `wakeup`: signalled by whoever schedules new work (e.g. made before the
+    /// engine that signals it, and handed to both).
+    public init(wakeup: Wakeup = Wakeup(), tick: @escaping @Sendable () async -> Duration?) {
+        self.wakeup = wakeup
+        self.tick = tick
+    }
+
+    /// New work may be due earlier than the last answer said: tick now.
+    public func wake() { wakeup.signal() }
+
+    public func run() async {
+        while !stopping.load(ordering: .acquiring) && !Task.isCancelled {
+            let next = await tick()
+            guard !stopping.load(ordering: .acquiring) else { return }
+            await wakeup.wait(timeout: next.map { max($0, .zero) })
+        }
+    }
+
+    public func shutdown() {
+        stopping.store(true, ordering: .releasing)
+        wakeup.signal()
+    }
+}

@@ -1,0 +1,96 @@
+import Synchronization
+import SystemSupport
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Records when it starts and stops; `run()` returns on `shutdown()`.
+final class ProbeService: Service {
+    let name: String
+    let journal: Journal
+    let endsAtOnce: Bool
+    private let stop = Wakeup()
+
+    init(_ name: String, journal: Journal, endsAtOnce: Bool = false) {
+        self.name = name
+        self.journal = journal
+        self.endsAtOnce = endsAtOnce
+    }
+
+    func run() async {
+        if endsAtOnce { return }
+        await stop.wait()
+        journal.lines.withLock { $0.append("stopped \(name)") }
+    }
+
+    func shutdown() {
+        journal.lines.withLock { $0.append("shutdown \(name)") }
+        stop.signal()
+    }
+}
+
+final class Journal: Sendable {
+    let lines = Mutex<[String]>([])
+}
+
+@Suite("Services")
+struct ServiceTests {
+    @Test func aServiceThatEndsTheGroupStopsTheOthersInReverseOrder() async {
+        let journal = Journal()
+        let a = ProbeService("a", journal: journal)
+        let b = ProbeService("b", journal: journal)
+        let last = ProbeService("c", journal: journal, endsAtOnce: true)
+        let trigger = await ServiceGroup(
+            [.init(a), .init(b), .init(last, endsGroup: true)], signals: []
+        ).run()
+        guard case .serviceReturned(index: 2) = trigger else {
+            Issue.record("trigger \(trigger)")
+            return
+        }
+        #expect(journal.lines.withLock { $0 } == ["shutdown b", "stopped b", "shutdown a", "stopped a"])
+    }
+
+    @Test func aSignalShutsTheGroupDown() async {
+        let journal = Journal()
+        let a = ProbeService("a", journal: journal)
+        let group = ServiceGroup([.init(a)], signals: [SIGUSR1])
+        async let trigger = group.run()
+        try? await Task.sleep(for: .milliseconds(200))
+        kill(getpid(), SIGUSR1)
+        guard case .signal(SIGUSR1) = await trigger else {
+            Issue.record("not stopped by the signal")
+            return
+        }
+        #expect(journal.lines.withLock { $0 } == ["shutdown a", "stopped a"])
+    }
+
+    @Test func theTimerSleepsUntilItsDeadlineOrAWake() async {
+        let ticks = Mutex(0)
+        let timer = TimerService {
+            ticks.withLock { $0 += 1 }
+            return nil
+        }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await timer.run() }
+            try? await Task.sleep(for: .milliseconds(300))
+            #expect(ticks.withLock { $0 } == 1)  // nothing due: no further tick
+            timer.wake()
+            try? await Task.sleep(for: .milliseconds(100))
+            #expect(ticks.withLock { $0 } == 2)
+            timer.shutdown()
+        }
+        let fast = Mutex(0)
+        let periodic = TimerService {
+            fast.withLock { $0 += 1 }
+            return .milliseconds(20)
+        }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await periodic.run() }
+            try? await Task.sleep(for: .milliseconds(300))
+            periodic.shutdown()
+        }
+        #expect(fast.withLock { $0 } >= 5)
+    }
+}
