@@ -3,6 +3,7 @@ import BrokerHTTP
 import BrokerRPC
 import BrokerSystem
 import BrokerVault
+import BrowserLoginProtocol
 import CommandLineKit
 import DesktopEntry
 import Dispatch
@@ -27,8 +28,6 @@ public struct DaemonOptions: Sendable {
     public var json = false
     /// `--no-dbus`: do not own the bus name even when a session bus exists.
     public var dbus = true
-    /// How often the timer looks for expiries and due server work.
-    public var tickMilliseconds = 250
     /// How often signed-in sessions are checked with the server (`GET session`).
     public var verifyIntervalMilliseconds: Int64 = 300_000
     /// `--max-connections`: RPC connections served at once (docs/rpc.md, Limits).
@@ -269,12 +268,19 @@ public enum BrokerDaemon {
                         return .microseconds(usec / 2)
                     }))
         }
-        let tick = Duration.milliseconds(options.tickMilliseconds)
+        // The engine's timer sleeps until its next deadline, woken early when the engine schedules
+        // something sooner; never more often than every 250 ms, so failing work cannot spin.
+        let engineTimer = Wakeup()
+        engine.setWakeUp { engineTimer.signal() }
+        let lastTick = Mutex<ContinuousClock.Instant?>(nil)
         services.append(
             .init(
-                TimerService {
-                    await engine.tick()
-                    return tick
+                TimerService(wakeup: engineTimer) {
+                    let floor = lastTick.withLock { $0 }.map { $0 + .milliseconds(BrokerEngine.minimumSleepMilliseconds) }
+                    if let floor, ContinuousClock.now < floor { try? await Task.sleep(until: floor) }
+                    lastTick.withLock { $0 = ContinuousClock.now }
+                    let deadline = await engine.tick()
+                    return .milliseconds(BrokerEngine.sleepMilliseconds(until: deadline, now: Timestamp.now()))
                 }))
         services.append(.init(TrimService(server: server, activity: activity, logger: logger)))
         if options.dbus { services.append(.init(SessionBusService(engine: engine, logger: logger))) }
