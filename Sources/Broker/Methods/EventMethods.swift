@@ -19,7 +19,7 @@ extension MethodTable {
             }
             let engine = call.engine
             let id = try await engine.subscribe(
-                connection: connection.id, clients: params.clients, mayUse: await call.clientFilter(),
+                connection: connection.id, clients: params.clients, mayUse: call.clientFilter(),
                 send: { event in
                     let encoded =
                         switch event {
