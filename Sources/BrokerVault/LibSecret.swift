@@ -16,7 +16,7 @@ import CSecret
 // eventually run and freed.
 
 /// The attribute names of the broker's schema (`bl_broker_schema`).
-let schemaAttributeNames = ["client", "attempt", "kind"]
+public let schemaAttributeNames = ["client", "attempt", "kind"]
 
 /// A GObject reference with one owner, released in `deinit`.
 final class GObjectRef<T> {
@@ -85,16 +85,17 @@ struct CapturedError: Sendable {
     }
 }
 
-enum VaultMessages {
-    static func unavailable(_ detail: String) -> String {
+/// The vault's messages; each says how to fix the problem.
+public enum VaultMessages {
+    public static func unavailable(_ detail: String) -> String {
         "The Secret Service is not available (\(detail)). Start gnome-keyring-daemon or another Secret Service "
             + "provider (KeePassXC, KWallet) in this desktop session, and check that DBUS_SESSION_BUS_ADDRESS "
             + "names the session bus."
     }
-    static let locked =
+    public static let locked =
         "The login keyring is locked. Unlock it (for example with Seahorse, or with `secret-tool lookup` in a "
         + "terminal that can show the unlock prompt) and try again."
-    static func failed(_ detail: String) -> String {
+    public static func failed(_ detail: String) -> String {
         "The Secret Service failed (\(detail)). Try again; if it keeps failing, check gnome-keyring-daemon "
             + "(journalctl --user) or restart the keyring."
     }
