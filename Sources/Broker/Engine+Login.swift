@@ -281,13 +281,11 @@ extension BrokerEngine {
         attempts.keptCounter += 1
         let token = attempts.keptCounter
         attempts.keptCallbacks[record.id] = KeptCallback(callback: callback, token: token)
-        while true {
-            let attemptId = record.id
+        let attemptId = record.id
+        repeat {
             await attempts.waitForExchange(attemptId) { id in Task { await self.releaseExchangeWaiter(attemptId, id) } }
-            record = try attempt(record.id)
-            if record.state == .exchanging && attempts.exchangesInFlight.contains(record.id) && !Task.isCancelled { continue }
-            break
-        }
+            record = try attempt(attemptId)
+        } while record.state == .exchanging && attempts.exchangesInFlight.contains(attemptId) && !Task.isCancelled
         if attempts.keptCallbacks[record.id]?.token == token {
             attempts.keptCallbacks[record.id] = nil
             if record.state == .waiting && !Task.isCancelled {
