@@ -195,7 +195,7 @@ public actor BrokerEngine {
 
     /// `http.request`: the app's request to its API with the session's bearer
     /// token, which never leaves the broker.
-    public func appRequest(_ request: AppRequest) async throws -> AppResponse {
+    public func appRequest(_ request: AppRequest) async throws -> HTTPResponse {
         try await proxy.send(request, client: try client(request.client), engine: self)
     }
 

@@ -51,7 +51,7 @@ extension MethodTable {
     }
 
     /// `{status, headers, body | bodyBase64}`: text bodies as text, others in base64.
-    static func encode(_ response: AppResponse) -> JSONValue {
+    static func encode(_ response: HTTPResponse) -> JSONValue {
         var headers: [String: String] = [:]
         for header in response.headers {
             let name = header.name.lowercased()
