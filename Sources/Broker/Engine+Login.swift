@@ -46,7 +46,7 @@ extension BrokerEngine {
         // Both proofs are in the vault and the row is committed before create is sent.
         let codeVerifier = try ProofSecret.generate()
         let recoveryKey = try ProofSecret.generate()
-        let id = try newLocalId()
+        let id = "at_" + (try Crypto.randomToken(bytes: 12))
         var secrets = AttemptSecrets(codeVerifier: codeVerifier.value, recoveryKey: recoveryKey.value)
         let keys = VaultKeys.attempt(client: client.id, attemptId: id)
         // The row first, then the proofs: a crash between them leaves a

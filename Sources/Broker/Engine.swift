@@ -85,10 +85,6 @@ public actor BrokerEngine {
 
     func attempt(_ id: String) throws -> AttemptRecord { try attempts.attempt(id) }
 
-    func newLocalId() throws -> String {
-        "at_" + (try Crypto.randomToken(bytes: 12))
-    }
-
     // MARK: - Info
 
     /// Nonisolated: apps poll it; it needs nothing of the engine's state.
