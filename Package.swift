@@ -87,10 +87,13 @@ let package = Package(
         .testTarget(name: "BrokerRPCTests", dependencies: ["BrokerRPC"]),
         .testTarget(name: "BrowserLoginAPITests", dependencies: ["BrowserLoginAPI", "BrowserLoginProtocol"]),
         .testTarget(name: "CommandLineKitTests", dependencies: ["CommandLineKit"]),
-        .testTarget(name: "BrokerVaultTests", dependencies: ["BrokerVault", "BrokerCore", "vault-probe"]),
+        // The in-memory doubles of the unit tests.
+        .target(name: "BrokerTestDoubles", dependencies: ["BrokerVault", "BrokerCore"], path: "Tests/BrokerTestDoubles"),
+        .testTarget(name: "BrokerVaultTests", dependencies: ["BrokerVault", "BrokerCore", "BrokerTestDoubles", "vault-probe"]),
         .testTarget(name: "BrokerHTTPTests", dependencies: ["BrokerHTTP", "BrokerCore", "BrowserLoginProtocol"]),
         .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrowserLoginProtocol"]),
-        .testTarget(name: "BrokerTests", dependencies: ["Broker", "BrokerCore", "BrokerVault", "BrokerRPC"]),
+        .testTarget(
+            name: "BrokerTests", dependencies: ["Broker", "BrokerCore", "BrokerVault", "BrokerRPC", "BrokerTestDoubles"]),
         .testTarget(
             name: "EndToEndTests",
             dependencies: [

@@ -13,13 +13,6 @@ public struct AppRequest: Sendable {
     public var timeoutMilliseconds: Int
 }
 
-/// The answer of `http.request`.
-public struct AppResponse: Sendable {
-    public var status: Int
-    public var headers: [HTTPHeader]
-    public var body: [UInt8]
-}
-
 /// The checks of docs/rpc.md `http.request` that need no state: method, path,
 /// query, headers, sizes. Each refusal is a `-32602` message.
 public enum AppRequestRules {
@@ -97,7 +90,7 @@ struct AppRequestProxy: Sendable {
     /// The transport for the app's own API.
     let transport: any HTTPTransport
 
-    func send(_ request: AppRequest, client: ClientConfig, engine: isolated BrokerEngine) async throws -> AppResponse {
+    func send(_ request: AppRequest, client: ClientConfig, engine: isolated BrokerEngine) async throws -> HTTPResponse {
         var url = client.apiOrigin.serialized + request.path
         if !request.query.isEmpty { url += "?" + AppRequestRules.encodeQuery(request.query) }
         // Parse the built URL again: its origin must be the API origin.
@@ -133,7 +126,7 @@ struct AppRequestProxy: Sendable {
     }
 
     private func send(_ request: AppRequest, client: ClientConfig, url: String, token: String) async throws
-        -> AppResponse
+        -> HTTPResponse
     {
         var headers = request.headers
         headers.append(HTTPHeader("Authorization", "Bearer " + token))
@@ -144,8 +137,7 @@ struct AppRequestProxy: Sendable {
             maximumResponseBytes: AppRequestRules.maximumResponseBody, caFile: client.caFile,
             changesState: !(request.method == "GET" || request.method == "HEAD"))
         do {
-            let answer = try await transport.send(http)
-            return AppResponse(status: answer.status, headers: answer.headers, body: answer.body)
+            return try await transport.send(http)
         } catch {
             switch error {
             case .responseTooLarge:
@@ -164,7 +156,7 @@ struct AppRequestProxy: Sendable {
         }
     }
 
-    func serverCode(_ response: AppResponse) -> ServerErrorCode? {
+    func serverCode(_ response: HTTPResponse) -> ServerErrorCode? {
         guard response.body.count < 65_536,
             let body = try? JSONDecoder().decode(ErrorBody.self, from: Data(response.body))
         else { return nil }

@@ -39,19 +39,14 @@ extension BrokerEngine {
             }
             _ = try await signOut(client: client.id)
         }
-        if let live = try store.list(client: client.id, states: [.waiting], limit: 1).first {
-            if live.expiresAt.map({ now() >= $0 }) ?? false {
-                var expired = live
-                try expireLocally(&expired)
-            } else {
-                return try await resume(attemptId: live.id, openBrowser: openBrowser)
-            }
+        if var live = try store.list(client: client.id, states: [.waiting], limit: 1).first, try !expireIfDue(&live) {
+            return try await resume(attemptId: live.id, openBrowser: openBrowser)
         }
 
         // Both proofs are in the vault and the row is committed before create is sent.
         let codeVerifier = try ProofSecret.generate()
         let recoveryKey = try ProofSecret.generate()
-        let id = try newLocalId()
+        let id = "at_" + (try Crypto.randomToken(bytes: 12))
         var secrets = AttemptSecrets(codeVerifier: codeVerifier.value, recoveryKey: recoveryKey.value)
         let keys = VaultKeys.attempt(client: client.id, attemptId: id)
         // The row first, then the proofs: a crash between them leaves a
@@ -67,7 +62,7 @@ extension BrokerEngine {
             try await vault.storeJSON(secrets, label: VaultKeys.attemptLabel(appName: client.appName), attributes: keys)
         } catch {
             // Nothing was sent: the attempt never existed for anyone.
-            try store.delete(attemptId: id, client: client.id)
+            try store.delete(attemptId: id)
             sessions.refreshBoard(client.id)
             throw error.brokerError
         }
@@ -107,7 +102,7 @@ extension BrokerEngine {
             $0.serverAttemptId = created.attemptId
             $0.expiresAt = created.expiresAt
         }
-        var result = view(record)
+        var result = AttemptView(record)
         result.authorizeUrl = created.authorizeUrl
         if openBrowser {
             try await launch(created.authorizeUrl, client: client, ephemeral: ephemeral, attemptId: id)
@@ -149,10 +144,8 @@ extension BrokerEngine {
 
     public func resume(attemptId: String, openBrowser: Bool) async throws -> AttemptView {
         var record = try attempt(attemptId)
-        if record.state == .waiting, let expiresAt = record.expiresAt, now() >= expiresAt {
-            try expireLocally(&record)
-        }
-        var result = view(record)
+        try expireIfDue(&record)
+        var result = AttemptView(record)
         guard record.state == .waiting else { return result }
         let client = try client(record.client)
         let secrets: AttemptSecrets?
@@ -171,6 +164,14 @@ extension BrokerEngine {
             try await launch(url, client: client, ephemeral: record.ephemeral, attemptId: attemptId)
         }
         return result
+    }
+
+    /// Expires a waiting attempt past its expiry (the server is told by the `cancel` follow-up).
+    @discardableResult
+    func expireIfDue(_ record: inout AttemptRecord) throws -> Bool {
+        guard record.state == .waiting, let expiresAt = record.expiresAt, now() >= expiresAt else { return false }
+        try expireLocally(&record)
+        return true
     }
 
     func expireLocally(_ record: inout AttemptRecord) throws {
@@ -258,16 +259,14 @@ extension BrokerEngine {
             let known = record.callbackDigest, Crypto.constantTimeEquals(known, digest)
         {
             // A repeat of the callback that completed the attempt: answer, send nothing.
-            var result = view(record)
+            var result = AttemptView(record)
             if record.state == .completed { result.session = try sessions.view(record.client) }
             return result
         }
         if record.state == .exchanging {
             return try await keepUntilSettled(&record, callback: callback, code: code)
         }
-        if record.state == .waiting, let expiresAt = record.expiresAt, now() >= expiresAt {
-            try expireLocally(&record)
-        }
+        try expireIfDue(&record)
         guard record.state == .waiting else { throw notWaiting(record) }
         return try await exchange(&record, code: code, digest: digest)
     }
@@ -282,20 +281,18 @@ extension BrokerEngine {
         attempts.keptCounter += 1
         let token = attempts.keptCounter
         attempts.keptCallbacks[record.id] = KeptCallback(callback: callback, token: token)
-        while true {
-            let attemptId = record.id
+        let attemptId = record.id
+        repeat {
             await attempts.waitForExchange(attemptId) { id in Task { await self.releaseExchangeWaiter(attemptId, id) } }
-            record = try attempt(record.id)
-            if record.state == .exchanging && attempts.exchangesInFlight.contains(record.id) && !Task.isCancelled { continue }
-            break
-        }
+            record = try attempt(attemptId)
+        } while record.state == .exchanging && attempts.exchangesInFlight.contains(attemptId) && !Task.isCancelled
         if attempts.keptCallbacks[record.id]?.token == token {
             attempts.keptCallbacks[record.id] = nil
             if record.state == .waiting && !Task.isCancelled {
                 return try await finishCode(&record, callback: callback, code: code)
             }
         }
-        var result = view(record)
+        var result = AttemptView(record)
         if record.state == .completed { result.session = try sessions.view(record.client) }
         return result
     }
@@ -312,7 +309,7 @@ extension BrokerEngine {
         let attemptId = record.id
         attempts.exchangesInFlight.insert(attemptId)
         defer { attempts.exchangeSettled(attemptId) }
-        faultPoint("after-exchanging-commit")
+        TestFaults.hit("after-exchanging-commit")
         let secrets: AttemptSecrets
         do {
             secrets = try await attemptSecrets(record)
@@ -350,7 +347,7 @@ extension BrokerEngine {
                 withSession, label: VaultKeys.attemptLabel(appName: client.appName),
                 attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
         } catch { vaultProblem = error }
-        faultPoint("after-session-in-vault")
+        TestFaults.hit("after-session-in-vault")
         record = try attempt(record.id)
 
         if record.state == .cancelled {
@@ -359,15 +356,18 @@ extension BrokerEngine {
             record.followUp = .acknowledge
             try attempts.save(&record)
             scheduleFollowUp(record.id)
-            return view(record)
+            return AttemptView(record)
         }
-        guard record.state == .exchanging else { return view(record) }
-        if let vaultProblem {
+        guard record.state == .exchanging else { return AttemptView(record) }
+        func notKept() throws {
             try attempts.commit(
                 &record, .exchangeUncertain,
                 error: AttemptError(
                     code: BrokerErrorCode.exchangeUncertain.rawValue, message: "the session could not be kept in the keyring")
             ) { $0.nextReconcileAt = self.now() }
+        }
+        if let vaultProblem {
+            try notKept()
             scheduleFollowUp(record.id)
             throw vaultProblem.brokerError.with(attemptId: record.id)
         }
@@ -377,11 +377,7 @@ extension BrokerEngine {
                 label: VaultKeys.sessionLabel(appName: client.appName, email: answer.session.account.email),
                 attributes: VaultKeys.session(client: record.client))
         } catch {
-            try attempts.commit(
-                &record, .exchangeUncertain,
-                error: AttemptError(
-                    code: BrokerErrorCode.exchangeUncertain.rawValue, message: "the session could not be kept in the keyring")
-            ) { $0.nextReconcileAt = self.now() }
+            try notKept()
             throw error.brokerError.with(attemptId: record.id)
         }
         try sessions.signedIn(client: record.client, session: answer.session, attemptId: record.id)
@@ -393,7 +389,7 @@ extension BrokerEngine {
         }
         attempts.keptCallbacks[record.id] = nil
         scheduleFollowUp(record.id)
-        var result = view(record)
+        var result = AttemptView(record)
         result.session = try sessions.view(record.client)
         return result
     }
@@ -467,7 +463,7 @@ extension BrokerEngine {
         var record = try attempt(attemptId)
         switch record.state {
         case .cancelled:
-            return view(record)
+            return AttemptView(record)
         case .waiting, .exchanging:
             try attempts.commit(
                 &record, .cancel,
@@ -475,7 +471,7 @@ extension BrokerEngine {
             ) { $0.followUp = .cancel }
             attempts.keptCallbacks[record.id] = nil
             await runFollowUp(record.id)
-            return view(try attempt(attemptId))
+            return AttemptView(try attempt(attemptId))
         default:
             throw notWaiting(record)
         }
@@ -485,15 +481,13 @@ extension BrokerEngine {
 
     public func status(attemptId: String, reconcile: Bool) async throws -> AttemptView {
         var record = try attempt(attemptId)
-        if record.state == .waiting, let expiresAt = record.expiresAt, now() >= expiresAt {
-            try expireLocally(&record)
-        }
-        guard reconcile else { return view(record) }
+        try expireIfDue(&record)
+        guard reconcile else { return AttemptView(record) }
         switch record.state {
         case .uncertain where record.resolution == .none:
             await reconcileNow(record.id)
             record = try attempt(attemptId)
-            return view(record)
+            return AttemptView(record)
         case .waiting:
             let secrets = try await attemptSecrets(record)
             let status: StatusResponse
@@ -501,7 +495,7 @@ extension BrokerEngine {
                 status = try await attemptControl(record.client).status(
                     attemptId: record.serverAttemptId ?? "", recoveryKey: secrets.recoveryKey)
             } catch {
-                var result = view(try attempt(attemptId))
+                var result = AttemptView(try attempt(attemptId))
                 result.serverState = "unreachable"
                 if case .refused(_, let code, _, _) = error { result.serverState = code == .attemptUnknown ? "unknown" : "error" }
                 return result
@@ -514,11 +508,11 @@ extension BrokerEngine {
                 }
                 if record.state != .waiting { scheduleFollowUp(record.id) }
             }
-            var result = view(record)
+            var result = AttemptView(record)
             result.serverState = status.state.rawValue
             return result
         default:
-            return view(record)
+            return AttemptView(record)
         }
     }
 
@@ -526,7 +520,7 @@ extension BrokerEngine {
 
     public func acknowledge(attemptId: String) async throws -> AttemptView {
         var record = try attempt(attemptId)
-        guard record.state != .acknowledged else { return view(record) }
+        guard record.state != .acknowledged else { return AttemptView(record) }
         if record.state == .uncertain && record.resolution == .none {
             // One more try before refusing: the server may be back.
             await reconcileNow(record.id)
@@ -539,7 +533,7 @@ extension BrokerEngine {
         } else {
             try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
         }
-        return view(try attempt(attemptId))
+        return AttemptView(try attempt(attemptId))
     }
 }
 

@@ -196,7 +196,7 @@ extension BrokerEngine {
         logger.notice(
             "uncertain attempt reconciled",
             ["attempt.id": record.id, "client": record.client, "resolution": resolution.rawValue])
-        faultPoint("after-reconcile-settled")
+        TestFaults.hit("after-reconcile-settled")
         // Reconciled: nothing waits on anyone, so the broker retires it itself (§7).
         try attempts.commit(&record, .acknowledge)
     }
@@ -289,7 +289,7 @@ extension BrokerEngine {
                 try backoff(&record, "keyring: \(error)")
                 return
             }
-            faultPoint("after-proofs-removed")
+            TestFaults.hit("after-proofs-removed")
             record = try attempt(attemptId)
         }
         record.followUp = .none

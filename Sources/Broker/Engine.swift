@@ -85,46 +85,19 @@ public actor BrokerEngine {
 
     func attempt(_ id: String) throws -> AttemptRecord { try attempts.attempt(id) }
 
-    /// A fault point of the crash tests (`TestFaults`; a no-op in release builds).
-    func faultPoint(_ point: String) { TestFaults.hit(point) }
-
-    func newLocalId() throws -> String {
-        "at_" + (try Crypto.randomToken(bytes: 12))
-    }
-
-    func view(_ record: AttemptRecord) -> AttemptView { AttemptView(record) }
-
     // MARK: - Info
 
-    public struct Info: Codable, Sendable {
-        var version: String
-        var `protocol`: Int
-        var socket: String
-        var vault: String
-        var vaultAvailable: Bool
-        var vaultLocked: Bool
-        var vaultDetail: String
-    }
-
     /// Nonisolated: apps poll it; it needs nothing of the engine's state.
-    public nonisolated func info() async -> Info {
+    public nonisolated func info() async -> BrokerInfo {
         let health = await vault.health()
-        return Info(
-            version: BrokerVersion.string, protocol: 1, socket: socketPath, vault: "secret-service",
-            vaultAvailable: health.available && !health.locked, vaultLocked: health.locked, vaultDetail: health.detail)
+        return BrokerInfo(
+            version: BrokerVersion.string, socket: socketPath, vaultAvailable: health.available && !health.locked,
+            vaultLocked: health.locked, vaultDetail: health.detail)
     }
 
-    public struct ClientView: Codable, Sendable {
-        var id: String
-        var appName: String
-        var server: String
-        var returnUrl: String
-        var policy: String
-    }
-
-    public func clientList(mayUse: (ClientConfig) -> Bool) -> [ClientView] {
+    public func clientList(mayUse: (ClientConfig) -> Bool) -> [ClientSummary] {
         clients.values.sorted { $0.id < $1.id }.filter(mayUse).map {
-            ClientView(
+            ClientSummary(
                 id: $0.id, appName: $0.appName, server: $0.server.serialized, returnUrl: $0.returnURL.text,
                 policy: $0.policy.rawValue)
         }
@@ -133,13 +106,11 @@ public actor BrokerEngine {
     /// Nonisolated: `clients` never changes, so the method table asks without an actor hop.
     public nonisolated func config(for client: String) -> ClientConfig? { clients[client] }
 
-    public func clientConfigs() -> [String: ClientConfig] { clients }
-
     // MARK: - Lists
 
     public func list(client: String?, states: [AttemptState]?, mayUse: (String) -> Bool) throws -> [AttemptView] {
         if let client { _ = try self.client(client) }
-        return try store.list(client: client, states: states).filter { mayUse($0.client) }.map(view)
+        return try store.list(client: client, states: states).filter { mayUse($0.client) }.map(AttemptView.init)
     }
 
     public func attemptClient(_ attemptId: String) throws -> String { try attempt(attemptId).client }
@@ -220,7 +191,7 @@ public actor BrokerEngine {
 
     /// `http.request`: the app's request to its API with the session's bearer
     /// token, which never leaves the broker.
-    public func appRequest(_ request: AppRequest) async throws -> AppResponse {
+    public func appRequest(_ request: AppRequest) async throws -> HTTPResponse {
         try await proxy.send(request, client: try client(request.client), engine: self)
     }
 

@@ -80,8 +80,8 @@ public enum TestFaults {
 struct FaultingLoginServer: SignInProtocol, ServerAttemptControl {
     let base: any SignInProtocol
 
-    private func after<T>(_ route: String, _ body: () async throws(LoginServerError) -> T) async throws(LoginServerError)
-        -> T
+    private func after<T>(_ route: String, _ body: @autoclosure () async throws(LoginServerError) -> T)
+        async throws(LoginServerError) -> T
     {
         let result: Result<T, LoginServerError>
         do { result = .success(try await body()) } catch { result = .failure(error) }
@@ -93,43 +93,31 @@ struct FaultingLoginServer: SignInProtocol, ServerAttemptControl {
     private var control: any ServerAttemptControl { base.attemptControl! }
 
     func create(_ request: CreateAttemptRequest) async throws(LoginServerError) -> CreateAttemptResponse {
-        try await after("create") { () async throws(LoginServerError) in try await base.create(request) }
+        try await after("create", await base.create(request))
     }
     func exchange(attemptId: String, _ request: ExchangeRequest) async throws(LoginServerError) -> ExchangeResponse {
-        try await after("exchange") { () async throws(LoginServerError) in
-            try await base.exchange(attemptId: attemptId, request)
-        }
+        try await after("exchange", await base.exchange(attemptId: attemptId, request))
     }
     func status(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> StatusResponse {
-        try await after("status") { () async throws(LoginServerError) in
-            try await control.status(attemptId: attemptId, recoveryKey: recoveryKey)
-        }
+        try await after("status", await control.status(attemptId: attemptId, recoveryKey: recoveryKey))
     }
     func cancel(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> ServerAttemptState {
-        try await after("cancel") { () async throws(LoginServerError) in
-            try await control.cancel(attemptId: attemptId, recoveryKey: recoveryKey)
-        }
+        try await after("cancel", await control.cancel(attemptId: attemptId, recoveryKey: recoveryKey))
     }
     func acknowledge(attemptId: String, recoveryKey: String) async throws(LoginServerError) {
-        try await after("acknowledge") { () async throws(LoginServerError) in
-            try await control.acknowledge(attemptId: attemptId, recoveryKey: recoveryKey)
-        }
+        try await after("acknowledge", await control.acknowledge(attemptId: attemptId, recoveryKey: recoveryKey))
     }
     func revokeByProof(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> RevokeResponse {
-        try await after("revoke-proof") { () async throws(LoginServerError) in
-            try await control.revokeByProof(attemptId: attemptId, recoveryKey: recoveryKey)
-        }
+        try await after("revoke-proof", await control.revokeByProof(attemptId: attemptId, recoveryKey: recoveryKey))
     }
     func revokeByToken(accessToken: String) async throws(LoginServerError) -> RevokeResponse {
-        try await after("revoke-token") { () async throws(LoginServerError) in
-            try await base.revokeByToken(accessToken: accessToken)
-        }
+        try await after("revoke-token", await base.revokeByToken(accessToken: accessToken))
     }
     func session(accessToken: String) async throws(LoginServerError) -> SessionInfoResponse {
-        try await after("session") { () async throws(LoginServerError) in try await base.session(accessToken: accessToken) }
+        try await after("session", await base.session(accessToken: accessToken))
     }
     func refresh(refreshToken: String) async throws(LoginServerError) -> RefreshResponse {
-        try await after("refresh") { () async throws(LoginServerError) in try await base.refresh(refreshToken: refreshToken) }
+        try await after("refresh", await base.refresh(refreshToken: refreshToken))
     }
 }
 

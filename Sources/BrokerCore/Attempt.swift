@@ -43,7 +43,7 @@ public enum ServerFollowUp: String, Codable, Sendable {
 }
 
 /// One local attempt as the store keeps it. Holds no secret: the server's
-/// attempt id is the only server value here (PROTOCOL.md allows it in the
+/// attempt id is the only server value here (docs/protocol.md allows it in the
 /// store; it never reaches logs or the RPC API).
 public struct AttemptRecord: Sendable, Equatable {
     public var id: String

@@ -174,16 +174,13 @@ public enum ClientConfigValidator {
             for b in clients[(i + 1)...] {
                 if a.returnURL.parts.matchKey == b.returnURL.parts.matchKey {
                     refused.formUnion([a.file, b.file])
-                    problems.append(
-                        ConfigProblem(
-                            .error, file: a.file, key: "ReturnUrl",
-                            "the same return URL is configured in \(b.file); two clients may not share a return URL — both are refused"
-                        ))
-                    problems.append(
-                        ConfigProblem(
-                            .error, file: b.file, key: "ReturnUrl",
-                            "the same return URL is configured in \(a.file); two clients may not share a return URL — both are refused"
-                        ))
+                    for (file, other) in [(a.file, b.file), (b.file, a.file)] {
+                        problems.append(
+                            ConfigProblem(
+                                .error, file: file, key: "ReturnUrl",
+                                "the same return URL is configured in \(other); two clients may not share a return URL — both are refused"
+                            ))
+                    }
                 }
                 if a.id == b.id {
                     refused.formUnion([a.file, b.file])

@@ -4,7 +4,7 @@ import SQLiteSupport
 
 /// The broker's SQLite state: attempts with their history of states, and
 /// public session information. Never a secret (the server's attempt id is the
-/// one server value kept, as PROTOCOL.md allows).
+/// one server value kept, as docs/protocol.md allows).
 ///
 /// Not `Sendable`: owned by the broker's engine actor, the only code that
 /// touches it.
@@ -75,11 +75,6 @@ public final class BrokerStore {
 
     let db: Database
 
-    /// Called after each committed write with the client it concerns. The
-    /// engine keeps its in-memory session views current with it (`session.get`
-    /// is then answered without a query).
-    public var didWrite: ((String) -> Void)?
-
     /// Opens (creating) the store at `path` and runs its migrations.
     public init(path: String) throws {
         db = try Database(path: path)
@@ -137,14 +132,12 @@ public final class BrokerStore {
                 arguments: arguments(attempt))
             try appendHistory(attempt, from: nil)
         }
-        didWrite?(attempt.client)
     }
 
     /// Deletes an attempt (and its history) that never left the broker: its
     /// proofs could not be kept, so nothing was ever sent for it.
-    public func delete(attemptId: String, client: String) throws {
+    public func delete(attemptId: String) throws {
         _ = try db.run("DELETE FROM attempts WHERE id = ? AND state = 'starting'", attemptId)
-        didWrite?(client)
     }
 
     /// Writes the attempt; when its state changed from `previous`, records
@@ -163,7 +156,6 @@ public final class BrokerStore {
                 """, arguments: args)
             if previous != attempt.state { try appendHistory(attempt, from: previous) }
         }
-        didWrite?(attempt.client)
     }
 
     private func appendHistory(_ attempt: AttemptRecord, from: AttemptState?) throws {
@@ -287,6 +279,5 @@ public final class BrokerStore {
                 s.accessTokenExpiresAt?.millisecondsSince1970, s.reason, s.attemptId, s.updatedAt.millisecondsSince1970,
                 s.revokePending, s.verifiedAt?.millisecondsSince1970,
             ])
-        didWrite?(s.client)
     }
 }

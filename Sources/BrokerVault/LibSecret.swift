@@ -16,7 +16,7 @@ import CSecret
 // eventually run and freed.
 
 /// The attribute names of the broker's schema (`bl_broker_schema`).
-let schemaAttributeNames = ["client", "attempt", "kind"]
+public let schemaAttributeNames = ["client", "attempt", "kind"]
 
 /// A GObject reference with one owner, released in `deinit`.
 final class GObjectRef<T> {
@@ -35,8 +35,6 @@ final class AttributeTable {
             bl_secret_attributes_insert(table, name, attributes[name] ?? "")
         }
     }
-
-    var raw: OpaquePointer { table }
 
     deinit { g_hash_table_unref(table) }
 }
@@ -87,16 +85,17 @@ struct CapturedError: Sendable {
     }
 }
 
-enum VaultMessages {
-    static func unavailable(_ detail: String) -> String {
+/// The vault's messages; each says how to fix the problem.
+public enum VaultMessages {
+    public static func unavailable(_ detail: String) -> String {
         "The Secret Service is not available (\(detail)). Start gnome-keyring-daemon or another Secret Service "
             + "provider (KeePassXC, KWallet) in this desktop session, and check that DBUS_SESSION_BUS_ADDRESS "
             + "names the session bus."
     }
-    static let locked =
+    public static let locked =
         "The login keyring is locked. Unlock it (for example with Seahorse, or with `secret-tool lookup` in a "
         + "terminal that can show the unlock prompt) and try again."
-    static func failed(_ detail: String) -> String {
+    public static func failed(_ detail: String) -> String {
         "The Secret Service failed (\(detail)). Try again; if it keeps failing, check gnome-keyring-daemon "
             + "(journalctl --user) or restart the keyring."
     }
@@ -204,34 +203,30 @@ enum LibSecret {
     }
 
     static func store(_ secret: [UInt8], label: String, attributes: [String: String]) throws(VaultError) {
-        try withService { service throws(VaultError) in try store(secret, label: label, attributes: attributes, service) }
-    }
-
-    private static func store(
-        _ secret: [UInt8], label: String, attributes: [String: String], _ service: GObjectRef<SecretService>
-    ) throws(VaultError) {
-        try requireUnlockedDefaultCollection(service)
-        let table = AttributeTable(attributes)
-        // Binary: the value is copied by secret_value_new, with its length, so NUL bytes are kept.
-        // An empty secret still needs a valid pointer (with length 0).
-        let storage = secret.isEmpty ? [0] : secret
-        let created: OpaquePointer? = storage.withUnsafeBufferPointer { bytes in
-            bytes.withMemoryRebound(to: CChar.self) { chars in
-                secret_value_new(chars.baseAddress, secret.count, "application/octet-stream")
+        try withService { service throws(VaultError) in
+            try requireUnlockedDefaultCollection(service)
+            let table = AttributeTable(attributes)
+            // Binary: the value is copied by secret_value_new, with its length, so NUL bytes are kept.
+            // An empty secret still needs a valid pointer (with length 0).
+            let storage = secret.isEmpty ? [0] : secret
+            let created: OpaquePointer? = storage.withUnsafeBufferPointer { bytes in
+                bytes.withMemoryRebound(to: CChar.self) { chars in
+                    secret_value_new(chars.baseAddress, secret.count, "application/octet-stream")
+                }
             }
+            guard let value = created else { throw .failed(VaultMessages.failed("the secret could not be copied")) }
+            defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
+            // The service-level store (CreateItem with replace) makes no proxy for
+            // the new item: a `SecretItem` made right after CreateItem, while the
+            // keyring announces the item, leaks its D-Bus messages (measured:
+            // docs/performance.md).
+            var error: UnsafeMutablePointer<GError>? = nil
+            let stored = wait({
+                secret_service_store(service.pointer, schema, table.table, "default", label, value, nil, $0, $1)
+            }) { secret_service_store_finish(service.pointer, $0, &error) }
+            if let error { throw CapturedError(taking: error, whileConnecting: false).vaultError }
+            guard stored != 0 else { throw .failed(VaultMessages.failed("the item was not created")) }
         }
-        guard let value = created else { throw .failed(VaultMessages.failed("the secret could not be copied")) }
-        defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
-        // The service-level store (CreateItem with replace) makes no proxy for
-        // the new item: a `SecretItem` made right after CreateItem, while the
-        // keyring announces the item, leaks its D-Bus messages (measured:
-        // docs/performance.md).
-        var error: UnsafeMutablePointer<GError>? = nil
-        let stored = wait({
-            secret_service_store(service.pointer, schema, table.raw, "default", label, value, nil, $0, $1)
-        }) { secret_service_store_finish(service.pointer, $0, &error) }
-        if let error { throw CapturedError(taking: error, whileConnecting: false).vaultError }
-        guard stored != 0 else { throw .failed(VaultMessages.failed("the item was not created")) }
     }
 
     /// Checks that there is a default collection and unlocks it when it is
@@ -264,7 +259,7 @@ enum LibSecret {
         if loadSecrets { flags |= SECRET_SEARCH_LOAD_SECRETS.rawValue }
         var error: UnsafeMutablePointer<GError>? = nil
         let list = wait({
-            secret_service_search(service.pointer, schema, table.raw, SecretSearchFlags(rawValue: flags), nil, $0, $1)
+            secret_service_search(service.pointer, schema, table.table, SecretSearchFlags(rawValue: flags), nil, $0, $1)
         }) { secret_service_search_finish(service.pointer, $0, &error) }
         // Take one reference per item out of the list, then free the list alone.
         var items: [GObjectRef<SecretItem>] = []
@@ -284,41 +279,37 @@ enum LibSecret {
     }
 
     static func lookup(attributes: [String: String]) throws(VaultError) -> [UInt8]? {
-        try withService { service throws(VaultError) in try lookup(attributes: attributes, service) }
-    }
-
-    private static func lookup(attributes: [String: String], _ service: GObjectRef<SecretService>) throws(VaultError)
-        -> [UInt8]?
-    {
-        let items = try search(service, attributes, loadSecrets: true)
-        // Duplicates can only come from another collection: take the newest.
-        guard let item = items.max(by: { secret_item_get_modified($0.pointer) < secret_item_get_modified($1.pointer) })
-        else {
-            // "Not found" only counts from the unlocked default keyring. A
-            // keyring restarted without the user's password, or without its
-            // default collection, cannot say what it holds: that is "cannot
-            // read it now", never "it is gone".
-            try requireReadableDefaultCollection(service)
-            return nil
+        try withService { service throws(VaultError) -> [UInt8]? in
+            let items = try search(service, attributes, loadSecrets: true)
+            // Duplicates can only come from another collection: take the newest.
+            guard let item = items.max(by: { secret_item_get_modified($0.pointer) < secret_item_get_modified($1.pointer) })
+            else {
+                // "Not found" only counts from the unlocked default keyring. A
+                // keyring restarted without the user's password, or without its
+                // default collection, cannot say what it holds: that is "cannot
+                // read it now", never "it is gone".
+                try requireReadableDefaultCollection(service)
+                return nil
+            }
+            guard let value = secret_item_get_secret(item.pointer) else {
+                throw .failed(VaultMessages.itemUnreadable)
+            }
+            defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
+            var length = 0
+            guard let bytes = secret_value_get(value, &length) else { return [] }
+            return Array(UnsafeRawBufferPointer(start: bytes, count: length).bindMemory(to: UInt8.self))
         }
-        guard let value = secret_item_get_secret(item.pointer) else {
-            throw .failed(VaultMessages.itemUnreadable)
-        }
-        defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
-        var length = 0
-        guard let bytes = secret_value_get(value, &length) else { return [] }
-        return Array(UnsafeRawBufferPointer(start: bytes, count: length).bindMemory(to: UInt8.self))
     }
 
     static func remove(attributes: [String: String]) throws(VaultError) {
-        try withService { service throws(VaultError) in try remove(attributes: attributes, service) }
-    }
-
-    private static func remove(attributes: [String: String], _ service: GObjectRef<SecretService>) throws(VaultError) {
-        for item in try search(service, attributes, loadSecrets: false) {
-            var error: UnsafeMutablePointer<GError>? = nil
-            _ = wait({ secret_item_delete(item.pointer, nil, $0, $1) }) { secret_item_delete_finish(item.pointer, $0, &error) }
-            if let error { throw CapturedError(taking: error, whileConnecting: false).vaultError }
+        try withService { service throws(VaultError) in
+            for item in try search(service, attributes, loadSecrets: false) {
+                var error: UnsafeMutablePointer<GError>? = nil
+                _ = wait({ secret_item_delete(item.pointer, nil, $0, $1) }) {
+                    secret_item_delete_finish(item.pointer, $0, &error)
+                }
+                if let error { throw CapturedError(taking: error, whileConnecting: false).vaultError }
+            }
         }
     }
 

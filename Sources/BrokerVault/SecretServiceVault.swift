@@ -93,7 +93,7 @@ public final class SecretServiceVault: SecretVault {
 
     /// Attributes are the schema's (`client`, `attempt`, `kind`), at least one
     /// non-empty, and free of NUL characters.
-    static func validate(_ attributes: [String: String]) throws(VaultError) {
+    public static func validate(_ attributes: [String: String]) throws(VaultError) {
         if let unknown = attributes.keys.first(where: { !schemaAttributeNames.contains($0) }) {
             throw .failed(
                 "The vault has no attribute '\(unknown)'; use client, attempt and kind (a programming error in the broker).")

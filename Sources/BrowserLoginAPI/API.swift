@@ -43,17 +43,6 @@ public struct LoginChanged: Codable, Sendable, Equatable {
     public init(attempt: AttemptView) { self.attempt = attempt }
 }
 
-/// The JSON-RPC error codes the broker answers with (docs/rpc.md "Connecting", "Errors").
-public enum RPCErrorNumber: Int64, Sendable, CaseIterable {
-    case parseError = -32700
-    case invalidRequest = -32600
-    case methodNotFound = -32601
-    case invalidParams = -32602
-    case internalError = -32603
-    /// An application error: `data.code` is a `BrokerErrorCode`.
-    case application = -32000
-}
-
 /// The broker's application error codes (docs/rpc.md "Errors"), sent as
 /// `data.code` of a JSON-RPC `-32000` error.
 public enum BrokerErrorCode: String, Codable, Sendable, CaseIterable {

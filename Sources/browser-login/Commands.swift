@@ -32,13 +32,13 @@ let noBrowser = Option.flag("no-browser", "do not open the browser; print the li
 
 /// The `run` of a command that takes one positional argument, makes one call
 /// with it, and prints the answer with `describe` (or as JSON).
-func oneArgumentCall(
+func oneArgumentCall<View: Decodable & Sendable>(
     _ method: RPCMethod, params: @escaping @Sendable (String) -> any Encodable,
-    describe: @escaping @Sendable (JSONValue) throws -> String
+    describe: @escaping @Sendable (View) -> String
 ) -> @Sendable (Arguments, RPCClientFactory) throws -> Exit {
     { args, rpc in
         let answer = try call(try rpc.make(), method, params(args.positionals[0]))
-        if args.has("json") { printJSON(answer) } else { print(try describe(answer)) }
+        if args.has("json") { printJSON(answer) } else { print(describe(try decode(answer))) }
         return .ok
     }
 }
@@ -224,12 +224,12 @@ let subcommands: [Subcommand] = [
             URL handler of each client's scheme (see 'browser-login install-handler').
             Exit status 0 when the attempt completed (or was already complete).
             """,
-        run: oneArgumentCall(.loginFinish, params: { LoginFinishParams(url: $0) }, describe: { describeAttempt(try decode($0)) })),
+        run: oneArgumentCall(.loginFinish, params: { LoginFinishParams(url: $0) }, describe: describeAttempt)),
     Subcommand(
         "cancel", summary: "cancel a login attempt", arguments: ["ATTEMPT_ID"], options: [json],
         help: "Cancels the attempt locally at once (later callbacks are refused), then at\nthe server.",
         run: oneArgumentCall(
-            .loginCancel, params: { AttemptParams(attemptId: $0) }, describe: { describeAttempt(try decode($0)) })),
+            .loginCancel, params: { AttemptParams(attemptId: $0) }, describe: describeAttempt)),
     Subcommand(
         "resume", summary: "reopen the browser for a waiting attempt", arguments: ["ATTEMPT_ID"],
         options: [.flag("no-browser", "print the link instead of opening it"), json],
@@ -246,16 +246,16 @@ let subcommands: [Subcommand] = [
             once it is reconciled (its possible session adopted or revoked).
             """,
         run: oneArgumentCall(
-            .loginAcknowledge, params: { AttemptParams(attemptId: $0) }, describe: { describeAttempt(try decode($0)) })),
+            .loginAcknowledge, params: { AttemptParams(attemptId: $0) }, describe: describeAttempt)),
     Subcommand(
         "session", summary: "show a client's session", arguments: ["CLIENT"], options: [json],
         help: "Shows whether CLIENT is signed in, as which account, and until when.",
-        run: oneArgumentCall(.sessionGet, params: { ClientParams(client: $0) }, describe: { describeSession(try decode($0)) })),
+        run: oneArgumentCall(.sessionGet, params: { ClientParams(client: $0) }, describe: describeSession)),
     Subcommand(
         "sign-out", summary: "sign a client out", arguments: ["CLIENT"], options: [json],
         help:
             "Signs CLIENT out: the session is removed at once and revoked at the server\n(later, if the server is down).",
-        run: oneArgumentCall(.sessionSignOut, params: { ClientParams(client: $0) }, describe: { describeSession(try decode($0)) })
+        run: oneArgumentCall(.sessionSignOut, params: { ClientParams(client: $0) }, describe: describeSession)
     ),
     Subcommand(
         "clients", summary: "list the configured clients", options: [json],

@@ -1,5 +1,6 @@
 import BrokerCore
 import BrokerRPC
+import BrokerTestDoubles
 import BrokerVault
 import BrowserLoginProtocol
 import Foundation

@@ -1,4 +1,5 @@
 import BrokerCore
+import BrokerTestDoubles
 import Testing
 
 @testable import BrokerVault

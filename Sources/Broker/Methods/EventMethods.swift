@@ -19,14 +19,9 @@ extension MethodTable {
             }
             let engine = call.engine
             let id = try await engine.subscribe(
-                connection: connection.id, clients: params.clients, mayUse: await call.clientFilter(),
+                connection: connection.id, clients: params.clients, mayUse: call.clientFilter(),
                 send: { event in
-                    let encoded =
-                        switch event {
-                        case .attemptChanged(let view): notification(forAttempt: view)
-                        case .sessionChanged(let view): notification(forSession: view)
-                        }
-                    if let (method, params) = encoded { connection.notify(method: method, params: params) }
+                    if let (method, params) = event.notification { connection.notify(method: method, params: params) }
                 })
             // Held: a subscribed connection is never closed to make room for others.
             connection.hold()
@@ -44,12 +39,14 @@ extension MethodTable {
     ]
 }
 
-/// The notification of an attempt's change: `login.changed` with `{"attempt": A}`.
-func notification(forAttempt view: AttemptView) -> (method: String, params: JSONValue)? {
-    (try? result(LoginChanged(attempt: view))).map { (RPCNotification.loginChanged.rawValue, $0) }
-}
-
-/// The notification of a session's change: `session.changed` with `{"session": S}`.
-func notification(forSession view: SessionView) -> (method: String, params: JSONValue)? {
-    (try? result(SessionChanged(session: view))).map { (RPCNotification.sessionChanged.rawValue, $0) }
+extension BrokerEvent {
+    /// Its notification: `login.changed` with `{"attempt": A}`, or `session.changed` with `{"session": S}`.
+    var notification: (method: String, params: JSONValue)? {
+        switch self {
+        case .attemptChanged(let view):
+            (try? result(LoginChanged(attempt: view))).map { (RPCNotification.loginChanged.rawValue, $0) }
+        case .sessionChanged(let view):
+            (try? result(SessionChanged(session: view))).map { (RPCNotification.sessionChanged.rawValue, $0) }
+        }
+    }
 }

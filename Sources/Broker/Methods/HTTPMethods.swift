@@ -29,23 +29,19 @@ extension MethodTable {
                     throw RPCError.invalidParams(problem)
                 }
             } ?? []
-        var params = HTTPRequestParams(
-            client: client, method: method, path: path, query: Dictionary(uniqueKeysWithValues: query),
-            headers: Dictionary(uniqueKeysWithValues: headers), body: try p.optionalString("body"),
-            bodyBase64: try p.optionalString("bodyBase64"))
-        if params.body != nil && params.bodyBase64 != nil {
-            throw RPCError.invalidParams("give 'body' or 'bodyBase64', not both")
-        }
-        var body = params.body.map { Array($0.utf8) }
-        if let base64 = params.bodyBase64 {
+        // The members of `HTTPRequestParams`, read one by one for docs/rpc.md's messages.
+        let text = try p.optionalString("body")
+        let base64 = try p.optionalString("bodyBase64")
+        if text != nil && base64 != nil { throw RPCError.invalidParams("give 'body' or 'bodyBase64', not both") }
+        var body = text.map { Array($0.utf8) }
+        if let base64 {
             guard let data = Data(base64Encoded: base64) else { throw RPCError.invalidParams("'bodyBase64' is not base64") }
             body = Array(data)
         }
         if let body, body.count > AppRequestRules.maximumRequestBody {
             throw RPCError.invalidParams("the request body is larger than 1 MiB")
         }
-        params.timeoutMs = try p.int("timeoutMs")
-        let timeout = params.timeoutMs ?? AppRequestRules.defaultTimeout
+        let timeout = try p.int("timeoutMs") ?? AppRequestRules.defaultTimeout
         guard (1...AppRequestRules.maximumTimeout).contains(timeout) else {
             throw RPCError.invalidParams("'timeoutMs' must be 1 to 120000")
         }
@@ -55,28 +51,25 @@ extension MethodTable {
     }
 
     /// `{status, headers, body | bodyBase64}`: text bodies as text, others in base64.
-    static func encode(_ response: AppResponse) -> JSONValue {
+    static func encode(_ response: HTTPResponse) -> JSONValue {
         var headers: [String: String] = [:]
         for header in response.headers {
             let name = header.name.lowercased()
             headers[name] = headers[name].map { $0 + ", " + header.value } ?? header.value
         }
-        var answer = HTTPResponseResult(status: response.status, headers: headers)
+        // `HTTPResponseResult`, built by hand: an 8 MiB body is not worth a round through JSONEncoder.
+        var object: [String: JSONValue] = [
+            "status": .integer(Int64(response.status)), "headers": .object(headers.mapValues { .string($0) }),
+        ]
         let type = headers["content-type"]?.lowercased() ?? ""
         let textual =
             type.hasPrefix("text/") || type.contains("json") || type.contains("xml")
             || type.contains("x-www-form-urlencoded") || (type.isEmpty && response.body.isEmpty)
         if textual, let text = String(validating: response.body, as: UTF8.self) {
-            answer.body = text
+            object["body"] = .string(text)
         } else {
-            answer.bodyBase64 = Data(response.body).base64EncodedString()
+            object["bodyBase64"] = .string(Data(response.body).base64EncodedString())
         }
-        // Built by hand: an 8 MiB body is not worth a round through JSONEncoder.
-        var object: [String: JSONValue] = [
-            "status": .integer(Int64(answer.status)), "headers": .object(answer.headers.mapValues { .string($0) }),
-        ]
-        object["body"] = answer.body.map { .string($0) }
-        object["bodyBase64"] = answer.bodyBase64.map { .string($0) }
         return .object(object)
     }
 }

@@ -53,7 +53,7 @@ extension MethodTable {
                 return state
             }
             let params = LoginListParams(client: client, states: states)
-            let mayUse = await call.clientFilter()
+            let mayUse = call.clientFilter()
             return try result(try await call.engine.list(client: params.client, states: params.states, mayUse: mayUse))
         },
     ]

@@ -37,10 +37,9 @@ struct MethodCall: Sendable {
     }
 
     /// A filter of client ids for this peer (clients without a config are let through).
-    func clientFilter() async -> @Sendable (String) -> Bool {
-        let configs = await engine.clientConfigs()
-        let pid = context.peer.pid
-        return { client in configs[client].map { PeerBinding.mayUse($0, pid: pid) } ?? true }
+    func clientFilter() -> @Sendable (String) -> Bool {
+        let (engine, pid) = (engine, context.peer.pid)
+        return { client in engine.config(for: client).map { PeerBinding.mayUse($0, pid: pid) } ?? true }
     }
 }
 

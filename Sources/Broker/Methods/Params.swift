@@ -17,50 +17,43 @@ struct Params: Sendable {
         }
     }
 
-    func optionalString(_ key: String) throws(RPCError) -> String? {
+    /// The param `key` converted by `convert`; nil when absent or null, `'key' must be WHAT` when not convertible.
+    private func read<T>(_ key: String, _ what: String, _ convert: (JSONValue) -> T?) throws(RPCError) -> T? {
         guard let value = object[key], value != .null else { return nil }
-        guard let s = value.stringValue else { throw RPCError.invalidParams("'\(key)' must be a string") }
-        return s
+        guard let converted = convert(value) else { throw RPCError.invalidParams("'\(key)' must be \(what)") }
+        return converted
     }
+
+    func optionalString(_ key: String) throws(RPCError) -> String? { try read(key, "a string", \.stringValue) }
 
     func string(_ key: String) throws(RPCError) -> String {
         guard let s = try optionalString(key) else { throw RPCError.invalidParams("'\(key)' is required") }
         return s
     }
 
-    func bool(_ key: String) throws(RPCError) -> Bool? {
-        guard let value = object[key], value != .null else { return nil }
-        guard let b = value.boolValue else { throw RPCError.invalidParams("'\(key)' must be true or false") }
-        return b
-    }
+    func bool(_ key: String) throws(RPCError) -> Bool? { try read(key, "true or false", \.boolValue) }
 
-    func int(_ key: String) throws(RPCError) -> Int? {
-        guard let value = object[key], value != .null else { return nil }
-        guard let i = value.intValue else { throw RPCError.invalidParams("'\(key)' must be an integer") }
-        return Int(i)
-    }
+    func int(_ key: String) throws(RPCError) -> Int? { try read(key, "an integer") { $0.intValue.map { Int($0) } } }
 
     func stringArray(_ key: String) throws(RPCError) -> [String]? {
-        guard let value = object[key], value != .null else { return nil }
-        guard let items = value.arrayValue else { throw RPCError.invalidParams("'\(key)' must be an array of strings") }
-        var out: [String] = []
-        for item in items {
-            guard let s = item.stringValue else { throw RPCError.invalidParams("'\(key)' must be an array of strings") }
-            out.append(s)
+        try read(key, "an array of strings") { value in
+            value.arrayValue.flatMap { items in
+                let strings = items.compactMap(\.stringValue)
+                return strings.count == items.count ? strings : nil
+            }
         }
-        return out
     }
 
     /// An object of strings, in the order of its sorted names; `check` sees each member in turn.
     func stringObject(
         _ key: String, check: (String, String) throws(RPCError) -> Void = { _, _ in }
     ) throws(RPCError) -> [(String, String)]? {
-        guard let value = object[key], value != .null else { return nil }
-        let problem = RPCError.invalidParams("'\(key)' must be an object of strings")
-        guard let members = value.objectValue else { throw problem }
+        guard let members = try read(key, "an object of strings", \.objectValue) else { return nil }
         var out: [(String, String)] = []
         for name in members.keys.sorted() {
-            guard let s = members[name]?.stringValue else { throw problem }
+            guard let s = members[name]?.stringValue else {
+                throw RPCError.invalidParams("'\(key)' must be an object of strings")
+            }
             try check(name, s)
             out.append((name, s))
         }

@@ -1,4 +1,5 @@
 import BrokerCore
+import BrokerVault
 
 /// An in-memory `SecretVault` for unit tests, with the same matching rules as
 /// `SecretServiceVault` (attributes `client`, `attempt`, `kind`; absent ones
