@@ -1,5 +1,5 @@
 /// Why a callback URL was refused before it was matched to an attempt
-/// (PROTOCOL.md §7 finish rules). Maps to RPC `CALLBACK_INVALID`.
+/// (docs/protocol.md §7 finish rules). Maps to RPC `CALLBACK_INVALID`.
 public enum CallbackRefusal: Error, Sendable, Equatable, CustomStringConvertible {
     case tooLong
     case malformed

@@ -1,4 +1,4 @@
-/// An error code of the wire protocol (PROTOCOL.md). Clients branch on the
+/// An error code of the wire protocol (docs/protocol.md). Clients branch on the
 /// code, never on the message. Unknown codes from a server are kept as they
 /// are, so a newer server's code still reaches the app unchanged.
 public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, CustomStringConvertible {
@@ -47,7 +47,7 @@ public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, Cu
     public static let otpMaxAttempts = ServerErrorCode("OTP_MAX_ATTEMPTS")
     public static let internalError = ServerErrorCode("INTERNAL_ERROR")
 
-    /// The HTTP status a server answers with this code (PROTOCOL.md §5, §6, §8).
+    /// The HTTP status a server answers with this code (docs/protocol.md §5, §6, §8).
     public var httpStatus: Int {
         switch self {
         case .invalidRequest, .returnURLNotRegistered, .invalidGrant, .policyMismatch, .otpInvalid, .otpExpired,

@@ -22,7 +22,7 @@ public enum OriginRefusal: Error, Sendable, Equatable, CustomStringConvertible {
     public var description: String { message }
 }
 
-/// An origin, `https://host[:port]` or `http://loopback[:port]` (PROTOCOL.md
+/// An origin, `https://host[:port]` or `http://loopback[:port]` (docs/protocol.md
 /// §4: the issuer). Serialised without a default port.
 public struct Origin: Sendable, Hashable, CustomStringConvertible {
     public let scheme: String

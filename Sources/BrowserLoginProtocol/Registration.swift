@@ -1,4 +1,4 @@
-/// The shape rules of PROTOCOL.md §1 for the values a server registers and a
+/// The shape rules of docs/protocol.md §1 for the values a server registers and a
 /// broker configures, shared so that both sides check them the same way.
 public enum Registration {
     /// The default `basePath`.

@@ -1,4 +1,4 @@
-/// The hosted page (PROTOCOL.md §6): one HTML document, one script and one
+/// The hosted page (docs/protocol.md §6): one HTML document, one script and one
 /// style sheet, all served by this server; no external assets, no inline
 /// script or style, so the Content-Security-Policy can forbid both.
 enum HostedPage {

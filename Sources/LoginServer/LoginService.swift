@@ -3,7 +3,7 @@ import Foundation
 import SQLiteSupport
 
 /// The request handler of the reference server: routing, the common rules
-/// of PROTOCOL.md §4 and the helpers the routes share. Called concurrently
+/// of docs/protocol.md §4 and the helpers the routes share. Called concurrently
 /// from libmicrohttpd's connection threads; every piece of state it holds is
 /// immutable, or behind a mutex (the store, the rate limiter).
 final class LoginService: Sendable {

@@ -19,7 +19,7 @@ public enum FuzzTargets {
 
     public static func named(_ name: String) -> Target? { all.first { $0.name == name } }
 
-    /// The strict JSON decoder (PROTOCOL.md §4) on every wire type, and timestamps.
+    /// The strict JSON decoder (docs/protocol.md §4) on every wire type, and timestamps.
     public static let strictJSON = Target(name: "strict-json") { bytes in
         let data = Data(bytes)
         let valid = (try? StrictJSON.validateObject(data)) != nil
@@ -43,7 +43,7 @@ public enum FuzzTargets {
         if let time = Timestamp(rfc3339: text) { fuzzCheck(time.rfc3339 == text, "timestamp \(text) → \(time.rfc3339)") }
     }
 
-    /// Both RPC framings (RPC.md), fed in pieces: the first byte picks the
+    /// Both RPC framings (docs/rpc.md), fed in pieces: the first byte picks the
     /// framing (or detection), the piece size and the size limit.
     /// Properties: the pieces never change the messages; every message frames
     /// back to itself; the message decoder takes each message.
@@ -75,7 +75,7 @@ public enum FuzzTargets {
         }
     }
 
-    /// One RPC message (RPC.md): the server's decoder straight from jansson's
+    /// One RPC message (docs/rpc.md): the server's decoder straight from jansson's
     /// tree must agree with its decoder of the parsed value; the client's
     /// decoder; and a parsed value serializes back to itself.
     public static let rpcMessage = Target(name: "rpc-message") { bytes in
@@ -91,7 +91,7 @@ public enum FuzzTargets {
         fuzzCheck(reparsed == json, "\(json.jsonText) does not parse back to itself")
     }
 
-    /// The callback URL parser (PROTOCOL.md §7) and the return URL rules and
+    /// The callback URL parser (docs/protocol.md §7) and the return URL rules and
     /// matcher (§1). Properties: a parsed callback rebuilt with
     /// `Callback.url` parses back to itself; a valid return URL matches itself.
     public static let callbackURL = Target(name: "callback") { bytes in
