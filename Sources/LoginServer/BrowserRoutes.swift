@@ -26,57 +26,32 @@ extension LoginService {
     func browser(_ request: HTTPServerRequest, _ rest: String, _ route: inout String) throws(APIError)
         -> HTTPServerResponse
     {
-        let segments = rest.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-        switch segments {
-        case ["login"]:
-            route = "browser.page"
-            try requireMethod(request, "GET")
-            return try loginPage(request)
-        case ["login.js"]:
-            route = "browser.script"
-            try requireMethod(request, "GET")
-            return HostedPage.asset(HostedPage.script, type: "text/javascript; charset=utf-8")
-        case ["login.css"]:
-            route = "browser.style"
-            try requireMethod(request, "GET")
-            return HostedPage.asset(HostedPage.style, type: "text/css; charset=utf-8")
-        case ["session"]:
-            route = "browser.session"
-            try requireMethod(request, "GET")
-            return try currentBrowserSession(request)
-        case ["signin", "start"]:
-            route = "browser.signin.start"
-            try browserPOST(request)
-            return try signInStart(request)
-        case ["signin", "verify"]:
-            route = "browser.signin.verify"
-            try browserPOST(request)
-            return try signInVerify(request)
-        case ["signout"]:
-            route = "browser.signout"
-            try browserPOST(request)
-            return try signOut(request)
-        default: break
+        let (key, id) = Self.routeKey(rest)
+        let name: String
+        let post: Bool
+        let handle: (HTTPServerRequest) throws(APIError) -> HTTPServerResponse
+        switch key {
+        case "login": (name, post, handle) = ("page", false, loginPage)
+        case "login.js":
+            (name, post, handle) = (
+                "script", false, { _ in HostedPage.asset(HostedPage.script, type: "text/javascript; charset=utf-8") }
+            )
+        case "login.css":
+            (name, post, handle) = ("style", false, { _ in HostedPage.asset(HostedPage.style, type: "text/css; charset=utf-8") })
+        case "session": (name, post, handle) = ("session", false, currentBrowserSession)
+        case "signin/start": (name, post, handle) = ("signin.start", true, signInStart)
+        case "signin/verify": (name, post, handle) = ("signin.verify", true, signInVerify)
+        case "signout": (name, post, handle) = ("signout", true, signOut)
+        case "attempts/*": (name, post, handle) = ("describe", false, { _ throws(APIError) in try self.describe(attemptId: id) })
+        case "attempts/*/authorize":
+            (name, post, handle) = ("authorize", true, { r throws(APIError) in try self.authorize(r, attemptId: id) })
+        case "attempts/*/decline":
+            (name, post, handle) = ("decline", true, { r throws(APIError) in try self.decline(r, attemptId: id) })
+        default: throw APIError(.notFound, "no such browser route")
         }
-        if segments.count == 2, segments[0] == "attempts", !segments[1].isEmpty {
-            route = "browser.describe"
-            try requireMethod(request, "GET")
-            return try describe(attemptId: segments[1])
-        }
-        if segments.count == 3, segments[0] == "attempts", !segments[1].isEmpty {
-            switch segments[2] {
-            case "authorize":
-                route = "browser.authorize"
-                try browserPOST(request)
-                return try authorize(request, attemptId: segments[1])
-            case "decline":
-                route = "browser.decline"
-                try browserPOST(request)
-                return try decline(request, attemptId: segments[1])
-            default: break
-            }
-        }
-        throw APIError(.notFound, "no such browser route")
+        route = "browser." + name
+        if post { try browserPOST(request) } else { try requireMethod(request, "GET") }
+        return try handle(request)
     }
 
     /// A state-changing browser request: POST, `Origin` equal to the server

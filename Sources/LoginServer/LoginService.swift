@@ -96,48 +96,34 @@ final class LoginService: Sendable {
             route = "native"
             throw APIError(.nativeOnly, "native routes refuse requests with Cookie, Origin or Sec-Fetch-Site")
         }
-        let segments = rest.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-        switch segments.count {
-        case 1 where segments[0] == "attempts":
-            route = "native.create"
-            try nativePOST(request)
-            return try create(request)
-        case 1 where segments[0] == "session":
-            route = "native.session"
-            try requireMethod(request, "GET")
-            return try nativeSession(request)
-        case 2 where segments[0] == "sessions" && segments[1] == "refresh":
-            route = "native.refresh"
-            try nativePOST(request)
-            return try refresh(request)
-        case 2 where segments[0] == "sessions" && segments[1] == "revoke":
-            route = "native.revoke"
-            try nativePOST(request)
-            return try revoke(request)
-        case 3 where segments[0] == "attempts" && !segments[1].isEmpty:
-            let id = segments[1]
-            switch segments[2] {
-            case "exchange":
-                route = "native.exchange"
-                try nativePOST(request)
-                return try exchange(request, attemptId: id)
-            case "status":
-                route = "native.status"
-                try nativePOST(request)
-                return try status(request, attemptId: id)
-            case "cancel":
-                route = "native.cancel"
-                try nativePOST(request)
-                return try cancel(request, attemptId: id)
-            case "acknowledge":
-                route = "native.acknowledge"
-                try nativePOST(request)
-                return try acknowledge(request, attemptId: id)
-            default: break
-            }
-        default: break
+        let (key, id) = Self.routeKey(rest)
+        let name: String
+        let handle: (HTTPServerRequest) throws(APIError) -> HTTPServerResponse
+        switch key {
+        case "attempts": (name, handle) = ("create", create)
+        case "session": (name, handle) = ("session", nativeSession)
+        case "sessions/refresh": (name, handle) = ("refresh", refresh)
+        case "sessions/revoke": (name, handle) = ("revoke", revoke)
+        case "attempts/*/exchange": (name, handle) = ("exchange", { r throws(APIError) in try self.exchange(r, attemptId: id) })
+        case "attempts/*/status": (name, handle) = ("status", { r throws(APIError) in try self.status(r, attemptId: id) })
+        case "attempts/*/cancel": (name, handle) = ("cancel", { r throws(APIError) in try self.cancel(r, attemptId: id) })
+        case "attempts/*/acknowledge":
+            (name, handle) = ("acknowledge", { r throws(APIError) in try self.acknowledge(r, attemptId: id) })
+        default: throw APIError(.notFound, "no such native route")
         }
-        throw APIError(.notFound, "no such native route")
+        route = "native." + name
+        if name == "session" { try requireMethod(request, "GET") } else { try nativePOST(request) }
+        return try handle(request)
+    }
+
+    /// The route of `rest` with a non-empty attempt id (`attempts/<id>[/…]`)
+    /// written as `*`, and that id.
+    static func routeKey(_ rest: String) -> (key: String, attemptId: String) {
+        var segments = rest.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        guard (2...3).contains(segments.count), segments[0] == "attempts", !segments[1].isEmpty else { return (rest, "") }
+        let id = segments[1]
+        segments[1] = "*"
+        return (segments.joined(separator: "/"), id)
     }
 
     /// POST, a JSON content type and at most 64 KiB.
