@@ -265,11 +265,15 @@ public final class RPCServer: Sendable {
 
     deinit {
         // Only when run() never ran (run() closes the listener itself).
-        let closeNow = state.withLock { state -> Bool in
-            defer { state.listenerClosed = true }
-            return !state.listenerClosed
+        if !set(\.listenerClosed) { closeListener() }
+    }
+
+    /// Sets a flag of the state; answers whether it was set already.
+    private func set(_ flag: WritableKeyPath<State, Bool>) -> Bool {
+        state.withLock { state in
+            defer { state[keyPath: flag] = true }
+            return state[keyPath: flag]
         }
-        if closeNow { closeListener() }
     }
 
     private static func bindPath(
@@ -356,11 +360,7 @@ public final class RPCServer: Sendable {
     /// handlers are cancelled at once (they still answer, if they do), then the
     /// same steps follow.
     public func run() async throws {
-        let alreadyRunning = state.withLock { state -> Bool in
-            defer { state.running = true }
-            return state.running
-        }
-        if alreadyRunning { throw RPCServerError.alreadyRunning }
+        if set(\.running) { throw RPCServerError.alreadyRunning }
 
         acceptQueue.async { self.startAccepting() }
         await withTaskCancellationHandler {
@@ -396,11 +396,7 @@ public final class RPCServer: Sendable {
 
     /// Asks `run()` to stop (it returns once stopped). Safe to call from anywhere, more than once.
     public func shutdown() {
-        let first = state.withLock { state -> Bool in
-            defer { state.stopping = true }
-            return !state.stopping
-        }
-        if first { stopContinuation.finish() }
+        if !set(\.stopping) { stopContinuation.finish() }
     }
 
     /// Waits 5 ms (also when the task is cancelled).
@@ -431,11 +427,7 @@ public final class RPCServer: Sendable {
         let source = DispatchSource.makeReadSource(fileDescriptor: listenFD, queue: acceptQueue)
         source.setEventHandler { [self] in self.acceptPending() }
         source.setCancelHandler { [self] in
-            let closeNow = self.state.withLock { state -> Bool in
-                defer { state.listenerClosed = true }
-                return !state.listenerClosed
-            }
-            if closeNow { self.closeListener() }
+            if !self.set(\.listenerClosed) { self.closeListener() }
         }
         acceptSource.source = source
         source.resume()
@@ -450,12 +442,8 @@ public final class RPCServer: Sendable {
             }
             source.cancel()
             acceptSource.source = nil
-        } else {
-            let closeNow = state.withLock { state -> Bool in
-                defer { state.listenerClosed = true }
-                return !state.listenerClosed
-            }
-            if closeNow { closeListener() }
+        } else if !set(\.listenerClosed) {
+            closeListener()
         }
     }
 
