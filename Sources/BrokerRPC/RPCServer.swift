@@ -699,21 +699,12 @@ public final class RPCServer: Sendable {
     /// The reply to a message that holds no valid request (a parse error, an
     /// invalid request, a batch of invalid elements); nil when it holds one.
     static func inlineReply(to incoming: RPCIncoming) -> [UInt8]?? {
-        switch incoming {
-        case .rejected(let error):
-            return .some(RPCCodec.encode(RPCResponse(id: .null, error: error)))
-        case .single(.invalid(let id, let error)):
-            return .some(RPCCodec.encode(RPCResponse(id: id, error: error)))
-        case .single(.request):
+        var holdsRequest = false
+        let reply = reply(to: incoming) { _ in
+            holdsRequest = true
             return nil
-        case .batch(let elements):
-            var responses: [RPCResponse] = []
-            for element in elements {
-                guard case .invalid(let id, let error) = element else { return nil }
-                responses.append(RPCResponse(id: id, error: error))
-            }
-            return .some(responses.isEmpty ? nil : JSONValue.array(responses.map(\.json)).serialized())
         }
+        return holdsRequest ? nil : .some(reply)
     }
 
     /// `BUSY` for each request of `incoming` (nil when it has none).
@@ -721,10 +712,16 @@ public final class RPCServer: Sendable {
         let error = RPCError.application(
             code: "BUSY",
             message: "the broker's memory budget for unread replies is spent (clients are not reading); try again shortly")
+        return reply(to: incoming) { request in request.id.map { RPCResponse(id: $0, error: error) } }
+    }
+
+    /// The reply to `incoming` with each invalid element answered with its
+    /// error and each request with `answer` (nil: none); nil when none is due.
+    private static func reply(to incoming: RPCIncoming, _ answer: (RPCRequest) -> RPCResponse?) -> [UInt8]? {
         func response(_ element: RPCIncomingElement) -> RPCResponse? {
             switch element {
             case .invalid(let id, let error): RPCResponse(id: id, error: error)
-            case .request(let request): request.id.map { RPCResponse(id: $0, error: error) }
+            case .request(let request): answer(request)
             }
         }
         switch incoming {

@@ -7,14 +7,6 @@ public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, Cu
     public init(_ rawValue: String) { self.rawValue = rawValue }
     public var description: String { rawValue }
 
-    public init(from decoder: Decoder) throws {
-        rawValue = try decoder.singleValueContainer().decode(String.self)
-    }
-    public func encode(to encoder: Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(rawValue)
-    }
-
     public static let invalidRequest = ServerErrorCode("INVALID_REQUEST")
     public static let payloadTooLarge = ServerErrorCode("PAYLOAD_TOO_LARGE")
     public static let nativeOnly = ServerErrorCode("NATIVE_ONLY")

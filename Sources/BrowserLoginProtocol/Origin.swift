@@ -56,9 +56,7 @@ public struct Origin: Sendable, Hashable, CustomStringConvertible {
         if host.hasPrefix("[") {
             hostOK = host.hasSuffix("]") && host.dropFirst().dropLast().allSatisfy { $0.isHexDigit || $0 == ":" }
         } else {
-            hostOK = host.utf8.allSatisfy {
-                isASCIILetter($0) || isASCIIDigit($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: ".")
-            }
+            hostOK = host.utf8.allSatisfy { isASCIIAlphanumeric($0, or: "-.") }
         }
         guard hostOK else { throw .malformed }
         var port: Int? = nil

@@ -126,10 +126,7 @@ public struct ReturnURL: Sendable, Hashable, CustomStringConvertible {
         guard let host = parts.host else { throw .emptyAuthority }
         if host.hasPrefix("[") { throw https ? .ipLiteral : .invalidHost }
         if host.isEmpty { throw .emptyAuthority }
-        let validHostBytes = host.utf8.allSatisfy {
-            isASCIILetter($0) || isASCIIDigit($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: ".")
-        }
-        if !validHostBytes { throw .invalidHost }
+        if !host.utf8.allSatisfy({ isASCIIAlphanumeric($0, or: "-.") }) { throw .invalidHost }
         if let port = parts.portText {
             if !https { throw .portOnCustomScheme }
             if port != "443" { throw .portNot443 }
