@@ -469,11 +469,7 @@ final class ConnectionIO: @unchecked Sendable {
             dropSlowReader(.outputBudgetSpent)
             return
         }
-        if offset == 0 {
-            output.append(contentsOf: framed)
-        } else {
-            output.append(contentsOf: framed[offset...])
-        }
+        output.append(contentsOf: framed[offset...])
         budget.add(adding)
         updateIdle()
         armWriteSource()

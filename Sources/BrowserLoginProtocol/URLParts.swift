@@ -97,7 +97,8 @@ public struct URLParts: Sendable, Hashable {
 func isASCIIAlphanumeric(_ b: UInt8, or extra: String) -> Bool {
     isASCIILetter(b) || isASCIIDigit(b) || extra.utf8.contains(b)
 }
-@inline(__always) func hexValue(_ b: UInt8) -> UInt8? {
+/// The value of one hex digit (either case); nil for any other byte.
+@inline(__always) public func hexValue(_ b: UInt8) -> UInt8? {
     switch b {
     case 0x30...0x39: return b - 0x30
     case 0x41...0x46: return b - 0x41 + 10

@@ -37,10 +37,6 @@ final class LoginService: Sendable {
 
     // MARK: Routing
 
-    private enum Area {
-        case native, browser, api, other
-    }
-
     func handle(_ incoming: HTTPServerRequest) -> HTTPServerResponse {
         var request = incoming
         // Behind a trusted reverse proxy, the client is the last hop it appended.
@@ -53,18 +49,18 @@ final class LoginService: Sendable {
         let base = configuration.basePath
         var route = "unknown"
         var response: HTTPServerResponse
-        var area = Area.other
+        // Referrer-Policy on every answer but those of the native routes and the API.
+        var browserFacing = true
         do throws(APIError) {
             if request.path.hasPrefix(base + "/native/") {
-                area = .native
+                browserFacing = false
                 let rest = String(request.path.dropFirst(base.count + "/native/".count))
                 response = try native(request, rest, &route)
             } else if request.path.hasPrefix(base + "/browser/") {
-                area = .browser
                 let rest = String(request.path.dropFirst(base.count + "/browser/".count))
                 response = try browser(request, rest, &route)
             } else if request.path.hasPrefix("/api/") {
-                area = .api
+                browserFacing = false
                 response = try demoAPI(request, String(request.path.dropFirst("/api/".count)), &route)
             } else if request.path == base + "/health" {
                 route = "health"
@@ -78,7 +74,7 @@ final class LoginService: Sendable {
         }
         response.headers.append(("Cache-Control", "no-store"))
         response.headers.append(("X-Content-Type-Options", "nosniff"))
-        if area != .native && area != .api { response.headers.append(("Referrer-Policy", "no-referrer")) }
+        if browserFacing { response.headers.append(("Referrer-Policy", "no-referrer")) }
         Log.info(
             "request",
             [
