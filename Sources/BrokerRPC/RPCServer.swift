@@ -281,18 +281,14 @@ public final class RPCServer: Sendable {
     ) throws(RPCServerError) -> (Int32, (path: String, device: UInt64, inode: UInt64)) {
         guard path.utf8.count <= 107, !path.isEmpty else { throw .pathTooLong }
         let directory = Self.parentDirectory(of: path)
-        do {
+        do throws(Errno) {
             if let status = try Syscalls.lstat(directory) {
-                guard status.isDirectory else { throw RPCServerError.directoryUnavailable(.notDirectory) }
+                guard status.isDirectory else { throw .notDirectory }
             } else {
                 try Syscalls.mkdir(directory, mode: 0o700)
             }
-        } catch let error as Errno {
-            throw .directoryUnavailable(error)
-        } catch let error as RPCServerError {
-            throw error
         } catch {
-            throw .directoryUnavailable(.invalidArgument)
+            throw .directoryUnavailable(error)
         }
         do {
             if let existing = try Syscalls.lstat(path) {
