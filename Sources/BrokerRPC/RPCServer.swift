@@ -100,11 +100,8 @@ public struct RPCServerConfiguration: Sendable {
 public enum RPCServerError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The socket's directory could not be created or is not a directory.
     case directoryUnavailable(Errno)
-    /// Something that is not a socket is at the socket path.
     case pathOccupied
-    /// The path is longer than a Unix socket address allows (107 bytes).
     case pathTooLong
-    /// The passed descriptor is not a listening stream socket.
     case notAListeningSocket
     case socketFailed(Errno)
     case bindFailed(Errno)
