@@ -72,10 +72,6 @@ public struct ErrorBody: Codable, Sendable, Equatable {
     public struct Detail: Codable, Sendable, Equatable {
         public var code: ServerErrorCode
         public var message: String
-        public init(code: ServerErrorCode, message: String) {
-            self.code = code
-            self.message = message
-        }
     }
     public var error: Detail
     public init(code: ServerErrorCode, message: String) {

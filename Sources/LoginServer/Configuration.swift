@@ -50,11 +50,6 @@ public struct ConfigurationError: Error, Sendable, Equatable, CustomStringConver
     public var field: String
     public var rule: String
     public var message: String
-    public init(field: String, rule: String, message: String) {
-        self.field = field
-        self.rule = rule
-        self.message = message
-    }
     public var description: String { "\(field): \(rule): \(message)" }
 }
 
