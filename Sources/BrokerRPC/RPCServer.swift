@@ -69,8 +69,8 @@ public struct RPCServerConfiguration: Sendable {
         allowedUID: UInt32? = nil,
         ioQueueCount: Int = 2,
         maxMessageSize: Int = RPCFrameDecoder.defaultMaxMessageSize,
-        maxQueuedOutput: Int = RPCServerConfiguration.defaultMaxQueuedOutput,
-        outputBudget: Int = RPCServerConfiguration.defaultOutputBudget,
+        maxQueuedOutput: Int = 4 * 1_048_576,
+        outputBudget: Int = 64 * 1_048_576,
         maxConnections: Int = RPCServerConfiguration.defaultMaxConnections,
         reservedConnections: Int = RPCServerConfiguration.defaultReservedConnections,
         maxInFlightPerConnection: Int = 64,
@@ -90,8 +90,6 @@ public struct RPCServerConfiguration: Sendable {
         self.backlog = backlog
     }
 
-    public static let defaultMaxQueuedOutput = 4 * 1_048_576
-    public static let defaultOutputBudget = 64 * 1_048_576
     public static let defaultMaxConnections = 512
     public static let defaultReservedConnections = 32
 }

@@ -278,5 +278,4 @@ public struct NotesResponse: Codable, Sendable, Equatable {
 
 public struct CreateNoteRequest: Codable, Sendable, Equatable {
     public var text: String
-    public init(text: String) { self.text = text }
 }

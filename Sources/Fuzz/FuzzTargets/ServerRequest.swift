@@ -113,14 +113,9 @@ public enum ServerRequestFuzzing {
     }
 
     /// A server with one pending attempt, one completed attempt and a browser session.
-    final class Fixture: Sendable {
+    struct Fixture: Sendable {
         let handler: LoginRequestHandler
         let placeholders: [(String, String)]
-
-        init(handler: LoginRequestHandler, placeholders: [(String, String)]) {
-            self.handler = handler
-            self.placeholders = placeholders
-        }
 
         static func make() -> Fixture {
             var configuration = ServerConfiguration()

@@ -26,18 +26,12 @@ public enum FuzzTargets {
         func decode<T: Decodable>(_ type: T.Type) {
             if (try? StrictJSON.decode(type, from: data)) != nil { fuzzCheck(valid, "decoded \(T.self) but not valid") }
         }
-        decode(CreateAttemptRequest.self)
-        decode(CreateAttemptResponse.self)
-        decode(ExchangeRequest.self)
-        decode(ExchangeResponse.self)
-        decode(RecoveryRequest.self)
-        decode(StatusResponse.self)
-        decode(SessionInfoResponse.self)
-        decode(RefreshResponse.self)
-        decode(RevokeByProofRequest.self)
-        decode(DescribeResponse.self)
-        decode(AuthorizeRequest.self)
-        decode(ErrorBody.self)
+        let types: [any Decodable.Type] = [
+            CreateAttemptRequest.self, CreateAttemptResponse.self, ExchangeRequest.self, ExchangeResponse.self,
+            RecoveryRequest.self, StatusResponse.self, SessionInfoResponse.self, RefreshResponse.self,
+            RevokeByProofRequest.self, DescribeResponse.self, AuthorizeRequest.self, ErrorBody.self,
+        ]
+        for type in types { decode(type) }
         // §4: times parse only in the strict form, which formats back byte for byte.
         let text = String(decoding: bytes, as: UTF8.self)
         if let time = Timestamp(rfc3339: text) { fuzzCheck(time.rfc3339 == text, "timestamp \(text) → \(time.rfc3339)") }
