@@ -516,11 +516,8 @@ public final class RPCServer: Sendable {
             events(.acceptFailed(error))
             return
         }
-        enum Outcome {
-            case admitted(UInt64, evicting: RPCConnection?)
-            case refused(open: Int)
-        }
-        let outcome = state.withLock { state -> Outcome in
+        // The new connection's id (nil: refused), the idle connection to close for it, and the open count.
+        let (admitted, victim, open) = state.withLock { state -> (UInt64?, RPCConnection?, Int) in
             let open = state.connections.count - state.evicting.count
             let evicting = state.evicting
             let counts = state.peerConnections
@@ -535,7 +532,7 @@ public final class RPCServer: Sendable {
             switch decision {
             case .refuse:
                 state.statistics.refusedBusy += 1
-                return .refused(open: open)
+                return (nil, nil, open)
             case .admitEvicting(let id):
                 victim = state.connections[id]
                 state.evicting.insert(id)
@@ -543,18 +540,14 @@ public final class RPCServer: Sendable {
                 break
             }
             defer { state.nextConnectionID += 1 }
-            return .admitted(state.nextConnectionID, evicting: victim)
+            return (state.nextConnectionID, victim, open)
         }
-        let id: UInt64
-        switch outcome {
-        case .refused(let open):
+        guard let id = admitted else {
             refuseBusy(fd, open: open)
             events(.connectionRefusedBusy(peer: peer, open: open))
             return
-        case .admitted(let admittedID, let victim):
-            id = admittedID
-            if let victim { evict(victim) }
         }
+        if let victim { evict(victim) }
         let queueIndex = Int(id % UInt64(ioQueues.count))
         let queue = ioQueues[queueIndex]
         let limits = ConnectionIO.Limits(

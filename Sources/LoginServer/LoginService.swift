@@ -108,7 +108,9 @@ final class LoginService: Sendable {
         default: throw APIError(.notFound, "no such native route")
         }
         route = "native." + name
-        if name == "session" { try requireMethod(request, "GET") } else { try nativePOST(request) }
+        // GET for the session; every other native route is a POST of JSON, at most 64 KiB.
+        try requireMethod(request, name == "session" ? "GET" : "POST")
+        if name != "session" { try requireJSONBody(request) }
         return try handle(request)
     }
 
@@ -120,12 +122,6 @@ final class LoginService: Sendable {
         let id = segments[1]
         segments[1] = "*"
         return (segments.joined(separator: "/"), id)
-    }
-
-    /// POST, a JSON content type and at most 64 KiB.
-    func nativePOST(_ request: HTTPServerRequest) throws(APIError) {
-        try requireMethod(request, "POST")
-        try requireJSONBody(request)
     }
 
     func requireJSONBody(_ request: HTTPServerRequest) throws(APIError) {
