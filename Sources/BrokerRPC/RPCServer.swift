@@ -743,10 +743,8 @@ public enum RPCDispatcher {
         to incoming: RPCIncoming, perform: @escaping @Sendable (RPCRequest) async -> Result<JSONValue, RPCError>
     ) async -> JSONValue? {
         switch incoming {
-        case .rejected(let error):
-            return RPCResponse(id: .null, error: error).json
-        case .single(let element):
-            return await respond(to: element, perform: perform)?.json
+        case .rejected(let error): return RPCResponse(id: .null, error: error).json
+        case .single(let element): return await respond(to: element, perform: perform)?.json
         case .batch(let elements):
             let responses = await withTaskGroup(of: (Int, RPCResponse?).self) { group in
                 for (index, element) in elements.enumerated() {
@@ -764,8 +762,7 @@ public enum RPCDispatcher {
         to element: RPCIncomingElement, perform: @Sendable (RPCRequest) async -> Result<JSONValue, RPCError>
     ) async -> RPCResponse? {
         switch element {
-        case .invalid(let id, let error):
-            return RPCResponse(id: id, error: error)
+        case .invalid(let id, let error): return RPCResponse(id: id, error: error)
         case .request(let request):
             let outcome = await perform(request)
             guard let id = request.id else { return nil }

@@ -44,25 +44,16 @@ public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, Cu
         switch self {
         case .invalidRequest, .returnURLNotRegistered, .invalidGrant, .policyMismatch, .otpInvalid, .otpExpired,
             .otpMaxAttempts:
-            return 400
-        case .unauthenticated, .sessionRevoked, .sessionExpired, .tokenExpired, .loginRequired:
-            return 401
-        case .nativeOnly, .authUserDisabled, .proofInvalid, .originMismatch, .browserMismatch:
-            return 403
-        case .clientUnknown, .attemptUnknown, .notFound:
-            return 404
-        case .methodNotAllowed:
-            return 405
-        case .attemptNotAuthorized, .attemptAlreadyExchanged, .attemptActive, .sessionChanged:
-            return 409
-        case .attemptExpired, .attemptCancelled:
-            return 410
-        case .payloadTooLarge:
-            return 413
-        case .rateLimited:
-            return 429
-        default:
-            return 500
+            400
+        case .unauthenticated, .sessionRevoked, .sessionExpired, .tokenExpired, .loginRequired: 401
+        case .nativeOnly, .authUserDisabled, .proofInvalid, .originMismatch, .browserMismatch: 403
+        case .clientUnknown, .attemptUnknown, .notFound: 404
+        case .methodNotAllowed: 405
+        case .attemptNotAuthorized, .attemptAlreadyExchanged, .attemptActive, .sessionChanged: 409
+        case .attemptExpired, .attemptCancelled: 410
+        case .payloadTooLarge: 413
+        case .rateLimited: 429
+        default: 500
         }
     }
 }
