@@ -139,15 +139,19 @@ public struct RPCFrameDecoder: Sendable {
                 bodyLength = nil
                 continue
             }
-            guard let (headerEnd, length) = parseHeaders(into: &events) else { return }
-            start = headerEnd
-            bodyLength = length
+            do {
+                guard let (headerEnd, length) = try parseHeaders() else { return }
+                start = headerEnd
+                bodyLength = length
+            } catch {
+                fail(error, into: &events)
+            }
         }
     }
 
     /// Parses a complete header block at `start`: returns where the body
-    /// starts and its length; nil when more bytes are needed (or on failure).
-    private mutating func parseHeaders(into events: inout [RPCFrameEvent]) -> (Int, Int)? {
+    /// starts and its length; nil when more bytes are needed.
+    private mutating func parseHeaders() throws(RPCFrameError) -> (Int, Int)? {
         // Blank lines between messages are tolerated.
         while buffer.count - start >= 1 {
             if buffer[start] == 0x0A {
@@ -162,28 +166,19 @@ public struct RPCFrameDecoder: Sendable {
         var length: Int?
         while true {
             guard let newline = buffer[lineStart...].firstIndex(of: 0x0A) else {
-                if buffer.count - start > Self.maxHeaderSize { fail(.malformedHeader, into: &events) }
+                if buffer.count - start > Self.maxHeaderSize { throw .malformedHeader }
                 return nil
             }
-            if newline - start > Self.maxHeaderSize {
-                fail(.malformedHeader, into: &events)
-                return nil
-            }
+            if newline - start > Self.maxHeaderSize { throw .malformedHeader }
             var end = newline
             if end > lineStart && buffer[end - 1] == 0x0D { end -= 1 }
             let line = buffer[lineStart..<end]
             lineStart = newline + 1
             if line.isEmpty {
-                guard let length else {
-                    fail(.malformedHeader, into: &events)
-                    return nil
-                }
+                guard let length else { throw .malformedHeader }
                 return (lineStart, length)
             }
-            guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else {
-                fail(.malformedHeader, into: &events)
-                return nil
-            }
+            guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else { throw .malformedHeader }
             let name = String(decoding: line[line.startIndex..<colon], as: UTF8.self)
             guard name.lowercased() == "content-length" else { continue }
             let value = line[(colon + 1)...].drop(while: { $0 == 0x20 || $0 == 0x09 })
@@ -191,18 +186,9 @@ public struct RPCFrameDecoder: Sendable {
             guard !digits.isEmpty, digits.count <= 19,
                 digits.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
                 let parsed = Int(String(decoding: digits, as: UTF8.self))
-            else {
-                fail(.malformedHeader, into: &events)
-                return nil
-            }
-            if let length, length != parsed {
-                fail(.malformedHeader, into: &events)
-                return nil
-            }
-            if parsed > maxMessageSize {
-                fail(.oversize, into: &events)
-                return nil
-            }
+            else { throw .malformedHeader }
+            if let length, length != parsed { throw .malformedHeader }
+            if parsed > maxMessageSize { throw .oversize }
             length = parsed
         }
     }

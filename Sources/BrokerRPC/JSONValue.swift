@@ -159,11 +159,9 @@ extension JSONValue {
             out.append(UInt8(ascii: "]"))
         case .object(let members):
             out.append(UInt8(ascii: "{"))
-            let sorted = members.map { (key: Array($0.key.utf8), value: $0.value) }
-                .sorted { $0.key.lexicographicallyPrecedes($1.key) }
-            for (index, member) in sorted.enumerated() {
+            for (index, member) in members.sorted(by: { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }).enumerated() {
                 if index > 0 { out.append(UInt8(ascii: ",")) }
-                Self.writeString(utf8: member.key, to: &out)
+                Self.writeString(member.key, to: &out)
                 out.append(UInt8(ascii: ":"))
                 member.value.write(to: &out)
             }
@@ -179,10 +177,6 @@ extension JSONValue {
     private static func writeString(_ value: String, to out: inout [UInt8]) {
         var value = value
         value.withUTF8 { writeString(utf8: $0, to: &out) }
-    }
-
-    private static func writeString(utf8 key: [UInt8], to out: inout [UInt8]) {
-        key.withUnsafeBufferPointer { writeString(utf8: $0, to: &out) }
     }
 
     /// Swift strings are always valid UTF-8, so bytes at or above 0x80 are

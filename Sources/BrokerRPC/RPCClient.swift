@@ -2,21 +2,16 @@ import Glibc
 
 /// Why the client could not talk to the broker.
 public enum RPCClientError: Error, Sendable, Hashable, CustomStringConvertible {
-    /// Nothing at the socket path: the daemon is not running.
     case socketMissing
     /// A socket is there but nobody listens: the daemon is not running (it left a stale socket).
     case connectionRefused
     /// The socket or its directory belongs to someone else.
     case permissionDenied
-    /// The path does not fit a Unix socket address (107 bytes).
     case pathTooLong
-    /// No answer within the timeout.
     case timedOut
-    /// The daemon closed the connection.
     case connectionClosed
     /// The daemon sent something that is not a JSON-RPC response or notification.
     case invalidMessage
-    /// The framing of the daemon's replies is broken.
     case framing(RPCFrameError)
     case io(Errno)
 

@@ -7,12 +7,6 @@ public struct RPCPeer: Sendable, Hashable {
     public var pid: Int32
     public var uid: UInt32
     public var gid: UInt32
-
-    public init(pid: Int32, uid: UInt32, gid: UInt32) {
-        self.pid = pid
-        self.uid = uid
-        self.gid = gid
-    }
 }
 
 /// Why a connection was closed.
@@ -133,11 +127,6 @@ public struct RPCRequestContext: Sendable {
     public let connection: RPCConnection
     /// nil for a notification.
     public let requestID: RPCID?
-
-    public init(connection: RPCConnection, requestID: RPCID?) {
-        self.connection = connection
-        self.requestID = requestID
-    }
 
     public var connectionID: UInt64 { connection.id }
     public var peer: RPCPeer { connection.peer }
@@ -469,11 +458,7 @@ final class ConnectionIO: @unchecked Sendable {
             dropSlowReader(.outputBudgetSpent)
             return
         }
-        if offset == 0 {
-            output.append(contentsOf: framed)
-        } else {
-            output.append(contentsOf: framed[offset...])
-        }
+        output.append(contentsOf: framed[offset...])
         budget.add(adding)
         updateIdle()
         armWriteSource()

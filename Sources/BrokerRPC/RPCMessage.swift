@@ -119,8 +119,6 @@ public struct RPCRequest: Sendable, Hashable {
         self.params = params
     }
 
-    public var isNotification: Bool { id == nil }
-
     /// The request as it goes on the wire.
     public var json: JSONValue {
         var members: [String: JSONValue] = ["jsonrpc": "2.0", "method": .string(method)]
@@ -295,11 +293,6 @@ public enum RPCCodec {
         out.append(contentsOf: result)
         out.append(UInt8(ascii: "}"))
         return out
-    }
-
-    /// The bytes of a batch response (callers never send an empty one).
-    public static func encode(batch responses: [RPCResponse]) -> [UInt8] {
-        JSONValue.array(responses.map(\.json)).serialized()
     }
 
     /// The bytes of a notification sent to a client.

@@ -69,8 +69,8 @@ public struct RPCServerConfiguration: Sendable {
         allowedUID: UInt32? = nil,
         ioQueueCount: Int = 2,
         maxMessageSize: Int = RPCFrameDecoder.defaultMaxMessageSize,
-        maxQueuedOutput: Int = RPCServerConfiguration.defaultMaxQueuedOutput,
-        outputBudget: Int = RPCServerConfiguration.defaultOutputBudget,
+        maxQueuedOutput: Int = 4 * 1_048_576,
+        outputBudget: Int = 64 * 1_048_576,
         maxConnections: Int = RPCServerConfiguration.defaultMaxConnections,
         reservedConnections: Int = RPCServerConfiguration.defaultReservedConnections,
         maxInFlightPerConnection: Int = 64,
@@ -90,8 +90,6 @@ public struct RPCServerConfiguration: Sendable {
         self.backlog = backlog
     }
 
-    public static let defaultMaxQueuedOutput = 4 * 1_048_576
-    public static let defaultOutputBudget = 64 * 1_048_576
     public static let defaultMaxConnections = 512
     public static let defaultReservedConnections = 32
 }
@@ -100,11 +98,8 @@ public struct RPCServerConfiguration: Sendable {
 public enum RPCServerError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The socket's directory could not be created or is not a directory.
     case directoryUnavailable(Errno)
-    /// Something that is not a socket is at the socket path.
     case pathOccupied
-    /// The path is longer than a Unix socket address allows (107 bytes).
     case pathTooLong
-    /// The passed descriptor is not a listening stream socket.
     case notAListeningSocket
     case socketFailed(Errno)
     case bindFailed(Errno)
@@ -265,11 +260,15 @@ public final class RPCServer: Sendable {
 
     deinit {
         // Only when run() never ran (run() closes the listener itself).
-        let closeNow = state.withLock { state -> Bool in
-            defer { state.listenerClosed = true }
-            return !state.listenerClosed
+        if !set(\.listenerClosed) { closeListener() }
+    }
+
+    /// Sets a flag of the state; answers whether it was set already.
+    private func set(_ flag: WritableKeyPath<State, Bool>) -> Bool {
+        state.withLock { state in
+            defer { state[keyPath: flag] = true }
+            return state[keyPath: flag]
         }
-        if closeNow { closeListener() }
     }
 
     private static func bindPath(
@@ -277,18 +276,14 @@ public final class RPCServer: Sendable {
     ) throws(RPCServerError) -> (Int32, (path: String, device: UInt64, inode: UInt64)) {
         guard path.utf8.count <= 107, !path.isEmpty else { throw .pathTooLong }
         let directory = Self.parentDirectory(of: path)
-        do {
+        do throws(Errno) {
             if let status = try Syscalls.lstat(directory) {
-                guard status.isDirectory else { throw RPCServerError.directoryUnavailable(.notDirectory) }
+                guard status.isDirectory else { throw .notDirectory }
             } else {
                 try Syscalls.mkdir(directory, mode: 0o700)
             }
-        } catch let error as Errno {
-            throw .directoryUnavailable(error)
-        } catch let error as RPCServerError {
-            throw error
         } catch {
-            throw .directoryUnavailable(.invalidArgument)
+            throw .directoryUnavailable(error)
         }
         do {
             if let existing = try Syscalls.lstat(path) {
@@ -356,11 +351,7 @@ public final class RPCServer: Sendable {
     /// handlers are cancelled at once (they still answer, if they do), then the
     /// same steps follow.
     public func run() async throws {
-        let alreadyRunning = state.withLock { state -> Bool in
-            defer { state.running = true }
-            return state.running
-        }
-        if alreadyRunning { throw RPCServerError.alreadyRunning }
+        if set(\.running) { throw RPCServerError.alreadyRunning }
 
         acceptQueue.async { self.startAccepting() }
         await withTaskCancellationHandler {
@@ -396,11 +387,7 @@ public final class RPCServer: Sendable {
 
     /// Asks `run()` to stop (it returns once stopped). Safe to call from anywhere, more than once.
     public func shutdown() {
-        let first = state.withLock { state -> Bool in
-            defer { state.stopping = true }
-            return !state.stopping
-        }
-        if first { stopContinuation.finish() }
+        if !set(\.stopping) { stopContinuation.finish() }
     }
 
     /// Waits 5 ms (also when the task is cancelled).
@@ -431,11 +418,7 @@ public final class RPCServer: Sendable {
         let source = DispatchSource.makeReadSource(fileDescriptor: listenFD, queue: acceptQueue)
         source.setEventHandler { [self] in self.acceptPending() }
         source.setCancelHandler { [self] in
-            let closeNow = self.state.withLock { state -> Bool in
-                defer { state.listenerClosed = true }
-                return !state.listenerClosed
-            }
-            if closeNow { self.closeListener() }
+            if !self.set(\.listenerClosed) { self.closeListener() }
         }
         acceptSource.source = source
         source.resume()
@@ -450,12 +433,8 @@ public final class RPCServer: Sendable {
             }
             source.cancel()
             acceptSource.source = nil
-        } else {
-            let closeNow = state.withLock { state -> Bool in
-                defer { state.listenerClosed = true }
-                return !state.listenerClosed
-            }
-            if closeNow { closeListener() }
+        } else if !set(\.listenerClosed) {
+            closeListener()
         }
     }
 
@@ -537,11 +516,8 @@ public final class RPCServer: Sendable {
             events(.acceptFailed(error))
             return
         }
-        enum Outcome {
-            case admitted(UInt64, evicting: RPCConnection?)
-            case refused(open: Int)
-        }
-        let outcome = state.withLock { state -> Outcome in
+        // The new connection's id (nil: refused), the idle connection to close for it, and the open count.
+        let (admitted, victim, open) = state.withLock { state -> (UInt64?, RPCConnection?, Int) in
             let open = state.connections.count - state.evicting.count
             let evicting = state.evicting
             let counts = state.peerConnections
@@ -556,7 +532,7 @@ public final class RPCServer: Sendable {
             switch decision {
             case .refuse:
                 state.statistics.refusedBusy += 1
-                return .refused(open: open)
+                return (nil, nil, open)
             case .admitEvicting(let id):
                 victim = state.connections[id]
                 state.evicting.insert(id)
@@ -564,18 +540,14 @@ public final class RPCServer: Sendable {
                 break
             }
             defer { state.nextConnectionID += 1 }
-            return .admitted(state.nextConnectionID, evicting: victim)
+            return (state.nextConnectionID, victim, open)
         }
-        let id: UInt64
-        switch outcome {
-        case .refused(let open):
+        guard let id = admitted else {
             refuseBusy(fd, open: open)
             events(.connectionRefusedBusy(peer: peer, open: open))
             return
-        case .admitted(let admittedID, let victim):
-            id = admittedID
-            if let victim { evict(victim) }
         }
+        if let victim { evict(victim) }
         let queueIndex = Int(id % UInt64(ioQueues.count))
         let queue = ioQueues[queueIndex]
         let limits = ConnectionIO.Limits(
@@ -711,21 +683,12 @@ public final class RPCServer: Sendable {
     /// The reply to a message that holds no valid request (a parse error, an
     /// invalid request, a batch of invalid elements); nil when it holds one.
     static func inlineReply(to incoming: RPCIncoming) -> [UInt8]?? {
-        switch incoming {
-        case .rejected(let error):
-            return .some(RPCCodec.encode(RPCResponse(id: .null, error: error)))
-        case .single(.invalid(let id, let error)):
-            return .some(RPCCodec.encode(RPCResponse(id: id, error: error)))
-        case .single(.request):
+        var holdsRequest = false
+        let reply = reply(to: incoming) { _ in
+            holdsRequest = true
             return nil
-        case .batch(let elements):
-            var responses: [RPCResponse] = []
-            for element in elements {
-                guard case .invalid(let id, let error) = element else { return nil }
-                responses.append(RPCResponse(id: id, error: error))
-            }
-            return .some(responses.isEmpty ? nil : JSONValue.array(responses.map(\.json)).serialized())
         }
+        return holdsRequest ? nil : .some(reply)
     }
 
     /// `BUSY` for each request of `incoming` (nil when it has none).
@@ -733,10 +696,16 @@ public final class RPCServer: Sendable {
         let error = RPCError.application(
             code: "BUSY",
             message: "the broker's memory budget for unread replies is spent (clients are not reading); try again shortly")
+        return reply(to: incoming) { request in request.id.map { RPCResponse(id: $0, error: error) } }
+    }
+
+    /// The reply to `incoming` with each invalid element answered with its
+    /// error and each request with `answer` (nil: none); nil when none is due.
+    private static func reply(to incoming: RPCIncoming, _ answer: (RPCRequest) -> RPCResponse?) -> [UInt8]? {
         func response(_ element: RPCIncomingElement) -> RPCResponse? {
             switch element {
             case .invalid(let id, let error): RPCResponse(id: id, error: error)
-            case .request(let request): request.id.map { RPCResponse(id: $0, error: error) }
+            case .request(let request): answer(request)
             }
         }
         switch incoming {
@@ -774,10 +743,8 @@ public enum RPCDispatcher {
         to incoming: RPCIncoming, perform: @escaping @Sendable (RPCRequest) async -> Result<JSONValue, RPCError>
     ) async -> JSONValue? {
         switch incoming {
-        case .rejected(let error):
-            return RPCResponse(id: .null, error: error).json
-        case .single(let element):
-            return await respond(to: element, perform: perform)?.json
+        case .rejected(let error): return RPCResponse(id: .null, error: error).json
+        case .single(let element): return await respond(to: element, perform: perform)?.json
         case .batch(let elements):
             let responses = await withTaskGroup(of: (Int, RPCResponse?).self) { group in
                 for (index, element) in elements.enumerated() {
@@ -795,8 +762,7 @@ public enum RPCDispatcher {
         to element: RPCIncomingElement, perform: @Sendable (RPCRequest) async -> Result<JSONValue, RPCError>
     ) async -> RPCResponse? {
         switch element {
-        case .invalid(let id, let error):
-            return RPCResponse(id: id, error: error)
+        case .invalid(let id, let error): return RPCResponse(id: id, error: error)
         case .request(let request):
             let outcome = await perform(request)
             guard let id = request.id else { return nil }

@@ -21,32 +21,17 @@ public struct Errno: Error, RawRepresentable, Sendable, Hashable, CustomStringCo
     public static let connectionReset = Errno(rawValue: ECONNRESET)
     public static let nameTooLong = Errno(rawValue: ENAMETOOLONG)
     public static let addressInUse = Errno(rawValue: EADDRINUSE)
-    public static let inProgress = Errno(rawValue: EINPROGRESS)
     public static let invalidArgument = Errno(rawValue: EINVAL)
-    public static let notSocket = Errno(rawValue: ENOTSOCK)
+
+    private static let names: [Int32: String] = [
+        EINTR: "EINTR", EAGAIN: "EAGAIN", ENOENT: "ENOENT", ENOTDIR: "ENOTDIR", ECONNREFUSED: "ECONNREFUSED",
+        EACCES: "EACCES", EPERM: "EPERM", EMFILE: "EMFILE", ENFILE: "ENFILE", EPIPE: "EPIPE", ECONNRESET: "ECONNRESET",
+        ENAMETOOLONG: "ENAMETOOLONG", EADDRINUSE: "EADDRINUSE", EINPROGRESS: "EINPROGRESS", EINVAL: "EINVAL",
+        ENOTSOCK: "ENOTSOCK",
+    ]
 
     /// The symbolic name (`EAGAIN`), or the number.
-    public var description: String {
-        switch rawValue {
-        case EINTR: "EINTR"
-        case EAGAIN: "EAGAIN"
-        case ENOENT: "ENOENT"
-        case ENOTDIR: "ENOTDIR"
-        case ECONNREFUSED: "ECONNREFUSED"
-        case EACCES: "EACCES"
-        case EPERM: "EPERM"
-        case EMFILE: "EMFILE"
-        case ENFILE: "ENFILE"
-        case EPIPE: "EPIPE"
-        case ECONNRESET: "ECONNRESET"
-        case ENAMETOOLONG: "ENAMETOOLONG"
-        case EADDRINUSE: "EADDRINUSE"
-        case EINPROGRESS: "EINPROGRESS"
-        case EINVAL: "EINVAL"
-        case ENOTSOCK: "ENOTSOCK"
-        default: "errno \(rawValue)"
-        }
-    }
+    public var description: String { Self.names[rawValue] ?? "errno \(rawValue)" }
 
     static var current: Errno { Errno(rawValue: errno) }
 }

@@ -1,5 +1,5 @@
 /// Why a callback URL was refused before it was matched to an attempt
-/// (PROTOCOL.md §7 finish rules). Maps to RPC `CALLBACK_INVALID`.
+/// (docs/protocol.md §7 finish rules). Maps to RPC `CALLBACK_INVALID`.
 public enum CallbackRefusal: Error, Sendable, Equatable, CustomStringConvertible {
     case tooLong
     case malformed
@@ -72,24 +72,17 @@ public struct Callback: Sendable, Equatable {
         let known: Set<String> = ["code", "error", "attempt", "iss"]
         var seen: Set<String> = []
         for pair in query.split(separator: "&", omittingEmptySubsequences: false) {
-            let (rawName, rawValue): (Substring, Substring)
-            if let eq = pair.firstIndex(of: "=") {
-                rawName = pair[..<eq]
-                rawValue = pair[pair.index(after: eq)...]
-            } else {
-                rawName = pair
-                rawValue = ""
-            }
-            guard let name = percentDecode(rawName) else { throw .malformed }
-            if seen.contains(name) { throw .duplicateParameter(name) }
-            seen.insert(name)
+            let eq = pair.firstIndex(of: "=")
+            guard let name = percentDecode(pair[..<(eq ?? pair.endIndex)]) else { throw .malformed }
+            guard seen.insert(name).inserted else { throw .duplicateParameter(name) }
             guard known.contains(name) else { continue }
-            guard let value = percentDecode(rawValue) else { throw .invalidParameter(name) }
+            guard let value = percentDecode(eq.map { pair[pair.index(after: $0)...] } ?? "") else {
+                throw .invalidParameter(name)
+            }
             values[name] = value
         }
         func required(_ name: String) throws(CallbackRefusal) -> String {
-            guard let value = values[name] else { throw .missingParameter(name) }
-            guard !value.isEmpty else { throw .missingParameter(name) }
+            guard let value = values[name], !value.isEmpty else { throw .missingParameter(name) }
             return value
         }
         if values["code"] != nil && values["error"] != nil { throw .codeAndError }
@@ -107,11 +100,11 @@ public struct Callback: Sendable, Equatable {
 
     /// Builds the callback URL a server sends the browser to (§6).
     public static func url(returnURL: String, outcome: Outcome, attempt: String, issuer: String) -> String {
-        let first: String
-        switch outcome {
-        case .code(let code): first = "code=" + percentEncode(code)
-        case .error(let error): first = "error=" + percentEncode(error)
-        }
+        let first =
+            switch outcome {
+            case .code(let code): "code=" + percentEncode(code)
+            case .error(let error): "error=" + percentEncode(error)
+            }
         return returnURL + "?" + first + "&attempt=" + percentEncode(attempt) + "&iss=" + percentEncode(issuer)
     }
 }

@@ -49,17 +49,13 @@ public enum Base64URL {
 
     /// True for a string of exactly `length` base64url characters.
     public static func isEncoded(_ text: String, length: Int) -> Bool {
-        text.utf8.count == length
-            && text.utf8.allSatisfy {
-                isASCIILetter($0) || isASCIIDigit($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_")
-            }
+        text.utf8.count == length && text.utf8.allSatisfy { isASCIIAlphanumeric($0, or: "-_") }
     }
 }
 
 /// Errors from libcrypto.
 public enum CryptoError: Error, Sendable {
     case randomUnavailable
-    case digestFailed
 }
 
 /// Randomness, digests and comparisons through libcrypto.

@@ -1,4 +1,4 @@
-/// An error code of the wire protocol (PROTOCOL.md). Clients branch on the
+/// An error code of the wire protocol (docs/protocol.md). Clients branch on the
 /// code, never on the message. Unknown codes from a server are kept as they
 /// are, so a newer server's code still reaches the app unchanged.
 public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, CustomStringConvertible {
@@ -6,14 +6,6 @@ public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, Cu
     public init(rawValue: String) { self.rawValue = rawValue }
     public init(_ rawValue: String) { self.rawValue = rawValue }
     public var description: String { rawValue }
-
-    public init(from decoder: Decoder) throws {
-        rawValue = try decoder.singleValueContainer().decode(String.self)
-    }
-    public func encode(to encoder: Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(rawValue)
-    }
 
     public static let invalidRequest = ServerErrorCode("INVALID_REQUEST")
     public static let payloadTooLarge = ServerErrorCode("PAYLOAD_TOO_LARGE")
@@ -47,30 +39,21 @@ public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, Cu
     public static let otpMaxAttempts = ServerErrorCode("OTP_MAX_ATTEMPTS")
     public static let internalError = ServerErrorCode("INTERNAL_ERROR")
 
-    /// The HTTP status a server answers with this code (PROTOCOL.md §5, §6, §8).
+    /// The HTTP status a server answers with this code (docs/protocol.md §5, §6, §8).
     public var httpStatus: Int {
         switch self {
         case .invalidRequest, .returnURLNotRegistered, .invalidGrant, .policyMismatch, .otpInvalid, .otpExpired,
             .otpMaxAttempts:
-            return 400
-        case .unauthenticated, .sessionRevoked, .sessionExpired, .tokenExpired, .loginRequired:
-            return 401
-        case .nativeOnly, .authUserDisabled, .proofInvalid, .originMismatch, .browserMismatch:
-            return 403
-        case .clientUnknown, .attemptUnknown, .notFound:
-            return 404
-        case .methodNotAllowed:
-            return 405
-        case .attemptNotAuthorized, .attemptAlreadyExchanged, .attemptActive, .sessionChanged:
-            return 409
-        case .attemptExpired, .attemptCancelled:
-            return 410
-        case .payloadTooLarge:
-            return 413
-        case .rateLimited:
-            return 429
-        default:
-            return 500
+            400
+        case .unauthenticated, .sessionRevoked, .sessionExpired, .tokenExpired, .loginRequired: 401
+        case .nativeOnly, .authUserDisabled, .proofInvalid, .originMismatch, .browserMismatch: 403
+        case .clientUnknown, .attemptUnknown, .notFound: 404
+        case .methodNotAllowed: 405
+        case .attemptNotAuthorized, .attemptAlreadyExchanged, .attemptActive, .sessionChanged: 409
+        case .attemptExpired, .attemptCancelled: 410
+        case .payloadTooLarge: 413
+        case .rateLimited: 429
+        default: 500
         }
     }
 }
@@ -80,10 +63,6 @@ public struct ErrorBody: Codable, Sendable, Equatable {
     public struct Detail: Codable, Sendable, Equatable {
         public var code: ServerErrorCode
         public var message: String
-        public init(code: ServerErrorCode, message: String) {
-            self.code = code
-            self.message = message
-        }
     }
     public var error: Detail
     public init(code: ServerErrorCode, message: String) {

@@ -22,7 +22,7 @@ public enum OriginRefusal: Error, Sendable, Equatable, CustomStringConvertible {
     public var description: String { message }
 }
 
-/// An origin, `https://host[:port]` or `http://loopback[:port]` (PROTOCOL.md
+/// An origin, `https://host[:port]` or `http://loopback[:port]` (docs/protocol.md
 /// §4: the issuer). Serialised without a default port.
 public struct Origin: Sendable, Hashable, CustomStringConvertible {
     public let scheme: String
@@ -56,9 +56,7 @@ public struct Origin: Sendable, Hashable, CustomStringConvertible {
         if host.hasPrefix("[") {
             hostOK = host.hasSuffix("]") && host.dropFirst().dropLast().allSatisfy { $0.isHexDigit || $0 == ":" }
         } else {
-            hostOK = host.utf8.allSatisfy {
-                isASCIILetter($0) || isASCIIDigit($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: ".")
-            }
+            hostOK = host.utf8.allSatisfy { isASCIIAlphanumeric($0, or: "-.") }
         }
         guard hostOK else { throw .malformed }
         var port: Int? = nil

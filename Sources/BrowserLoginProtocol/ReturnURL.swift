@@ -1,4 +1,4 @@
-/// Why a return URL cannot be registered (PROTOCOL.md §1). Each case names
+/// Why a return URL cannot be registered (docs/protocol.md §1). Each case names
 /// the rule it broke, in `rule`, and says it for people in `message`.
 public enum ReturnURLRefusal: Error, Sendable, Equatable, CustomStringConvertible {
     case tooLong
@@ -75,7 +75,7 @@ public enum ReturnURLRefusal: Error, Sendable, Equatable, CustomStringConvertibl
     public var description: String { "\(rule): \(message)" }
 }
 
-/// A registered return URL (PROTOCOL.md §1): an absolute URL with no query,
+/// A registered return URL (docs/protocol.md §1): an absolute URL with no query,
 /// no fragment and no userinfo, on a lower-case custom scheme or on https on
 /// a public host name, port 443.
 public struct ReturnURL: Sendable, Hashable, CustomStringConvertible {
@@ -126,10 +126,7 @@ public struct ReturnURL: Sendable, Hashable, CustomStringConvertible {
         guard let host = parts.host else { throw .emptyAuthority }
         if host.hasPrefix("[") { throw https ? .ipLiteral : .invalidHost }
         if host.isEmpty { throw .emptyAuthority }
-        let validHostBytes = host.utf8.allSatisfy {
-            isASCIILetter($0) || isASCIIDigit($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: ".")
-        }
-        if !validHostBytes { throw .invalidHost }
+        if !host.utf8.allSatisfy({ isASCIIAlphanumeric($0, or: "-.") }) { throw .invalidHost }
         if let port = parts.portText {
             if !https { throw .portOnCustomScheme }
             if port != "443" { throw .portNot443 }

@@ -19,7 +19,7 @@ public enum StrictJSONError: Error, Sendable, Equatable, CustomStringConvertible
     }
 }
 
-/// Decodes one JSON object strictly (PROTOCOL.md §4): not JSON, not an
+/// Decodes one JSON object strictly (docs/protocol.md §4): not JSON, not an
 /// object, or a duplicate member anywhere is refused. The duplicate check is
 /// jansson's `JSON_REJECT_DUPLICATES`; the typed decode is Foundation's.
 /// Unknown members are ignored.

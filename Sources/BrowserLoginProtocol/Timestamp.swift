@@ -34,12 +34,11 @@ public struct Timestamp: Sendable, Hashable, Comparable, Codable, CustomStringCo
     /// The RFC 3339 form, `YYYY-MM-DDTHH:MM:SS.mmmZ`.
     public var rfc3339: String {
         let ms = millisecondsSince1970
-        var seconds = ms >= 0 ? ms / 1000 : (ms - 999) / 1000
+        let seconds = ms >= 0 ? ms / 1000 : (ms - 999) / 1000
         let millis = ms - seconds * 1000
         var parts = tm()
         var t = time_t(seconds)
         gmtime_r(&t, &parts)
-        seconds = 0
         return String(
             format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
             Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1, Int(parts.tm_mday),

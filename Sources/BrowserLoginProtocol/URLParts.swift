@@ -27,12 +27,9 @@ public struct URLParts: Sendable, Hashable {
         }
         guard let colon = bytes.firstIndex(of: UInt8(ascii: ":")), colon > 0 else { return nil }
         let schemeBytes = bytes[0..<colon]
-        guard isASCIILetter(schemeBytes.first!),
-            schemeBytes.allSatisfy({
-                isASCIILetter($0) || isASCIIDigit($0) || $0 == UInt8(ascii: "+") || $0 == UInt8(ascii: "-")
-                    || $0 == UInt8(ascii: ".")
-            })
-        else { return nil }
+        guard isASCIILetter(schemeBytes.first!), schemeBytes.allSatisfy({ isASCIIAlphanumeric($0, or: "+-.") }) else {
+            return nil
+        }
         scheme = String(decoding: schemeBytes, as: UTF8.self)
         var rest = bytes[(colon + 1)...]
         if let hash = rest.firstIndex(of: UInt8(ascii: "#")) {
@@ -96,7 +93,12 @@ public struct URLParts: Sendable, Hashable {
 
 @inline(__always) func isASCIILetter(_ b: UInt8) -> Bool { (b | 0x20) >= 0x61 && (b | 0x20) <= 0x7A }
 @inline(__always) func isASCIIDigit(_ b: UInt8) -> Bool { b >= 0x30 && b <= 0x39 }
-@inline(__always) func hexValue(_ b: UInt8) -> UInt8? {
+/// An ASCII letter, digit, or one of the characters of `extra`.
+func isASCIIAlphanumeric(_ b: UInt8, or extra: String) -> Bool {
+    isASCIILetter(b) || isASCIIDigit(b) || extra.utf8.contains(b)
+}
+/// The value of one hex digit (either case); nil for any other byte.
+@inline(__always) public func hexValue(_ b: UInt8) -> UInt8? {
     switch b {
     case 0x30...0x39: return b - 0x30
     case 0x41...0x46: return b - 0x41 + 10
@@ -132,9 +134,7 @@ public func percentDecode(_ text: Substring) -> String? {
 public func percentEncode(_ text: String) -> String {
     var out = ""
     for b in text.utf8 {
-        if isASCIILetter(b) || isASCIIDigit(b) || b == UInt8(ascii: "-") || b == UInt8(ascii: ".")
-            || b == UInt8(ascii: "_") || b == UInt8(ascii: "~")
-        {
+        if isASCIIAlphanumeric(b, or: "-._~") {
             out.unicodeScalars.append(Unicode.Scalar(b))
         } else {
             let hex = Array("0123456789ABCDEF".utf8)

@@ -1,4 +1,4 @@
-/// Request and response bodies of PROTOCOL.md §5 (native routes), §6
+/// Request and response bodies of docs/protocol.md §5 (native routes), §6
 /// (browser routes) and §8 (the demo API). Member names are the wire names.
 
 /// The PKCE method; `S256` is the only one.
@@ -278,5 +278,4 @@ public struct NotesResponse: Codable, Sendable, Equatable {
 
 public struct CreateNoteRequest: Codable, Sendable, Equatable {
     public var text: String
-    public init(text: String) { self.text = text }
 }

@@ -21,62 +21,37 @@ struct BrowserSessionResponse: Encodable {
     var expiresAt: Timestamp
 }
 
-/// PROTOCOL.md §6 and the hosted page's sign-in routes.
+/// docs/protocol.md §6 and the hosted page's sign-in routes.
 extension LoginService {
     func browser(_ request: HTTPServerRequest, _ rest: String, _ route: inout String) throws(APIError)
         -> HTTPServerResponse
     {
-        let segments = rest.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-        switch segments {
-        case ["login"]:
-            route = "browser.page"
-            try requireMethod(request, "GET")
-            return try loginPage(request)
-        case ["login.js"]:
-            route = "browser.script"
-            try requireMethod(request, "GET")
-            return HostedPage.asset(HostedPage.script, type: "text/javascript; charset=utf-8")
-        case ["login.css"]:
-            route = "browser.style"
-            try requireMethod(request, "GET")
-            return HostedPage.asset(HostedPage.style, type: "text/css; charset=utf-8")
-        case ["session"]:
-            route = "browser.session"
-            try requireMethod(request, "GET")
-            return try currentBrowserSession(request)
-        case ["signin", "start"]:
-            route = "browser.signin.start"
-            try browserPOST(request)
-            return try signInStart(request)
-        case ["signin", "verify"]:
-            route = "browser.signin.verify"
-            try browserPOST(request)
-            return try signInVerify(request)
-        case ["signout"]:
-            route = "browser.signout"
-            try browserPOST(request)
-            return try signOut(request)
-        default: break
+        let (key, id) = Self.routeKey(rest)
+        let name: String
+        let post: Bool
+        let handle: (HTTPServerRequest) throws(APIError) -> HTTPServerResponse
+        switch key {
+        case "login": (name, post, handle) = ("page", false, loginPage)
+        case "login.js":
+            (name, post, handle) = (
+                "script", false, { _ in HostedPage.asset(HostedPage.script, type: "text/javascript; charset=utf-8") }
+            )
+        case "login.css":
+            (name, post, handle) = ("style", false, { _ in HostedPage.asset(HostedPage.style, type: "text/css; charset=utf-8") })
+        case "session": (name, post, handle) = ("session", false, currentBrowserSession)
+        case "signin/start": (name, post, handle) = ("signin.start", true, signInStart)
+        case "signin/verify": (name, post, handle) = ("signin.verify", true, signInVerify)
+        case "signout": (name, post, handle) = ("signout", true, signOut)
+        case "attempts/*": (name, post, handle) = ("describe", false, { _ throws(APIError) in try self.describe(attemptId: id) })
+        case "attempts/*/authorize":
+            (name, post, handle) = ("authorize", true, { r throws(APIError) in try self.authorize(r, attemptId: id) })
+        case "attempts/*/decline":
+            (name, post, handle) = ("decline", true, { r throws(APIError) in try self.decline(r, attemptId: id) })
+        default: throw APIError(.notFound, "no such browser route")
         }
-        if segments.count == 2, segments[0] == "attempts", !segments[1].isEmpty {
-            route = "browser.describe"
-            try requireMethod(request, "GET")
-            return try describe(attemptId: segments[1])
-        }
-        if segments.count == 3, segments[0] == "attempts", !segments[1].isEmpty {
-            switch segments[2] {
-            case "authorize":
-                route = "browser.authorize"
-                try browserPOST(request)
-                return try authorize(request, attemptId: segments[1])
-            case "decline":
-                route = "browser.decline"
-                try browserPOST(request)
-                return try decline(request, attemptId: segments[1])
-            default: break
-            }
-        }
-        throw APIError(.notFound, "no such browser route")
+        route = "browser." + name
+        if post { try browserPOST(request) } else { try requireMethod(request, "GET") }
+        return try handle(request)
     }
 
     /// A state-changing browser request: POST, `Origin` equal to the server
@@ -118,18 +93,17 @@ extension LoginService {
     /// The live browser session named by the request's session cookie.
     /// Throws 403 AUTH_USER_DISABLED for a disabled user's cookie (even
     /// though disabling revoked the session); nil when there is none.
-    func browserSession(_ db: Database, _ request: HTTPServerRequest, now: Int64) throws -> Result<
-        (BrowserSessionRecord, UserRecord)?, APIError
-    > {
-        guard let secret = request.cookies[Self.sessionCookie], !secret.isEmpty else { return .success(nil) }
-        guard let row = try db.queryOne("SELECT * FROM browser_sessions WHERE secret_hash = ?", Records.hash(secret)) else {
-            return .success(nil)
-        }
+    func browserSession(_ db: Database, _ request: HTTPServerRequest, now: Int64) throws -> (
+        BrowserSessionRecord, UserRecord
+    )? {
+        guard let secret = request.cookies[Self.sessionCookie], !secret.isEmpty,
+            let row = try db.queryOne("SELECT * FROM browser_sessions WHERE secret_hash = ?", Records.hash(secret))
+        else { return nil }
         let session = BrowserSessionRecord(row)
-        guard let user = try Records.user(db, id: session.userId) else { return .success(nil) }
-        if user.disabled { return .failure(APIError(.authUserDisabled, "the account is disabled")) }
-        if session.revokedAt != nil || now >= session.expiresAt { return .success(nil) }
-        return .success((session, user))
+        guard let user = try Records.user(db, id: session.userId) else { return nil }
+        if user.disabled { throw APIError(.authUserDisabled, "the account is disabled") }
+        if session.revokedAt != nil || now >= session.expiresAt { return nil }
+        return (session, user)
     }
 
     // MARK: The page
@@ -144,10 +118,10 @@ extension LoginService {
             let binding: (secret: String, maxAge: Int64)? = try store.perform { db in
                 guard let attempt = try Records.attempt(db, id: attemptId, now: now), attempt.state == .pending,
                     attempt.bindingHash == nil
-                else { return .success(nil) }
+                else { return nil }
                 let secret = try Crypto.randomToken(bytes: 32)
                 try db.run("UPDATE attempts SET binding_hash = ? WHERE id_hash = ?", Records.hash(secret), attempt.idHash)
-                return .success((secret, (attempt.expiresAt - now) / 1000 + 60))
+                return (secret, (attempt.expiresAt - now) / 1000 + 60)
             }
             if let binding {
                 headers.append(cookieHeader(name: cookieName, value: binding.secret, maxAgeSeconds: binding.maxAge))
@@ -160,13 +134,8 @@ extension LoginService {
 
     func describe(attemptId: String) throws(APIError) -> HTTPServerResponse {
         let now = clock()
-        let attempt: AttemptRecord = try store.perform { db in
-            guard let attempt = try Records.attempt(db, id: attemptId, now: now) else {
-                return .failure(APIError(.attemptUnknown, "no such attempt"))
-            }
-            return .success(attempt)
-        }
-        guard let client = clients[attempt.clientId] else { throw APIError(.attemptUnknown, "no such attempt") }
+        let attempt = try store.perform { db in try Records.attempt(db, id: attemptId, now: now) }
+        guard let attempt, let client = clients[attempt.clientId] else { throw APIError(.attemptUnknown, "no such attempt") }
         return json(
             200,
             DescribeResponse(
@@ -190,31 +159,26 @@ extension LoginService {
             guard let attempt = try Records.attempt(db, id: attemptId, now: now),
                 let client = clients[attempt.clientId]
             else {
-                return .failure(APIError(.attemptUnknown, "no such attempt"))
+                throw APIError(.attemptUnknown, "no such attempt")
             }
-            guard isBound(request, attempt, cookieName: cookieName) else { return .failure(Self.browserMismatch) }
+            guard isBound(request, attempt, cookieName: cookieName) else { throw Self.browserMismatch }
             switch attempt.state {
-            case .expired: return .failure(APIError(.attemptExpired, "the attempt has expired"))
-            case .cancelled: return .failure(APIError(.attemptCancelled, "the attempt was cancelled"))
-            case .completed:
-                return .failure(APIError(.attemptAlreadyExchanged, "the attempt was already completed"))
+            case .expired: throw APIError(.attemptExpired, "the attempt has expired")
+            case .cancelled: throw APIError(.attemptCancelled, "the attempt was cancelled")
+            case .completed: throw APIError(.attemptAlreadyExchanged, "the attempt was already completed")
             case .pending, .authorized: break
             }
-            let current: (BrowserSessionRecord, UserRecord)
-            switch try browserSession(db, request, now: now) {
-            case .failure(let e): return .failure(e)
-            case .success(nil): return .failure(APIError(.loginRequired, "sign in first"))
-            case .success(let s?): current = s
+            guard let (session, user) = try browserSession(db, request, now: now) else {
+                throw APIError(.loginRequired, "sign in first")
             }
-            let session = current.0
             if body.decision == .automatic && appliedPolicy(client: client, returnUrl: attempt.returnUrl) != .automatic {
-                return .failure(APIError(.policyMismatch, "this attempt needs the user's confirmation"))
+                throw APIError(.policyMismatch, "this attempt needs the user's confirmation")
             }
             guard body.expectedSessionId == session.id else {
-                return .failure(APIError(.sessionChanged, "the browser session changed; confirm again"))
+                throw APIError(.sessionChanged, "the browser session changed; confirm again")
             }
             if attempt.state == .authorized && attempt.browserSessionId != session.id {
-                return .failure(APIError(.sessionChanged, "the attempt was authorized by another session"))
+                throw APIError(.sessionChanged, "the attempt was authorized by another session")
             }
             let code = derive("code", attemptId, session.id)
             if attempt.state == .pending {
@@ -223,10 +187,9 @@ extension LoginService {
                     UPDATE attempts SET state = 'authorized', browser_session_id = ?, code_hash = ?, authorized_at = ?
                     WHERE id_hash = ?
                     """, session.id, Records.hash(code), now, attempt.idHash)
-                Log.info("attempt authorized", ["client.id": client.clientId, "user.id": current.1.id])
+                Log.info("attempt authorized", ["client.id": client.clientId, "user.id": user.id])
             }
-            return .success(
-                Callback.url(returnURL: attempt.returnUrl, outcome: .code(code), attempt: attemptId, issuer: issuer))
+            return Callback.url(returnURL: attempt.returnUrl, outcome: .code(code), attempt: attemptId, issuer: issuer)
         }
         return json(200, AuthorizeResponse(callbackUrl: callback))
     }
@@ -239,20 +202,19 @@ extension LoginService {
         let cookieName = bindingCookieName(attemptId: attemptId)
         let callback: String = try store.perform { db in
             guard let attempt = try Records.attempt(db, id: attemptId, now: now) else {
-                return .failure(APIError(.attemptUnknown, "no such attempt"))
+                throw APIError(.attemptUnknown, "no such attempt")
             }
-            guard isBound(request, attempt, cookieName: cookieName) else { return .failure(Self.browserMismatch) }
+            guard isBound(request, attempt, cookieName: cookieName) else { throw Self.browserMismatch }
             switch attempt.state {
-            case .expired: return .failure(APIError(.attemptExpired, "the attempt has expired"))
-            case .completed: return .failure(APIError(.attemptAlreadyExchanged, "the attempt was already completed"))
+            case .expired: throw APIError(.attemptExpired, "the attempt has expired")
+            case .completed: throw APIError(.attemptAlreadyExchanged, "the attempt was already completed")
             case .pending, .authorized:
                 try Records.cancel(db, attempt, now: now)
                 Log.info("attempt declined in the browser", ["client.id": attempt.clientId])
             case .cancelled: break
             }
-            return .success(
-                Callback.url(
-                    returnURL: attempt.returnUrl, outcome: .error("access_denied"), attempt: attemptId, issuer: issuer))
+            return Callback.url(
+                returnURL: attempt.returnUrl, outcome: .error("access_denied"), attempt: attemptId, issuer: issuer)
         }
         return json(200, AuthorizeResponse(callbackUrl: callback))
     }
@@ -261,8 +223,9 @@ extension LoginService {
 
     func currentBrowserSession(_ request: HTTPServerRequest) throws(APIError) -> HTTPServerResponse {
         let now = clock()
-        let current: (BrowserSessionRecord, UserRecord)? = try store.perform { db in try browserSession(db, request, now: now) }
-        guard let (session, user) = current else { throw APIError(.loginRequired, "not signed in") }
+        guard let (session, user) = try store.perform({ db in try browserSession(db, request, now: now) }) else {
+            throw APIError(.loginRequired, "not signed in")
+        }
         return json(
             200,
             BrowserSessionResponse(
@@ -280,7 +243,6 @@ extension LoginService {
                 try Records.revokeBrowserSession(db, id: row.text("id"), now: now)
                 Log.info("browser session signed out", ["browser_session.id": row.text("id")])
             }
-            return .success(())
         }
         return json(200, ["signedOut": true], headers: [cookieHeader(name: Self.sessionCookie, value: "", maxAgeSeconds: 0)])
     }
@@ -318,7 +280,6 @@ extension LoginService {
                 ON CONFLICT(email) DO UPDATE SET code_hash = excluded.code_hash, created_at = excluded.created_at,
                     expires_at = excluded.expires_at, wrong_count = 0
                 """, email.text, Records.hash(code), now, now + configuration.signInCodeLifetimeMillis)
-            return .success(())
         }
         let minutes = configuration.signInCodeLifetimeMillis / 60_000
         do {
@@ -361,26 +322,26 @@ extension LoginService {
         let answer: BrowserSessionResponse = try store.perform { db in
             if test {
                 guard Crypto.constantTimeEquals(body.code, Self.testAccountCode) else {
-                    return .failure(APIError(.otpInvalid, "the code is wrong"))
+                    throw APIError(.otpInvalid, "the code is wrong")
                 }
             } else {
                 guard let row = try db.queryOne("SELECT * FROM sign_in_codes WHERE email = ?", email.text) else {
-                    return .failure(APIError(.otpExpired, "no valid code for this address; ask for a new one"))
+                    throw APIError(.otpExpired, "no valid code for this address; ask for a new one")
                 }
                 let wrong = Int(row.int("wrong_count") ?? 0)
                 if wrong >= Self.maximumWrongCodes {
-                    return .failure(APIError(.otpMaxAttempts, "too many wrong codes; ask for a new email"))
+                    throw APIError(.otpMaxAttempts, "too many wrong codes; ask for a new email")
                 }
                 if now >= row.millis("expires_at") {
                     try db.run("DELETE FROM sign_in_codes WHERE email = ?", email.text)
-                    return .failure(APIError(.otpExpired, "the code has expired; ask for a new one"))
+                    throw APIError(.otpExpired, "the code has expired; ask for a new one")
                 }
                 guard Crypto.constantTimeEquals(Records.hash(body.code), row.text("code_hash")) else {
                     try db.run("UPDATE sign_in_codes SET wrong_count = ? WHERE email = ?", wrong + 1, email.text)
                     if wrong + 1 >= Self.maximumWrongCodes {
-                        return .failure(APIError(.otpMaxAttempts, "too many wrong codes; ask for a new email"))
+                        throw APIError(.otpMaxAttempts, "too many wrong codes; ask for a new email")
                     }
-                    return .failure(APIError(.otpInvalid, "the code is wrong"))
+                    throw APIError(.otpInvalid, "the code is wrong")
                 }
                 try db.run("DELETE FROM sign_in_codes WHERE email = ?", email.text)
             }
@@ -392,8 +353,8 @@ extension LoginService {
                 user = try Records.user(db, id: userId)
                 Log.info("user created", ["user.id": userId])
             }
-            guard let user else { return .failure(APIError(.internalError, "the user could not be created")) }
-            if user.disabled { return .failure(APIError(.authUserDisabled, "the account is disabled")) }
+            guard let user else { throw APIError(.internalError, "the user could not be created") }
+            if user.disabled { throw APIError(.authUserDisabled, "the account is disabled") }
             let method = test ? "test" : "email"
             // Signing in again replaces this browser's cookie; the previous
             // session (and what it issued) ends at its own expiry or sign-out.
@@ -403,10 +364,9 @@ extension LoginService {
                 VALUES (?, ?, ?, ?, ?, ?)
                 """, sessionId, Records.hash(secret), user.id, method, now, now + lifetime)
             Log.info("browser session started", ["user.id": user.id, "auth.method": method])
-            return .success(
-                BrowserSessionResponse(
-                    sessionId: sessionId, account: user.account, authMethod: method,
-                    expiresAt: Timestamp(millisecondsSince1970: now + lifetime)))
+            return BrowserSessionResponse(
+                sessionId: sessionId, account: user.account, authMethod: method,
+                expiresAt: Timestamp(millisecondsSince1970: now + lifetime))
         }
         return json(
             200, answer, headers: [cookieHeader(name: Self.sessionCookie, value: secret, maxAgeSeconds: lifetime / 1000)])

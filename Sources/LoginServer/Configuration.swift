@@ -1,7 +1,7 @@
 import BrowserLoginProtocol
 import Foundation
 
-/// A registered native client (PROTOCOL.md §1).
+/// A registered native client (docs/protocol.md §1).
 public struct ClientRegistration: Sendable, Equatable {
     public var clientId: String
     public var appName: String
@@ -15,7 +15,7 @@ public struct ClientRegistration: Sendable, Equatable {
         self.policy = policy
     }
 
-    /// The registered return URL that `text` names (PROTOCOL.md §1: exactly as
+    /// The registered return URL that `text` names (docs/protocol.md §1: exactly as
     /// written, scheme and host case-insensitively), or nil. The one place the
     /// server compares return URLs; it uses the protocol library's matcher.
     public func registeredReturnURL(matching text: String) -> ReturnURL? {
@@ -50,11 +50,6 @@ public struct ConfigurationError: Error, Sendable, Equatable, CustomStringConver
     public var field: String
     public var rule: String
     public var message: String
-    public init(field: String, rule: String, message: String) {
-        self.field = field
-        self.rule = rule
-        self.message = message
-    }
     public var description: String { "\(field): \(rule): \(message)" }
 }
 

@@ -1,7 +1,7 @@
 import BrowserLoginProtocol
 import Foundation
 
-/// PROTOCOL.md §8: a small application API that accepts the native
+/// docs/protocol.md §8: a small application API that accepts the native
 /// session's access token. An expired access token answers 401
 /// TOKEN_EXPIRED before the request is processed.
 extension LoginService {
@@ -22,12 +22,11 @@ extension LoginService {
             let (_, user) = try authenticate(request)
             if request.method == "GET" {
                 let notes: [Note] = try store.perform { db in
-                    .success(
-                        try db.query("SELECT * FROM notes WHERE user_id = ? ORDER BY created_at, id", user.id).map {
-                            Note(
-                                id: $0.text("id"), text: $0.text("text"),
-                                createdAt: Timestamp(millisecondsSince1970: $0.millis("created_at")))
-                        })
+                    try db.query("SELECT * FROM notes WHERE user_id = ? ORDER BY created_at, id", user.id).map {
+                        Note(
+                            id: $0.text("id"), text: $0.text("text"),
+                            createdAt: Timestamp(millisecondsSince1970: $0.millis("created_at")))
+                    }
                 }
                 return json(200, NotesResponse(notes: notes))
             }
@@ -41,7 +40,6 @@ extension LoginService {
                 try db.run(
                     "INSERT INTO notes (id, user_id, text, created_at) VALUES (?, ?, ?, ?)", note.id, user.id, note.text,
                     note.createdAt.millisecondsSince1970)
-                return .success(())
             }
             return json(201, note)
         default:

@@ -11,7 +11,6 @@ struct AttemptRecord: Sendable {
     var codeChallenge: String
     var recoveryChallenge: String
     var state: ServerAttemptState
-    var createdAt: Int64
     var expiresAt: Int64
     var endedAt: Int64?
     var bindingHash: String?
@@ -29,7 +28,6 @@ struct AttemptRecord: Sendable {
         codeChallenge = row.text("code_challenge")
         recoveryChallenge = row.text("recovery_challenge")
         state = ServerAttemptState(rawValue: row.text("state")) ?? .cancelled
-        createdAt = row.millis("created_at")
         expiresAt = row.millis("expires_at")
         endedAt = row.int("ended_at")
         bindingHash = row.string("binding_hash")
@@ -78,11 +76,7 @@ struct BrowserSessionRecord: Sendable {
 struct SessionRecord: Sendable {
     var id: String
     var userId: String
-    var browserSessionId: String
-    var clientId: String
     var expiresAt: Int64
-    var authenticatedAt: Int64
-    var authMethod: String
     var generation: Int64
     var rotatedAt: Int64
     var revokedAt: Int64?
@@ -90,11 +84,7 @@ struct SessionRecord: Sendable {
     init(_ row: Row) {
         id = row.text("id")
         userId = row.text("user_id")
-        browserSessionId = row.text("browser_session_id")
-        clientId = row.text("client_id")
         expiresAt = row.millis("expires_at")
-        authenticatedAt = row.millis("authenticated_at")
-        authMethod = row.text("auth_method")
         generation = row.int("generation") ?? 0
         rotatedAt = row.millis("rotated_at")
         revokedAt = row.int("revoked_at")

@@ -1,4 +1,4 @@
-/// The hosted page (PROTOCOL.md §6): one HTML document, one script and one
+/// The hosted page (docs/protocol.md §6): one HTML document, one script and one
 /// style sheet, all served by this server; no external assets, no inline
 /// script or style, so the Content-Security-Policy can forbid both.
 enum HostedPage {
@@ -6,13 +6,10 @@ enum HostedPage {
         "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
         + "frame-ancestors 'none'; form-action 'none'; base-uri 'none'"
 
-    static func securityHeaders() -> [(name: String, value: String)] {
-        [
-            ("Content-Security-Policy", contentSecurityPolicy),
-            ("X-Frame-Options", "DENY"),
-            ("Cross-Origin-Opener-Policy", "same-origin"),
-        ]
-    }
+    static let securityHeaders: [(name: String, value: String)] = [
+        ("Content-Security-Policy", contentSecurityPolicy), ("X-Frame-Options", "DENY"),
+        ("Cross-Origin-Opener-Policy", "same-origin"),
+    ]
 
     static func page(basePath: String, extraHeaders: [(name: String, value: String)]) -> HTTPServerResponse {
         let base = escapeHTML(basePath)
@@ -58,12 +55,12 @@ enum HostedPage {
             """
         return HTTPServerResponse(
             status: 200,
-            headers: [("Content-Type", "text/html; charset=utf-8")] + securityHeaders() + extraHeaders,
+            headers: [("Content-Type", "text/html; charset=utf-8")] + securityHeaders + extraHeaders,
             body: Array(html.utf8))
     }
 
     static func asset(_ text: String, type: String) -> HTTPServerResponse {
-        HTTPServerResponse(status: 200, headers: [("Content-Type", type)] + securityHeaders(), body: Array(text.utf8))
+        HTTPServerResponse(status: 200, headers: [("Content-Type", type)] + securityHeaders, body: Array(text.utf8))
     }
 
     static func escapeHTML(_ text: String) -> String {

@@ -72,10 +72,7 @@ public final class LoginServer: Sendable {
         timer.schedule(deadline: .now(), repeating: .seconds(60))
         timer.setEventHandler {
             let now = clock()
-            _ = try? store.perform { db in
-                try Records.sweep(db, now: now)
-                return .success(())
-            }
+            _ = try? store.perform { db in try Records.sweep(db, now: now) }
         }
         timer.resume()
         sweeper = Mutex(timer)

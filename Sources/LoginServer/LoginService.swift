@@ -3,7 +3,7 @@ import Foundation
 import SQLiteSupport
 
 /// The request handler of the reference server: routing, the common rules
-/// of PROTOCOL.md §4 and the helpers the routes share. Called concurrently
+/// of docs/protocol.md §4 and the helpers the routes share. Called concurrently
 /// from libmicrohttpd's connection threads; every piece of state it holds is
 /// immutable, or behind a mutex (the store, the rate limiter).
 final class LoginService: Sendable {
@@ -37,10 +37,6 @@ final class LoginService: Sendable {
 
     // MARK: Routing
 
-    private enum Area {
-        case native, browser, api, other
-    }
-
     func handle(_ incoming: HTTPServerRequest) -> HTTPServerResponse {
         var request = incoming
         // Behind a trusted reverse proxy, the client is the last hop it appended.
@@ -53,18 +49,18 @@ final class LoginService: Sendable {
         let base = configuration.basePath
         var route = "unknown"
         var response: HTTPServerResponse
-        var area = Area.other
+        // Referrer-Policy on every answer but those of the native routes and the API.
+        var browserFacing = true
         do throws(APIError) {
             if request.path.hasPrefix(base + "/native/") {
-                area = .native
+                browserFacing = false
                 let rest = String(request.path.dropFirst(base.count + "/native/".count))
                 response = try native(request, rest, &route)
             } else if request.path.hasPrefix(base + "/browser/") {
-                area = .browser
                 let rest = String(request.path.dropFirst(base.count + "/browser/".count))
                 response = try browser(request, rest, &route)
             } else if request.path.hasPrefix("/api/") {
-                area = .api
+                browserFacing = false
                 response = try demoAPI(request, String(request.path.dropFirst("/api/".count)), &route)
             } else if request.path == base + "/health" {
                 route = "health"
@@ -78,7 +74,7 @@ final class LoginService: Sendable {
         }
         response.headers.append(("Cache-Control", "no-store"))
         response.headers.append(("X-Content-Type-Options", "nosniff"))
-        if area != .native && area != .api { response.headers.append(("Referrer-Policy", "no-referrer")) }
+        if browserFacing { response.headers.append(("Referrer-Policy", "no-referrer")) }
         Log.info(
             "request",
             [
@@ -96,54 +92,36 @@ final class LoginService: Sendable {
             route = "native"
             throw APIError(.nativeOnly, "native routes refuse requests with Cookie, Origin or Sec-Fetch-Site")
         }
-        let segments = rest.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-        switch segments.count {
-        case 1 where segments[0] == "attempts":
-            route = "native.create"
-            try nativePOST(request)
-            return try create(request)
-        case 1 where segments[0] == "session":
-            route = "native.session"
-            try requireMethod(request, "GET")
-            return try nativeSession(request)
-        case 2 where segments[0] == "sessions" && segments[1] == "refresh":
-            route = "native.refresh"
-            try nativePOST(request)
-            return try refresh(request)
-        case 2 where segments[0] == "sessions" && segments[1] == "revoke":
-            route = "native.revoke"
-            try nativePOST(request)
-            return try revoke(request)
-        case 3 where segments[0] == "attempts" && !segments[1].isEmpty:
-            let id = segments[1]
-            switch segments[2] {
-            case "exchange":
-                route = "native.exchange"
-                try nativePOST(request)
-                return try exchange(request, attemptId: id)
-            case "status":
-                route = "native.status"
-                try nativePOST(request)
-                return try status(request, attemptId: id)
-            case "cancel":
-                route = "native.cancel"
-                try nativePOST(request)
-                return try cancel(request, attemptId: id)
-            case "acknowledge":
-                route = "native.acknowledge"
-                try nativePOST(request)
-                return try acknowledge(request, attemptId: id)
-            default: break
-            }
-        default: break
+        let (key, id) = Self.routeKey(rest)
+        let name: String
+        let handle: (HTTPServerRequest) throws(APIError) -> HTTPServerResponse
+        switch key {
+        case "attempts": (name, handle) = ("create", create)
+        case "session": (name, handle) = ("session", nativeSession)
+        case "sessions/refresh": (name, handle) = ("refresh", refresh)
+        case "sessions/revoke": (name, handle) = ("revoke", revoke)
+        case "attempts/*/exchange": (name, handle) = ("exchange", { r throws(APIError) in try self.exchange(r, attemptId: id) })
+        case "attempts/*/status": (name, handle) = ("status", { r throws(APIError) in try self.status(r, attemptId: id) })
+        case "attempts/*/cancel": (name, handle) = ("cancel", { r throws(APIError) in try self.cancel(r, attemptId: id) })
+        case "attempts/*/acknowledge":
+            (name, handle) = ("acknowledge", { r throws(APIError) in try self.acknowledge(r, attemptId: id) })
+        default: throw APIError(.notFound, "no such native route")
         }
-        throw APIError(.notFound, "no such native route")
+        route = "native." + name
+        // GET for the session; every other native route is a POST of JSON, at most 64 KiB.
+        try requireMethod(request, name == "session" ? "GET" : "POST")
+        if name != "session" { try requireJSONBody(request) }
+        return try handle(request)
     }
 
-    /// POST, a JSON content type and at most 64 KiB.
-    func nativePOST(_ request: HTTPServerRequest) throws(APIError) {
-        try requireMethod(request, "POST")
-        try requireJSONBody(request)
+    /// The route of `rest` with a non-empty attempt id (`attempts/<id>[/…]`)
+    /// written as `*`, and that id.
+    static func routeKey(_ rest: String) -> (key: String, attemptId: String) {
+        var segments = rest.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        guard (2...3).contains(segments.count), segments[0] == "attempts", !segments[1].isEmpty else { return (rest, "") }
+        let id = segments[1]
+        segments[1] = "*"
+        return (segments.joined(separator: "/"), id)
     }
 
     func requireJSONBody(_ request: HTTPServerRequest) throws(APIError) {

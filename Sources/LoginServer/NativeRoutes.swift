@@ -2,7 +2,7 @@ import BrowserLoginProtocol
 import Foundation
 import SQLiteSupport
 
-/// PROTOCOL.md §5: the native routes.
+/// docs/protocol.md §5: the native routes.
 extension LoginService {
     // MARK: §5.1 Create
 
@@ -35,7 +35,6 @@ extension LoginService {
                     state, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?)
                 """, Records.hash(attemptId), client.clientId, returnURL.text, body.codeChallenge,
                 body.recoveryChallenge, body.ephemeral, now, expiresAt)
-            return .success(())
         }
         let answer = CreateAttemptResponse(
             attemptId: attemptId,
@@ -54,25 +53,24 @@ extension LoginService {
         let exchangeLimit = configuration.rateLimits.exchange
         let answer: ExchangeResponse = try store.perform { db in
             guard var attempt = try Records.attempt(db, id: attemptId, now: now) else {
-                return .failure(APIError(.attemptUnknown, "no such attempt"))
+                throw APIError(.attemptUnknown, "no such attempt")
             }
             if let retry = rateLimiter.take("exchange.client:" + attempt.clientId, limit: exchangeLimit, now: now) {
-                return .failure(APIError(.rateLimited, "too many exchanges for this client", retryAfterSeconds: retry))
+                throw APIError(.rateLimited, "too many exchanges for this client", retryAfterSeconds: retry)
             }
             guard ProofSecret.isWellFormed(body.codeVerifier),
                 ProofSecret(value: body.codeVerifier).verifies(challenge: attempt.codeChallenge)
             else {
-                return .failure(APIError(.invalidGrant, "the code or the code verifier is wrong"))
+                throw APIError(.invalidGrant, "the code or the code verifier is wrong")
             }
             switch attempt.state {
-            case .pending: return .failure(APIError(.attemptNotAuthorized, "the attempt has not been authorized yet"))
+            case .pending: throw APIError(.attemptNotAuthorized, "the attempt has not been authorized yet")
             case .completed:
                 if let sessionId = attempt.sessionId { try Records.revokeSession(db, id: sessionId, now: now) }
                 Log.warning("replayed exchange; the issued session is revoked", ["client.id": attempt.clientId])
-                return .failure(
-                    APIError(.attemptAlreadyExchanged, "the code was already exchanged; the session it issued is revoked"))
-            case .expired: return .failure(APIError(.attemptExpired, "the attempt has expired"))
-            case .cancelled: return .failure(APIError(.attemptCancelled, "the attempt was cancelled"))
+                throw APIError(.attemptAlreadyExchanged, "the code was already exchanged; the session it issued is revoked")
+            case .expired: throw APIError(.attemptExpired, "the attempt has expired")
+            case .cancelled: throw APIError(.attemptCancelled, "the attempt was cancelled")
             case .authorized: break
             }
             guard let codeHash = attempt.codeHash, Crypto.constantTimeEquals(Records.hash(body.code), codeHash) else {
@@ -85,22 +83,22 @@ extension LoginService {
                 } else {
                     try db.run("UPDATE attempts SET wrong_codes = ? WHERE id_hash = ?", attempt.wrongCodes, attempt.idHash)
                 }
-                return .failure(APIError(.invalidGrant, "the code or the code verifier is wrong"))
+                throw APIError(.invalidGrant, "the code or the code verifier is wrong")
             }
             guard let browserSessionId = attempt.browserSessionId,
                 let browser = try Records.browserSession(db, id: browserSessionId),
                 let user = try Records.user(db, id: browser.userId)
             else {
                 try Records.cancel(db, attempt, now: now)
-                return .failure(APIError(.attemptCancelled, "the browser session that authorized the attempt is gone"))
+                throw APIError(.attemptCancelled, "the browser session that authorized the attempt is gone")
             }
             if user.disabled {
                 try Records.cancel(db, attempt, now: now)
-                return .failure(APIError(.authUserDisabled, "the account is disabled"))
+                throw APIError(.authUserDisabled, "the account is disabled")
             }
             if browser.revokedAt != nil || now >= browser.expiresAt {
                 try Records.cancel(db, attempt, now: now)
-                return .failure(APIError(.attemptCancelled, "the browser session that authorized the attempt has ended"))
+                throw APIError(.attemptCancelled, "the browser session that authorized the attempt has ended")
             }
             let sessionId = try randomToken(bytes: 16)
             let tokens = tokenPair(sessionId: sessionId, generation: 0)
@@ -133,7 +131,7 @@ extension LoginService {
                 attemptId: attemptId, sessionId: sessionId, issuedAt: Timestamp(millisecondsSince1970: now),
                 tokenDigest: digest)
             Log.info("session issued", ["client.id": attempt.clientId, "session.id": sessionId, "user.id": user.id])
-            return .success(ExchangeResponse(session: session, receipt: receipt))
+            return ExchangeResponse(session: session, receipt: receipt)
         }
         if configuration.testExchangeDelayMillis > 0 {
             // FOR TESTS ONLY: the exchange is committed; hold the answer back.
@@ -145,29 +143,23 @@ extension LoginService {
     // MARK: §5.3–5.5 Status, cancel, acknowledge
 
     /// Loads the attempt and checks the recovery key: 404 first, then 403.
-    private func provenAttempt(_ db: Database, id: String, recoveryKey: String, now: Int64) throws -> Result<
-        AttemptRecord, APIError
-    > {
+    private func provenAttempt(_ db: Database, id: String, recoveryKey: String, now: Int64) throws -> AttemptRecord {
         guard let attempt = try Records.attempt(db, id: id, now: now) else {
-            return .failure(APIError(.attemptUnknown, "no such attempt"))
+            throw APIError(.attemptUnknown, "no such attempt")
         }
         guard ProofSecret.isWellFormed(recoveryKey),
             ProofSecret(value: recoveryKey).verifies(challenge: attempt.recoveryChallenge)
         else {
-            return .failure(APIError(.proofInvalid, "the recovery key does not prove this attempt"))
+            throw APIError(.proofInvalid, "the recovery key does not prove this attempt")
         }
-        return .success(attempt)
+        return attempt
     }
 
     func status(_ request: HTTPServerRequest, attemptId: String) throws(APIError) -> HTTPServerResponse {
         let body = try decode(RecoveryRequest.self, request)
         let now = clock()
         let answer: StatusResponse = try store.perform { db in
-            let attempt: AttemptRecord
-            switch try provenAttempt(db, id: attemptId, recoveryKey: body.recoveryKey, now: now) {
-            case .failure(let e): return .failure(e)
-            case .success(let a): attempt = a
-            }
+            let attempt = try provenAttempt(db, id: attemptId, recoveryKey: body.recoveryKey, now: now)
             var answer = StatusResponse(state: attempt.state, expiresAt: Timestamp(millisecondsSince1970: attempt.expiresAt))
             if attempt.state == .completed, let sessionId = attempt.sessionId,
                 let session = try Records.session(db, id: sessionId)
@@ -179,7 +171,7 @@ extension LoginService {
                 answer.sessionExpiresAt = Timestamp(millisecondsSince1970: session.expiresAt)
                 answer.sessionRevoked = session.revokedAt != nil || (user?.disabled ?? true)
             }
-            return .success(answer)
+            return answer
         }
         return json(200, answer)
     }
@@ -188,19 +180,14 @@ extension LoginService {
         let body = try decode(RecoveryRequest.self, request)
         let now = clock()
         let state: String = try store.perform { db in
-            let attempt: AttemptRecord
-            switch try provenAttempt(db, id: attemptId, recoveryKey: body.recoveryKey, now: now) {
-            case .failure(let e): return .failure(e)
-            case .success(let a): attempt = a
-            }
+            let attempt = try provenAttempt(db, id: attemptId, recoveryKey: body.recoveryKey, now: now)
             switch attempt.state {
             case .pending, .authorized:
                 try Records.cancel(db, attempt, now: now)
                 Log.info("attempt cancelled by the native host", ["client.id": attempt.clientId])
-                return .success("cancelled")
-            case .cancelled, .expired: return .success(attempt.state.rawValue)
-            case .completed:
-                return .failure(APIError(.attemptAlreadyExchanged, "the attempt was already exchanged; reconcile it"))
+                return "cancelled"
+            case .cancelled, .expired: return attempt.state.rawValue
+            case .completed: throw APIError(.attemptAlreadyExchanged, "the attempt was already exchanged; reconcile it")
             }
         }
         return json(200, StateResponse(state: state))
@@ -209,18 +196,11 @@ extension LoginService {
     func acknowledge(_ request: HTTPServerRequest, attemptId: String) throws(APIError) -> HTTPServerResponse {
         let body = try decode(RecoveryRequest.self, request)
         let now = clock()
-        try store.perform { db -> Result<Void, APIError> in
-            let attempt: AttemptRecord
-            switch try provenAttempt(db, id: attemptId, recoveryKey: body.recoveryKey, now: now) {
-            case .failure(let e): return .failure(e)
-            case .success(let a): attempt = a
-            }
+        try store.perform { db in
+            let attempt = try provenAttempt(db, id: attemptId, recoveryKey: body.recoveryKey, now: now)
             switch attempt.state {
-            case .pending, .authorized:
-                return .failure(APIError(.attemptActive, "the attempt is still active; cancel it first"))
-            case .completed, .cancelled, .expired:
-                try db.run("DELETE FROM attempts WHERE id_hash = ?", attempt.idHash)
-                return .success(())
+            case .pending, .authorized: throw APIError(.attemptActive, "the attempt is still active; cancel it first")
+            case .completed, .cancelled, .expired: try db.run("DELETE FROM attempts WHERE id_hash = ?", attempt.idHash)
             }
         }
         return json(200, StateResponse(state: "acknowledged"))
@@ -259,20 +239,27 @@ extension LoginService {
         }
         let now = clock()
         return try store.perform { db in
-            guard let row = try db.queryOne("SELECT * FROM access_tokens WHERE hash = ?", Records.hash(token)),
-                let session = try Records.session(db, id: row.text("session_id")),
-                let user = try Records.user(db, id: session.userId)
-            else {
-                return .failure(APIError(.sessionRevoked, "the session is not known or was revoked"))
+            let row = try db.queryOne("SELECT * FROM access_tokens WHERE hash = ?", Records.hash(token))
+            let (session, user) = try liveSession(db, row, unknown: "the session is not known or was revoked", now: now)
+            if now >= row?.millis("expires_at") ?? 0 {
+                throw APIError(.tokenExpired, "the access token has expired; refresh it")
             }
-            if user.disabled { return .failure(APIError(.authUserDisabled, "the account is disabled")) }
-            if session.revokedAt != nil { return .failure(APIError(.sessionRevoked, "the session was revoked")) }
-            if now >= session.expiresAt { return .failure(APIError(.sessionExpired, "the session has expired")) }
-            if now >= row.millis("expires_at") {
-                return .failure(APIError(.tokenExpired, "the access token has expired; refresh it"))
-            }
-            return .success((session, user))
+            return (session, user)
         }
+    }
+
+    /// The session a token `row` names, checked in the order of §5.6 / §8:
+    /// unknown, disabled user, revoked session, expired session.
+    private func liveSession(_ db: Database, _ row: Row?, unknown: String, now: Int64) throws -> (SessionRecord, UserRecord) {
+        guard let row, let session = try Records.session(db, id: row.text("session_id")),
+            let user = try Records.user(db, id: session.userId)
+        else {
+            throw APIError(.sessionRevoked, unknown)
+        }
+        if user.disabled { throw APIError(.authUserDisabled, "the account is disabled") }
+        if session.revokedAt != nil { throw APIError(.sessionRevoked, "the session was revoked") }
+        if now >= session.expiresAt { throw APIError(.sessionExpired, "the session has expired") }
+        return (session, user)
     }
 
     // MARK: §5.7 Refresh
@@ -281,20 +268,15 @@ extension LoginService {
         let body = try decode(RefreshRequest.self, request)
         let now = clock()
         let answer: RefreshResponse = try store.perform { db in
-            guard let row = try db.queryOne("SELECT * FROM refresh_tokens WHERE hash = ?", Records.hash(body.refreshToken)),
-                let session = try Records.session(db, id: row.text("session_id")),
-                let user = try Records.user(db, id: session.userId)
-            else {
-                return .failure(APIError(.sessionRevoked, "the refresh token is not known"))
-            }
-            if user.disabled { return .failure(APIError(.authUserDisabled, "the account is disabled")) }
-            if session.revokedAt != nil { return .failure(APIError(.sessionRevoked, "the session was revoked")) }
-            if now >= session.expiresAt { return .failure(APIError(.sessionExpired, "the session has expired")) }
-            let generation = row.int("generation") ?? -1
+            let row = try db.queryOne("SELECT * FROM refresh_tokens WHERE hash = ?", Records.hash(body.refreshToken))
+            let (session, _) = try liveSession(db, row, unknown: "the refresh token is not known", now: now)
+            let generation = row?.int("generation") ?? -1
+            let tokens: (access: String, refresh: String)
+            let accessExpiresAt: Int64
             if generation == session.generation {
                 let next = generation + 1
-                let tokens = tokenPair(sessionId: session.id, generation: next)
-                let accessExpiresAt = min(now + configuration.accessTokenLifetimeMillis, session.expiresAt)
+                tokens = tokenPair(sessionId: session.id, generation: next)
+                accessExpiresAt = min(now + configuration.accessTokenLifetimeMillis, session.expiresAt)
                 try db.run("UPDATE sessions SET generation = ?, rotated_at = ? WHERE id = ?", next, now, session.id)
                 try db.run(
                     "INSERT INTO refresh_tokens (hash, session_id, generation) VALUES (?, ?, ?)",
@@ -302,23 +284,18 @@ extension LoginService {
                 try db.run(
                     "INSERT INTO access_tokens (hash, session_id, expires_at) VALUES (?, ?, ?)",
                     Records.hash(tokens.access), session.id, accessExpiresAt)
-                return .success(
-                    RefreshResponse(
-                        accessToken: tokens.access, accessTokenExpiresAt: Timestamp(millisecondsSince1970: accessExpiresAt),
-                        refreshToken: tokens.refresh, expiresAt: Timestamp(millisecondsSince1970: session.expiresAt)))
-            }
-            if generation == session.generation - 1 && now < session.rotatedAt + configuration.refreshGraceMillis {
+            } else if generation == session.generation - 1 && now < session.rotatedAt + configuration.refreshGraceMillis {
                 // The immediate predecessor inside its grace window: the same successor again.
-                let tokens = tokenPair(sessionId: session.id, generation: session.generation)
-                let accessExpiresAt = min(session.rotatedAt + configuration.accessTokenLifetimeMillis, session.expiresAt)
-                return .success(
-                    RefreshResponse(
-                        accessToken: tokens.access, accessTokenExpiresAt: Timestamp(millisecondsSince1970: accessExpiresAt),
-                        refreshToken: tokens.refresh, expiresAt: Timestamp(millisecondsSince1970: session.expiresAt)))
+                tokens = tokenPair(sessionId: session.id, generation: session.generation)
+                accessExpiresAt = min(session.rotatedAt + configuration.accessTokenLifetimeMillis, session.expiresAt)
+            } else {
+                try Records.revokeSession(db, id: session.id, now: now)
+                Log.warning("refresh token reused; session revoked", ["session.id": session.id])
+                throw APIError(.sessionRevoked, "an old refresh token was reused; the session is revoked")
             }
-            try Records.revokeSession(db, id: session.id, now: now)
-            Log.warning("refresh token reused; session revoked", ["session.id": session.id])
-            return .failure(APIError(.sessionRevoked, "an old refresh token was reused; the session is revoked"))
+            return RefreshResponse(
+                accessToken: tokens.access, accessTokenExpiresAt: Timestamp(millisecondsSince1970: accessExpiresAt),
+                refreshToken: tokens.refresh, expiresAt: Timestamp(millisecondsSince1970: session.expiresAt))
         }
         return json(200, answer)
     }
@@ -341,28 +318,20 @@ extension LoginService {
                     try Records.revokeSession(db, id: row.text("session_id"), now: now)
                     Log.info("session signed out", ["session.id": row.text("session_id")])
                 }
-                return .success(())
             }
             return json(200, RevokeResponse(revoked: true))
         }
         let body = try decode(RevokeByProofRequest.self, request)
-        try store.perform { db -> Result<Void, APIError> in
-            let attempt: AttemptRecord
-            switch try provenAttempt(db, id: body.attemptId, recoveryKey: body.recoveryKey, now: now) {
-            case .failure(let e): return .failure(e)
-            case .success(let a): attempt = a
-            }
+        try store.perform { db in
+            let attempt = try provenAttempt(db, id: body.attemptId, recoveryKey: body.recoveryKey, now: now)
             switch attempt.state {
-            case .pending, .authorized:
-                return .failure(APIError(.attemptActive, "the attempt is still active; cancel it instead"))
+            case .pending, .authorized: throw APIError(.attemptActive, "the attempt is still active; cancel it instead")
             case .completed:
                 if let sessionId = attempt.sessionId {
                     try Records.revokeSession(db, id: sessionId, now: now)
                     Log.info("session revoked by attempt proof", ["session.id": sessionId])
                 }
-                return .success(())
-            case .cancelled, .expired:
-                return .success(())
+            case .cancelled, .expired: break
             }
         }
         return json(200, RevokeResponse(revoked: true))

@@ -132,21 +132,20 @@ final class Store: @unchecked Sendable {
         database = db
     }
 
-    /// Runs `body` in one transaction. The body answers a `Result` so that a
-    /// protocol error can still commit what it changed (a counted wrong code,
-    /// a revoked session); only a database error rolls back.
-    func perform<T: Sendable>(_ body: (Database) throws -> Result<T, APIError>) throws(APIError) -> T {
+    /// Runs `body` in one transaction. An `APIError` the body throws still
+    /// commits what it changed (a counted wrong code, a revoked session);
+    /// only a database error rolls back.
+    @discardableResult
+    func perform<T: Sendable>(_ body: (Database) throws -> T) throws(APIError) -> T {
         let outcome: Result<Result<T, APIError>, any Error> = lock.withLock { _ in
-            do {
-                return .success(try database.transaction { try body(database) })
-            } catch {
-                return .failure(error)
+            Result {
+                try database.transaction {
+                    do { return .success(try body(database)) } catch let error as APIError { return .failure(error) }
+                }
             }
         }
         switch outcome {
-        case .success(.success(let value)): return value
-        case .success(.failure(let apiError)): throw apiError
-        case .failure(let error as APIError): throw error
+        case .success(let result): return try result.get()
         case .failure(let error):
             Log.error("database error", ["error": "\(error)"])
             throw APIError(.internalError, "the server could not complete the request")

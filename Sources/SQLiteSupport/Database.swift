@@ -35,8 +35,6 @@ public struct DatabaseError: Error, Sendable, CustomStringConvertible {
 
     /// SQLITE_BUSY / SQLITE_LOCKED: another process holds the database.
     public var isBusy: Bool { code & 0xFF == SQLITE_BUSY || code & 0xFF == SQLITE_LOCKED }
-    /// SQLITE_CONSTRAINT: a unique or check constraint failed.
-    public var isConstraint: Bool { code & 0xFF == SQLITE_CONSTRAINT }
 }
 
 /// A value bound to or read from a statement.
@@ -45,7 +43,6 @@ public enum DatabaseValue: Sendable, Equatable {
     case integer(Int64)
     case real(Double)
     case text(String)
-    case blob([UInt8])
 }
 
 /// Converts Swift values to `DatabaseValue` for binding.
@@ -55,9 +52,7 @@ public protocol DatabaseBindable {
 extension Int: DatabaseBindable { public var databaseValue: DatabaseValue { .integer(Int64(self)) } }
 extension Int64: DatabaseBindable { public var databaseValue: DatabaseValue { .integer(self) } }
 extension Bool: DatabaseBindable { public var databaseValue: DatabaseValue { .integer(self ? 1 : 0) } }
-extension Double: DatabaseBindable { public var databaseValue: DatabaseValue { .real(self) } }
 extension String: DatabaseBindable { public var databaseValue: DatabaseValue { .text(self) } }
-extension Array: DatabaseBindable where Element == UInt8 { public var databaseValue: DatabaseValue { .blob(self) } }
 extension Optional: DatabaseBindable where Wrapped: DatabaseBindable {
     public var databaseValue: DatabaseValue { self?.databaseValue ?? .null }
 }
@@ -85,10 +80,6 @@ public struct Row: Sendable {
         }
     }
     public func bool(_ name: String) -> Bool { (int(name) ?? 0) != 0 }
-    public func blob(_ name: String) -> [UInt8]? {
-        if case .blob(let b) = self[name] { return b }
-        return nil
-    }
 }
 
 /// A named schema migration. Migrations run in order, once each, and are
@@ -112,7 +103,7 @@ public final class Database {
 
     /// Opens (creating) the database at `path`; `:memory:` for a private one.
     /// WAL journal, foreign keys on, a 5 s busy timeout.
-    public init(path: String, wal: Bool = true) throws {
+    public init(path: String) throws {
         self.path = path
         var db: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
@@ -125,7 +116,7 @@ public final class Database {
         handle = db
         sqlite3_busy_timeout(db, 5000)
         sqlite3_extended_result_codes(db, 1)
-        if wal && path != ":memory:" { try execute("PRAGMA journal_mode=WAL") }
+        if path != ":memory:" { try execute("PRAGMA journal_mode=WAL") }
         try execute("PRAGMA synchronous=NORMAL")
         try execute("PRAGMA foreign_keys=ON")
     }
@@ -185,10 +176,6 @@ public final class Database {
             case .integer(let v): rc = sqlite3_bind_int64(statement, index, v)
             case .real(let v): rc = sqlite3_bind_double(statement, index, v)
             case .text(let s): rc = sqlite3_bind_text(statement, index, s, -1, bl_sqlite_transient())
-            case .blob(let b):
-                rc = b.withUnsafeBytes { raw in
-                    sqlite3_bind_blob(statement, index, raw.baseAddress, Int32(raw.count), bl_sqlite_transient())
-                }
             }
             guard rc == SQLITE_OK else { throw error(rc, "bind") }
         }
@@ -206,13 +193,6 @@ public final class Database {
                     values.append(.text(String(cString: text)))
                 } else {
                     values.append(.null)
-                }
-            case SQLITE_BLOB:
-                let count = Int(sqlite3_column_bytes(statement, i))
-                if let base = sqlite3_column_blob(statement, i), count > 0 {
-                    values.append(.blob(Array(UnsafeRawBufferPointer(start: base, count: count))))
-                } else {
-                    values.append(.blob([]))
                 }
             default: values.append(.null)
             }
@@ -280,8 +260,6 @@ public final class Database {
             throw error
         }
     }
-
-    public var lastInsertRowID: Int64 { handle.map { sqlite3_last_insert_rowid($0) } ?? 0 }
 
     /// Applies the migrations not yet recorded in `schema_migrations`, each
     /// in its own transaction, in order. Answers the names it applied.

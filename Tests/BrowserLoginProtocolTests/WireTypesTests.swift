@@ -11,7 +11,7 @@ private let account = Account(userId: "u_1", email: "ada@example.com", displayNa
 private let receipt = Receipt(
     attemptId: "att_1", sessionId: "ses_1", issuedAt: t1, tokenDigest: "47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU")
 
-/// One wire body: JSON written by hand from PROTOCOL.md's member lists, and
+/// One wire body: JSON written by hand from docs/protocol.md's member lists, and
 /// the value it must decode to. Encoding the value must give the same JSON
 /// object back (same member names, same values, nothing more).
 struct WireCase: Sendable, CustomTestStringConvertible {
@@ -202,7 +202,7 @@ let wireCases: [WireCase] = [
     }
 }
 
-/// Every code PROTOCOL.md lists (§4, §5, §6, §8) with its status.
+/// Every code docs/protocol.md lists (§4, §5, §6, §8) with its status.
 let specErrorCodes: [(String, Int)] = [
     ("INVALID_REQUEST", 400), ("PAYLOAD_TOO_LARGE", 413), ("NATIVE_ONLY", 403), ("RATE_LIMITED", 429),
     ("CLIENT_UNKNOWN", 404), ("RETURN_URL_NOT_REGISTERED", 400), ("INVALID_GRANT", 400),

@@ -99,7 +99,9 @@ public enum ServerRequestFuzzing {
         let bytes = Array(text.utf8)
         var i = 0
         while i < bytes.count {
-            if bytes[i] == UInt8(ascii: "%"), i + 2 < bytes.count, let hi = hex(bytes[i + 1]), let lo = hex(bytes[i + 2]) {
+            if bytes[i] == UInt8(ascii: "%"), i + 2 < bytes.count, let hi = hexValue(bytes[i + 1]),
+                let lo = hexValue(bytes[i + 2])
+            {
                 out.append(hi << 4 | lo)
                 i += 3
             } else {
@@ -110,24 +112,10 @@ public enum ServerRequestFuzzing {
         return String(decoding: out.prefix { $0 != 0 }, as: UTF8.self)
     }
 
-    private static func hex(_ b: UInt8) -> UInt8? {
-        switch b {
-        case 0x30...0x39: b - 0x30
-        case 0x41...0x46: b - 0x41 + 10
-        case 0x61...0x66: b - 0x61 + 10
-        default: nil
-        }
-    }
-
     /// A server with one pending attempt, one completed attempt and a browser session.
-    final class Fixture: Sendable {
+    struct Fixture: Sendable {
         let handler: LoginRequestHandler
         let placeholders: [(String, String)]
-
-        init(handler: LoginRequestHandler, placeholders: [(String, String)]) {
-            self.handler = handler
-            self.placeholders = placeholders
-        }
 
         static func make() -> Fixture {
             var configuration = ServerConfiguration()

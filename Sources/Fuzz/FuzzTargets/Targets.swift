@@ -19,31 +19,25 @@ public enum FuzzTargets {
 
     public static func named(_ name: String) -> Target? { all.first { $0.name == name } }
 
-    /// The strict JSON decoder (PROTOCOL.md §4) on every wire type, and timestamps.
+    /// The strict JSON decoder (docs/protocol.md §4) on every wire type, and timestamps.
     public static let strictJSON = Target(name: "strict-json") { bytes in
         let data = Data(bytes)
         let valid = (try? StrictJSON.validateObject(data)) != nil
         func decode<T: Decodable>(_ type: T.Type) {
             if (try? StrictJSON.decode(type, from: data)) != nil { fuzzCheck(valid, "decoded \(T.self) but not valid") }
         }
-        decode(CreateAttemptRequest.self)
-        decode(CreateAttemptResponse.self)
-        decode(ExchangeRequest.self)
-        decode(ExchangeResponse.self)
-        decode(RecoveryRequest.self)
-        decode(StatusResponse.self)
-        decode(SessionInfoResponse.self)
-        decode(RefreshResponse.self)
-        decode(RevokeByProofRequest.self)
-        decode(DescribeResponse.self)
-        decode(AuthorizeRequest.self)
-        decode(ErrorBody.self)
+        let types: [any Decodable.Type] = [
+            CreateAttemptRequest.self, CreateAttemptResponse.self, ExchangeRequest.self, ExchangeResponse.self,
+            RecoveryRequest.self, StatusResponse.self, SessionInfoResponse.self, RefreshResponse.self,
+            RevokeByProofRequest.self, DescribeResponse.self, AuthorizeRequest.self, ErrorBody.self,
+        ]
+        for type in types { decode(type) }
         // §4: times parse only in the strict form, which formats back byte for byte.
         let text = String(decoding: bytes, as: UTF8.self)
         if let time = Timestamp(rfc3339: text) { fuzzCheck(time.rfc3339 == text, "timestamp \(text) → \(time.rfc3339)") }
     }
 
-    /// Both RPC framings (RPC.md), fed in pieces: the first byte picks the
+    /// Both RPC framings (docs/rpc.md), fed in pieces: the first byte picks the
     /// framing (or detection), the piece size and the size limit.
     /// Properties: the pieces never change the messages; every message frames
     /// back to itself; the message decoder takes each message.
@@ -75,7 +69,7 @@ public enum FuzzTargets {
         }
     }
 
-    /// One RPC message (RPC.md): the server's decoder straight from jansson's
+    /// One RPC message (docs/rpc.md): the server's decoder straight from jansson's
     /// tree must agree with its decoder of the parsed value; the client's
     /// decoder; and a parsed value serializes back to itself.
     public static let rpcMessage = Target(name: "rpc-message") { bytes in
@@ -91,7 +85,7 @@ public enum FuzzTargets {
         fuzzCheck(reparsed == json, "\(json.jsonText) does not parse back to itself")
     }
 
-    /// The callback URL parser (PROTOCOL.md §7) and the return URL rules and
+    /// The callback URL parser (docs/protocol.md §7) and the return URL rules and
     /// matcher (§1). Properties: a parsed callback rebuilt with
     /// `Callback.url` parses back to itself; a valid return URL matches itself.
     public static let callbackURL = Target(name: "callback") { bytes in
