@@ -7,7 +7,7 @@ func cLibrary(_ name: String, pkgConfig: String, apt: [String]) -> Target {
     .systemLibrary(name: name, path: "Sources/\(name)", pkgConfig: pkgConfig, providers: [.apt(apt)])
 }
 
-/// The libFuzzer targets (Sources/Fuzz/fuzz-<name>, corpus in Tests/Fuzz/corpus/<name>).
+/// The libFuzzer targets (Tests/Fuzz/fuzz-<name>, corpus in Tests/Fuzz/corpus/<name>).
 let fuzzers = ["strict-json", "rpc-framing", "rpc-message", "callback", "client-file", "server-request"]
 
 let package = Package(
@@ -127,13 +127,13 @@ let package = Package(
         // Fuzzing (docs/reliability.md): `scripts/fuzz`, `make fuzz`. The targets and their glue are one
         // library, also run by FuzzRegressionTests; each fuzzer is an executable that runs the files named
         // on its command line in this build, and is libFuzzer when built with -sanitize=fuzzer.
-        .systemLibrary(name: "CFuzzerDriver", path: "Sources/Fuzz/CFuzzerDriver"),
+        .systemLibrary(name: "CFuzzerDriver", path: "Tests/Fuzz/CFuzzerDriver"),
         .target(
             name: "FuzzTargets",
             dependencies: ["BrowserLoginProtocol", "BrokerRPC", "BrokerSystem", "LoginServer", "CFuzzerDriver"],
-            path: "Sources/Fuzz/FuzzTargets"
+            path: "Tests/Fuzz/FuzzTargets"
         ),
         .testTarget(name: "FuzzRegressionTests", dependencies: ["FuzzTargets", "BrokerRPC", "BrokerSystem"]),
-    ] + fuzzers.map { .executableTarget(name: "fuzz-\($0)", dependencies: ["FuzzTargets"], path: "Sources/Fuzz/fuzz-\($0)") },
+    ] + fuzzers.map { .executableTarget(name: "fuzz-\($0)", dependencies: ["FuzzTargets"], path: "Tests/Fuzz/fuzz-\($0)") },
     swiftLanguageModes: [.v6]
 )

@@ -361,7 +361,7 @@ final class SessionKeeper {
                     logger.info("signed-out session revoked at the server", ["client": clientId])
                 default:
                     logger.warning(
-                        "sign-out revoke may not have reached the server; it is not sent again (PROTOCOL.md §4)",
+                        "sign-out revoke may not have reached the server; it is not sent again (docs/protocol.md §4)",
                         ["client": clientId, "error": "\(error)"])
                 }
             }

@@ -7,7 +7,7 @@ import Testing
     import Glibc
 #endif
 
-/// Crashes and reconciliation (PROTOCOL.md §7): an exchange whose answer was
+/// Crashes and reconciliation (docs/protocol.md §7): an exchange whose answer was
 /// lost is never retried; it is settled with the server.
 @Suite("Crash recovery and reconciliation", .serialized)
 struct RecoveryTests {
