@@ -39,7 +39,9 @@ let package = Package(
         .executableTarget(name: "browser-login-server", dependencies: ["LoginServer"]),
         .target(name: "ScriptedBrowser", dependencies: ["BrowserLoginProtocol", "CCurl"]),
         .executableTarget(name: "browser-login-demo-agent", dependencies: ["ScriptedBrowser"]),
-        .testTarget(name: "LoginServerTests", dependencies: ["LoginServer", "ScriptedBrowser", "BrowserLoginProtocol"]),
+        .testTarget(
+            name: "LoginServerTests",
+            dependencies: ["LoginServer", "ScriptedBrowser", "BrowserLoginProtocol", "BrowserLoginTestSupport"]),
 
         // The broker.
         .target(name: "BrokerCore", dependencies: ["BrowserLoginProtocol"]),
@@ -64,24 +66,31 @@ let package = Package(
         .executableTarget(name: "browser-login-broker", dependencies: ["Broker"]),
         .executableTarget(name: "browser-login", dependencies: ["BrokerRPC", "BrowserLoginProtocol", "DesktopEntry"]),
 
+        // Shared by the tests and the benchmarks: temporary directories, processes, private keyrings, and the
+        // harness that runs the real daemon, server and CLI (Tests/TestSupport).
+        .target(
+            name: "BrowserLoginTestSupport", dependencies: ["BrokerRPC", "ScriptedBrowser"], path: "Tests/TestSupport"),
         .testTarget(name: "BrowserLoginProtocolTests", dependencies: ["BrowserLoginProtocol"]),
-        .testTarget(name: "BrokerRPCTests", dependencies: ["BrokerRPC"]),
-        .testTarget(name: "BrokerVaultTests", dependencies: ["BrokerVault", "BrokerCore", "vault-probe"]),
-        .testTarget(name: "BrokerHTTPTests", dependencies: ["BrokerHTTP", "BrokerCore", "BrowserLoginProtocol"]),
+        .testTarget(name: "BrokerRPCTests", dependencies: ["BrokerRPC", "BrowserLoginTestSupport"]),
+        .testTarget(
+            name: "BrokerVaultTests", dependencies: ["BrokerVault", "BrokerCore", "vault-probe", "BrowserLoginTestSupport"]),
+        .testTarget(
+            name: "BrokerHTTPTests",
+            dependencies: ["BrokerHTTP", "BrokerCore", "BrowserLoginProtocol", "BrowserLoginTestSupport"]),
         .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrowserLoginProtocol"]),
         .testTarget(name: "BrokerTests", dependencies: ["Broker", "BrokerCore", "BrokerVault", "BrokerRPC"]),
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
                 "BrokerRPC", "BrowserLoginProtocol", "ScriptedBrowser", "DesktopEntry", "browser-login-broker",
-                "browser-login", "browser-login-server",
+                "browser-login", "browser-login-server", "BrowserLoginTestSupport",
             ]
         ),
         .testTarget(
             name: "DesktopIntegrationTests",
             dependencies: [
                 "BrokerRPC", "BrowserLoginProtocol", "ScriptedBrowser", "DesktopEntry", "Broker", "BrokerSystem",
-                "browser-login-broker", "browser-login", "browser-login-server",
+                "browser-login-broker", "browser-login", "browser-login-server", "BrowserLoginTestSupport",
             ]
         ),
 
@@ -90,13 +99,13 @@ let package = Package(
             name: "browser-login-bench",
             dependencies: [
                 "BrokerRPC", "BrokerStore", "BrokerCore", "BrokerHTTP", "BrokerVault", "BrowserLoginProtocol",
-                "SQLiteSupport", "ScriptedBrowser",
+                "SQLiteSupport", "ScriptedBrowser", "BrowserLoginTestSupport",
             ],
             path: "Benchmarks/browser-login-bench"
         ),
         // The load-and-abuse run against the real daemon (docs/reliability.md).
         .executableTarget(
-            name: "browser-login-load", dependencies: ["BrokerRPC", "ScriptedBrowser"],
+            name: "browser-login-load", dependencies: ["BrokerRPC", "ScriptedBrowser", "BrowserLoginTestSupport"],
             path: "Benchmarks/browser-login-load"
         ),
 

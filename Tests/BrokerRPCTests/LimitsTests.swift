@@ -1,3 +1,4 @@
+import BrowserLoginTestSupport
 import Foundation
 import Glibc
 import Testing

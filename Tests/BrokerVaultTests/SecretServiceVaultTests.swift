@@ -1,4 +1,5 @@
 import BrokerCore
+import BrowserLoginTestSupport
 import Foundation
 import Testing
 
@@ -150,7 +151,8 @@ func uniqueClient() -> String { "test.\(UUID().uuidString.lowercased())" }
         defer { try? FileManager.default.removeItem(at: directory) }
         let result = try spawnAndWait(
             ["/usr/bin/timeout", "-s", "KILL", "120", try VaultFailureTests.probePath(), "rounds", uniqueClient(), "300"],
-            environment: ProcessInfo.processInfo.environment, output: directory.appendingPathComponent("out.txt"))
+            environment: ProcessInfo.processInfo.environment, output: directory.appendingPathComponent("out.txt").path,
+            errors: directory.appendingPathComponent("out.txt").path + ".err")
         let line = result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         print("vault: \(line) (KiB of anonymous memory over 300 rounds, in vault-probe)")
         let words = line.split(separator: " ")
@@ -172,7 +174,8 @@ func uniqueClient() -> String { "test.\(UUID().uuidString.lowercased())" }
         for round in 0..<150 {
             let result = try spawnAndWait(
                 ["/usr/bin/timeout", "-s", "KILL", "10", try VaultFailureTests.probePath(), "startup-race"],
-                environment: ProcessInfo.processInfo.environment, output: directory.appendingPathComponent("out.txt"))
+                environment: ProcessInfo.processInfo.environment, output: directory.appendingPathComponent("out.txt").path,
+                errors: directory.appendingPathComponent("out.txt").path + ".err")
             let line = result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
             try #require(line.hasPrefix("available=true"), "round \(round): vault-probe said \"\(line)\" (killed after 10 s?)")
         }

@@ -1,4 +1,5 @@
 import BrokerCore
+import BrowserLoginTestSupport
 import Foundation
 import Testing
 
@@ -24,7 +25,7 @@ import Testing
         let output = directory.appendingPathComponent("out-\(UUID().uuidString).txt")
         let result = try spawnAndWait(
             ["/usr/bin/timeout", "-s", "KILL", "\(seconds)", "/bin/sh", "-c", script], environment: environment,
-            output: output)
+            output: output.path, errors: output.path + ".err")
         return result.stdout.split(separator: "\n").map(String.init)
     }
 

@@ -1,4 +1,5 @@
 import BrokerRPC
+import BrowserLoginTestSupport
 import Foundation
 import Testing
 

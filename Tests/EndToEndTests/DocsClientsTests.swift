@@ -1,3 +1,4 @@
+import BrowserLoginTestSupport
 import Foundation
 import Testing
 
@@ -11,7 +12,7 @@ struct DocsClientsTests {
     func run(_ argv: [String], socket: String) throws -> String {
         var env = ProcessInfo.processInfo.environment
         env["BROWSER_LOGIN_SOCKET"] = socket
-        return try spawnAndWait(argv, environment: env)
+        return try spawnAndWait(argv, environment: env).stdout
     }
 
     @Test func thePythonClientReadsTheSessionAndCallsTheAPI() throws {

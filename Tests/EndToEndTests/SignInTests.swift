@@ -1,5 +1,6 @@
 import BrokerRPC
 import BrowserLoginProtocol
+import BrowserLoginTestSupport
 import Foundation
 import ScriptedBrowser
 import Testing
@@ -55,7 +56,7 @@ struct SignInTests {
         #expect(sessionStatuses == ["signingIn", "signedIn"])
 
         // The session is in the keyring, labelled for people.
-        let item = try #require(keyringLookup(["kind": "session", "client": "com.example.notes"]))
+        let item = try #require(h.keyringLookup(["kind": "session", "client": "com.example.notes"]))
         #expect(item.contains("accessToken"))
 
         // The CLI shows it.

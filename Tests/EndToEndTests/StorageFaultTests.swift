@@ -1,4 +1,5 @@
 import BrokerRPC
+import BrowserLoginTestSupport
 import Foundation
 import Synchronization
 import Testing
@@ -83,7 +84,7 @@ struct StorageFaultTests {
         // While the disk is full the broker keeps serving; nothing is lost.
         let rpc = try h.rpc()
         #expect(try rpc.call("broker.info")["protocol"] == 1)
-        #expect(keyringLookup(["kind": "attempt", "client": "com.example.notes", "attempt": attemptId]) != nil)
+        #expect(h.keyringLookup(["kind": "attempt", "client": "com.example.notes", "attempt": attemptId]) != nil)
 
         // Space is back: the attempt is reconciled and its session adopted, with no restart and no second exchange.
         disk.free()

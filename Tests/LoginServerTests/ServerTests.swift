@@ -1,4 +1,5 @@
 import BrowserLoginProtocol
+import BrowserLoginTestSupport
 import Foundation
 import LoginServer
 import ScriptedBrowser
@@ -204,7 +205,7 @@ import Testing
     ]
 
     @Test func invalidConfigurationsStopStartUpNamingTheFieldAndTheRule() throws {
-        let directory = TemporaryDirectory()
+        let directory = try TemporaryDirectory()
         for (i, (member, field, rule)) in Self.cases.enumerated() {
             var json = "{" + member
             if !member.contains("\"clients\"") { json += #", "clients": [\#(Self.client)]"# }
@@ -241,7 +242,7 @@ import Testing
 
 @Suite struct ProcessTests {
     @Test func aRestartLosesNothing() throws {
-        let directory = TemporaryDirectory()
+        let directory = try TemporaryDirectory()
         let config = directory.path + "/server.json"
         let json = #"""
             {"database": "state/server.sqlite", "outbox": "outbox", "testAccounts": ["dev@example.com"],
@@ -317,7 +318,7 @@ import Testing
 
     @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: openssl)))
     func theServerSpeaksHTTPSWithGnuTLS() throws {
-        let directory = TemporaryDirectory()
+        let directory = try TemporaryDirectory()
         let key = directory.path + "/key.pem"
         let certificate = directory.path + "/cert.pem"
         let process = Process()
