@@ -41,7 +41,9 @@ let package = Package(
         .executableTarget(name: "browser-login-demo-agent", dependencies: ["ScriptedBrowser"]),
         .testTarget(
             name: "LoginServerTests",
-            dependencies: ["LoginServer", "ScriptedBrowser", "BrowserLoginProtocol", "BrowserLoginTestSupport"]),
+            dependencies: [
+                "LoginServer", "ScriptedBrowser", "BrowserLoginProtocol", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
+            ]),
 
         // The broker.
         .target(name: "BrokerCore", dependencies: ["BrowserLoginProtocol"]),
@@ -70,20 +72,25 @@ let package = Package(
         // harness that runs the real daemon, server and CLI (Tests/TestSupport).
         .target(
             name: "BrowserLoginTestSupport", dependencies: ["BrokerRPC", "ScriptedBrowser"], path: "Tests/TestSupport"),
+        // The swift-testing trait that runs a blocking test on a thread of its own (tests only: imports Testing).
+        .target(name: "BrowserLoginTestTraits", dependencies: ["BrowserLoginTestSupport"], path: "Tests/TestTraits"),
         .testTarget(name: "BrowserLoginProtocolTests", dependencies: ["BrowserLoginProtocol"]),
-        .testTarget(name: "BrokerRPCTests", dependencies: ["BrokerRPC", "BrowserLoginTestSupport"]),
+        .testTarget(name: "BrokerRPCTests", dependencies: ["BrokerRPC", "BrowserLoginTestSupport", "BrowserLoginTestTraits"]),
         .testTarget(
-            name: "BrokerVaultTests", dependencies: ["BrokerVault", "BrokerCore", "vault-probe", "BrowserLoginTestSupport"]),
+            name: "BrokerVaultTests",
+            dependencies: ["BrokerVault", "BrokerCore", "vault-probe", "BrowserLoginTestSupport", "BrowserLoginTestTraits"]),
         .testTarget(
             name: "BrokerHTTPTests",
-            dependencies: ["BrokerHTTP", "BrokerCore", "BrowserLoginProtocol", "BrowserLoginTestSupport"]),
+            dependencies: [
+                "BrokerHTTP", "BrokerCore", "BrowserLoginProtocol", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
+            ]),
         .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrowserLoginProtocol"]),
         .testTarget(name: "BrokerTests", dependencies: ["Broker", "BrokerCore", "BrokerVault", "BrokerRPC"]),
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
                 "BrokerRPC", "BrowserLoginProtocol", "ScriptedBrowser", "DesktopEntry", "browser-login-broker",
-                "browser-login", "browser-login-server", "BrowserLoginTestSupport",
+                "browser-login", "browser-login-server", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
             ]
         ),
         .testTarget(
@@ -91,6 +98,7 @@ let package = Package(
             dependencies: [
                 "BrokerRPC", "BrowserLoginProtocol", "ScriptedBrowser", "DesktopEntry", "Broker", "BrokerSystem",
                 "browser-login-broker", "browser-login", "browser-login-server", "BrowserLoginTestSupport",
+                "BrowserLoginTestTraits",
             ]
         ),
 

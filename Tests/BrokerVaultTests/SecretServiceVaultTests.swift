@@ -1,5 +1,6 @@
 import BrokerCore
 import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import Testing
 
@@ -23,7 +24,7 @@ func requireUnlockedKeyring(_ vault: SecretServiceVault) async throws {
 /// A client id no other test (or earlier run) uses.
 func uniqueClient() -> String { "test.\(UUID().uuidString.lowercased())" }
 
-@Suite struct SecretServiceVaultTests {
+@Suite(.dedicatedThread) struct SecretServiceVaultTests {
     let vault = SecretServiceVault()
 
     @Test func healthReportsAnAvailableUnlockedKeyring() async throws {

@@ -1,5 +1,6 @@
 import BrokerCore
 import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import Testing
 
@@ -9,7 +10,7 @@ import Testing
 /// its own environment: libsecret keeps one Secret Service connection per
 /// process, and the shared test keyring must never be locked under the
 /// other tests.
-@Suite struct VaultFailureTests {
+@Suite(.dedicatedThread) struct VaultFailureTests {
     /// `vault-probe`, built next to the test bundle.
     static func probePath() throws -> String {
         let exe = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")

@@ -1,4 +1,5 @@
 import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import DesktopEntry
 import Foundation
 import Testing
@@ -20,7 +21,7 @@ func runTool(_ argv: [String], environment: [String: String] = [:], directory: S
     return (result.status, result.out + result.err)
 }
 
-@Suite("make install, units, desktop file")
+@Suite("make install, units, desktop file", .dedicatedThread)
 struct InstallTests {
     @Test func makeInstallWithDestdirAndPrefixLaysOutTheTree() throws {
         let dest = try temporaryDirectory()

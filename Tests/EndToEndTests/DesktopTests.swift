@@ -1,6 +1,7 @@
 import BrokerRPC
 import BrowserLoginProtocol
 import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import DesktopEntry
 import Foundation
 import Testing
@@ -84,7 +85,7 @@ final class PrivateSession: @unchecked Sendable {
     }
 }
 
-@Suite("Desktop integration end to end")
+@Suite("Desktop integration end to end", .dedicatedThread)
 struct DesktopTests {
     @Test func gioOpenActivatesTheStoppedDaemonOverDBusAndCompletesTheSignIn() throws {
         let h = try Harness()
@@ -149,7 +150,7 @@ struct DesktopTests {
 /// `binDirectory` with symbolic links resolved (the handler's `Exec=` is the CLI's real path).
 let resolvedBinDirectory = URL(fileURLWithPath: binDirectory).resolvingSymlinksInPath().path
 
-@Suite("systemd and the desktop, end to end")
+@Suite("systemd and the desktop, end to end", .dedicatedThread)
 struct SystemdDesktopTests {
     @Test func theFirstConnectionStartsTheSocketActivatedDaemonWhichReportsToSystemd() throws {
         let h = try Harness()

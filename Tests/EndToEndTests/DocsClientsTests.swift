@@ -1,10 +1,11 @@
 import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import Testing
 
 /// The Python and Node clients of docs/rpc.md (examples/) run for real
 /// against a signed-in broker.
-@Suite("Documented clients", .serialized)
+@Suite("Documented clients", .dedicatedThread)
 struct DocsClientsTests {
     static let examples = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent("examples").path

@@ -1,5 +1,6 @@
 import BrokerRPC
 import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import Testing
 
@@ -118,7 +119,7 @@ func request(_ id: Int, _ method: String, _ params: String) -> [UInt8] {
 
 /// One local process cannot stop the broker serving everyone (issue 14, item 7):
 /// connection limits, abandoned waits, slow readers, descriptor exhaustion.
-@Suite("Connection and memory limits of the daemon", .serialized)
+@Suite("Connection and memory limits of the daemon", .dedicatedThread)
 struct LimitsTests {
     @Test func pastTheLimitANewConnectionGetsBusyAndTheCLIIsStillServed() throws {
         let h = try Harness()

@@ -1,6 +1,7 @@
 import BrokerRPC
 import BrowserLoginProtocol
 import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import Testing
 
@@ -10,7 +11,7 @@ import Testing
 
 /// Crashes and reconciliation (PROTOCOL.md §7): an exchange whose answer was
 /// lost is never retried; it is settled with the server.
-@Suite("Crash recovery and reconciliation", .serialized)
+@Suite("Crash recovery and reconciliation", .dedicatedThread)
 struct RecoveryTests {
     /// Delivers the callback with the CLI in the background and kills the
     /// broker with SIGKILL once the attempt is `exchanging` (the server holds
@@ -106,7 +107,7 @@ struct RecoveryTests {
     }
 }
 
-@Suite("Keyring and peers", .serialized)
+@Suite("Keyring and peers", .dedicatedThread)
 struct KeyringAndPeerTests {
     @Test func aMissingKeyringIsVaultUnavailableAndTheDaemonKeepsServing() throws {
         let h = try Harness()

@@ -1,13 +1,14 @@
 import BrokerRPC
 import BrowserLoginProtocol
 import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import Testing
 
 /// No token, verifier, recovery key, code, callback URL, session id or
 /// server attempt id reaches the broker's log, its SQLite files, an RPC
 /// result, an error or a notification.
-@Suite("Secrets never leak", .serialized)
+@Suite("Secrets never leak", .dedicatedThread)
 struct SecretsScanTests {
     @Test func noSecretReachesLogsDatabaseResultsOrNotifications() throws {
         let h = try Harness()

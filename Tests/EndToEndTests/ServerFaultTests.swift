@@ -1,6 +1,7 @@
 import BrokerRPC
 import BrowserLoginProtocol
 import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import ScriptedBrowser
 import Testing
@@ -13,7 +14,7 @@ import Testing
 /// broker against the real reference server behind a hostile proxy. Each
 /// fault gets a clear error code, loses nothing, never makes the broker send
 /// a state-changing request twice, and is recovered from once it ends.
-@Suite("Faults of the outside world: the login server", .serialized)
+@Suite("Faults of the outside world: the login server", .dedicatedThread)
 struct ServerFaultTests {
     static let client: JSONValue = .string(FaultClient.id)
 

@@ -1,6 +1,7 @@
 import BrokerRPC
 import BrowserLoginProtocol
 import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import Testing
 
@@ -10,7 +11,7 @@ import Testing
 
 /// Sessions apps can use (issue 5): refresh, `http.request`, verification,
 /// revocation from outside, `session.wait`, restarts.
-@Suite("Sessions end to end", .serialized)
+@Suite("Sessions end to end", .dedicatedThread)
 struct SessionTests {
     func signedIn(accessTokenMs: Int? = nil, sessionMs: Int? = nil, brokerArgs: [String] = []) throws -> Harness {
         let h = try Harness()

@@ -1,6 +1,7 @@
 import BrokerRPC
 import BrowserLoginProtocol
 import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import ScriptedBrowser
 import Testing
@@ -19,7 +20,7 @@ func errorCode(_ rpc: RPCClient, _ method: String, _ params: JSONValue) throws -
     }
 }
 
-@Suite("Sign-in end to end", .serialized)
+@Suite("Sign-in end to end", .dedicatedThread)
 struct SignInTests {
     @Test func aFullSignInThroughTheURLHandlerCommand() throws {
         let h = try Harness()
@@ -231,7 +232,7 @@ struct SignInTests {
     }
 }
 
-@Suite("Sign-in options", .serialized)
+@Suite("Sign-in options", .dedicatedThread)
 struct SignInOptionTests {
     @Test func ephemeralNeedsAPrivateBrowserCommand() throws {
         let h = try Harness()

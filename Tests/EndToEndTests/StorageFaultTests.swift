@@ -1,5 +1,6 @@
 import BrokerRPC
 import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import Synchronization
 import Testing
@@ -38,7 +39,7 @@ final class SmallStateDisk: @unchecked Sendable {
 /// A full state directory (issue 14, item 9): a clear `STORAGE_UNAVAILABLE`
 /// naming the directory, nothing lost, and recovery without a restart once
 /// space is back — also for an exchange whose answer could not be recorded.
-@Suite("Storage faults end to end", .serialized)
+@Suite("Storage faults end to end", .dedicatedThread)
 struct StorageFaultTests {
     static let canMount = getuid() == 0
 

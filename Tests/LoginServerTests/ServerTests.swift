@@ -1,11 +1,12 @@
 import BrowserLoginProtocol
 import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import LoginServer
 import ScriptedBrowser
 import Testing
 
-@Suite struct DemoAPITests {
+@Suite(.dedicatedThread) struct DemoAPITests {
     @Test func theDemoAPIAcceptsTheAccessToken() throws {
         let server = try TestServer()
         let (_, issued) = try login(server)
@@ -44,7 +45,7 @@ import Testing
     }
 }
 
-@Suite struct RateLimitTests {
+@Suite(.dedicatedThread) struct RateLimitTests {
     func expectLimited(_ answer: HTTPAnswer, sourceLocation: SourceLocation = #_sourceLocation) {
         expectError(answer, .rateLimited, sourceLocation: sourceLocation)
         let retry = Int(answer.header("retry-after") ?? "") ?? 0
@@ -82,7 +83,7 @@ import Testing
     }
 }
 
-@Suite struct ConcurrencyAndLogTests {
+@Suite(.dedicatedThread) struct ConcurrencyAndLogTests {
     @Test func theTestExchangeDelayHoldsTheAnswerAfterCommitting() async throws {
         let server = try TestServer { $0.testExchangeDelayMillis = 3000 }
         let attempt = try NativeAttempt.create(server)
@@ -132,7 +133,7 @@ import Testing
     }
 }
 
-@Suite struct ConfigurationTests {
+@Suite(.dedicatedThread) struct ConfigurationTests {
     static let client =
         #"{"clientId":"com.example.notes","appName":"Notes","returnUrls":["com.example.notes:/callback"],"policy":"confirm"}"#
 
@@ -240,7 +241,7 @@ import Testing
     }
 }
 
-@Suite struct ProcessTests {
+@Suite(.dedicatedThread) struct ProcessTests {
     @Test func aRestartLosesNothing() throws {
         let directory = try TemporaryDirectory()
         let config = directory.path + "/server.json"
@@ -313,7 +314,7 @@ import Testing
     }
 }
 
-@Suite struct TLSTests {
+@Suite(.dedicatedThread) struct TLSTests {
     static let openssl = "/usr/bin/openssl"
 
     @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: openssl)))
