@@ -16,15 +16,11 @@ public struct DedicatedThreadTrait: SuiteTrait, TestTrait, TestScoping {
     public func provideScope(
         for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
     ) async throws {
+        // Per test case, not per suite: a suite holding the lock would wait
+        // for slots of the parallelization width that tests queued behind
+        // the lock occupy.
         guard testCase != nil else { return try await function() }
-        await RunLock.shared.acquire(exclusive: alone)
-        do {
-            try await onDedicatedThread { try await function() }
-        } catch {
-            await RunLock.shared.release(exclusive: alone)
-            throw error
-        }
-        await RunLock.shared.release(exclusive: alone)
+        try await RunLock.shared.holding(exclusive: alone) { try await onDedicatedThread { try await function() } }
     }
 }
 
@@ -52,6 +48,18 @@ actor RunLock {
             return
         }
         await withCheckedContinuation { queue.append((exclusive, $0)) }
+    }
+
+    /// Runs `body` holding the lock (shared or exclusive).
+    func holding(exclusive: Bool, _ body: @Sendable () async throws -> Void) async throws {
+        await acquire(exclusive: exclusive)
+        do {
+            try await body()
+        } catch {
+            release(exclusive: exclusive)
+            throw error
+        }
+        release(exclusive: exclusive)
     }
 
     func release(exclusive: Bool) {
