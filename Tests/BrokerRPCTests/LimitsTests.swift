@@ -1,4 +1,5 @@
 import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import Glibc
 import Testing
@@ -178,7 +179,9 @@ final class RawConnections: @unchecked Sendable {
 }
 
 /// The limits over a real socket: hang-ups, the connection limit, slow readers.
-@Suite struct LimitsLiveTests {
+/// Alone: what one read of the server takes in (all of a burst, or part of
+/// it) depends on how soon its queue runs, which other tests' load changes.
+@Suite(.alone) struct LimitsLiveTests {
     /// A handler that counts cancelled sleeps.
     static func sleeper(_ cancelled: Counter) -> RPCHandler {
         { context, method, params throws(RPCError) in

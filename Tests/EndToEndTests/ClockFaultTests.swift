@@ -20,6 +20,9 @@ import Testing
 /// a negative offset the broker's Dispatch timers (its 250 ms tick) stall for
 /// that long. So after a backward jump these tests check only what RPC calls
 /// show, never timer work.
+///
+/// Alone (no other blocking test runs meanwhile): the checks right after a
+/// jump hold only when the broker is not slowed down by other tests' load.
 @Suite("Faults of the outside world: the clock", .serialized, .alone)
 struct ClockFaultTests {
     static let library = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"

@@ -235,11 +235,8 @@ struct LimitsTests {
         let pid = h.broker!.pid
         // Leave the broker only a few descriptors, as if something else had used them up.
         let limit = openDescriptors(pid) + 10
-        let set = Process()
-        set.executableURL = URL(fileURLWithPath: "/usr/bin/prlimit")
-        set.arguments = ["--pid", "\(pid)", "--nofile=\(limit):\(limit)"]
-        try set.run()
-        set.waitUntilExit()
+        let set = Child.Termination(
+            terminationStatus: try runProgram("/usr/bin/prlimit", ["--pid", "\(pid)", "--nofile=\(limit):\(limit)"]).status)
         #expect(set.terminationStatus == 0)
         let raw = RawSockets()
         let info = request(1, "broker.info", "{}")

@@ -128,12 +128,11 @@ struct SessionTests {
         let h = try signedIn(brokerArgs: ["--verify-interval", "1"])
         let watcher = try h.rpc()
         _ = try watcher.call("events.subscribe", params: ["clients": ["com.example.notes"]])
-        let admin = Process()
-        admin.executableURL = URL(fileURLWithPath: binDirectory + "/browser-login-server")
-        admin.arguments = ["users", "disable", h.testEmail, "--database", h.dir + "/server/server.sqlite"]
-        admin.standardOutput = FileHandle.nullDevice
-        try admin.run()
-        admin.waitUntilExit()
+        let admin = Child.Termination(
+            terminationStatus: try runProgram(
+                binDirectory + "/browser-login-server",
+                ["users", "disable", h.testEmail, "--database", h.dir + "/server/server.sqlite"]
+            ).status)
         #expect(admin.terminationStatus == 0)
         var seen: JSONValue?
         let deadline = Date().addingTimeInterval(15)

@@ -165,84 +165,74 @@ public final class SpawnedProcess: Sendable {
     public var cpuSeconds: Double { BrowserLoginTestSupport.cpuSeconds(pid) ?? 0 }
 }
 
-/// A running child process started with Foundation's `Process`, its output
-/// appended to a log file (a restarted daemon keeps its predecessor's log).
-public final class Child: @unchecked Sendable {
-    // Safe: `Process` is thread-safe for what is used here (pid, isRunning,
-    // waitUntilExit), and the child is stopped by the one test that owns it.
-    public let process: Process
-    public let log: String
+/// A running child process (`spawn`), its output appended to a log file (a
+/// restarted daemon keeps its predecessor's log). Not Foundation's `Process`:
+/// its `waitUntilExit()` waits for a SIGCHLD that, with processes started
+/// and reaped from many threads at once (tests in parallel), it can miss for
+/// ever; this waits with `waitpid` on the child's own pid.
+public final class Child: Sendable {
+    /// The exit status once the child has ended (`process.terminationStatus`,
+    /// as Foundation's `Process` names it).
+    public struct Termination: Sendable {
+        public let terminationStatus: Int32
+        public init(terminationStatus: Int32) { self.terminationStatus = terminationStatus }
+    }
+
+    private let child: SpawnedProcess
+    private let status = Mutex<Int32?>(nil)
 
     public init(_ executable: String, _ arguments: [String], environment: [String: String], log: String) throws {
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        process.environment = environment
-        if !FileManager.default.fileExists(atPath: log) { _ = FileManager.default.createFile(atPath: log, contents: nil) }
-        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
-        handle.seekToEndOfFile()
-        process.standardOutput = handle
-        process.standardError = handle
-        process.standardInput = FileHandle.nullDevice
-        self.log = log
-        try process.run()
-        try? handle.close()
+        child = try SpawnedProcess([executable] + arguments, environment: environment, log: log)
     }
 
-    public var pid: Int32 { process.processIdentifier }
-    public var isRunning: Bool { process.isRunning }
+    public var pid: Int32 { child.pid }
+    public var log: String { child.log }
+    public var isRunning: Bool { !child.hasExited }
 
-    /// Sends `signal`; a child still running after 10 s is killed.
+    /// The exit status (128 + the signal for a killed child; -1 while it runs).
+    public var process: Termination { Termination(terminationStatus: status.withLock { $0 } ?? -1) }
+
+    /// Sends `signal`; a child still running after 10 s is killed. Reaps it.
     public func stop(_ signal: Int32 = SIGTERM) {
-        guard process.isRunning else { return }
-        kill(process.processIdentifier, signal)
-        let deadline = nowNanos() + 10_000_000_000
-        while process.isRunning && nowNanos() < deadline { usleep(5_000) }
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
+        guard !child.hasExited else { return }
+        let waitStatus = child.stop(signal)
+        status.withLock { $0 = exitStatus(waitStatus) }
     }
 
-    public var output: String { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
+    public var output: String { child.output }
 }
 
-/// Runs a program with Foundation's `Process` and pipes; answers its exit
-/// status, standard output and standard error. A program still running after
+/// Runs a program to its end, standard output and standard error to files;
+/// answers its exit status and both outputs. A program still running after
 /// `timeout` seconds is killed (a run that should end must not hang the suite).
 public func runProgram(
     _ executable: String, _ arguments: [String], environment: [String: String]? = nil, directory: String? = nil,
     timeout: Double = 120
 ) throws -> (status: Int32, out: String, err: String) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    if let environment { process.environment = environment }
-    if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
-    let out = Pipe()
-    let err = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    process.standardInput = FileHandle.nullDevice
-    try process.run()
-    let watchdog = DispatchWorkItem { [process] in if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
-    DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: watchdog)
-    defer { watchdog.cancel() }
-    // Both pipes drained at once: a program that fills one while the other is read would block.
-    let errData = Mutex(Data())
-    let group = DispatchGroup()
-    group.enter()
-    let errHandle = err.fileHandleForReading
-    Thread {
-        let data = errHandle.readDataToEndOfFile()
-        errData.withLock { $0 = data }
-        group.leave()
-    }.start()
-    let outData = out.fileHandleForReading.readDataToEndOfFile()
-    group.wait()
-    process.waitUntilExit()
-    return (
-        process.terminationStatus, String(decoding: outData, as: UTF8.self),
-        String(decoding: errData.withLock { $0 }, as: UTF8.self)
-    )
+    let base = "\(temporaryBase)/bl-run-\(UUID().uuidString)"
+    defer {
+        unlink(base + ".out")
+        unlink(base + ".err")
+    }
+    // In `directory`: through env(1), as glibc's posix_spawn_file_actions_addchdir_np is not visible to Swift.
+    let argv = (directory.map { ["/usr/bin/env", "-C", $0] } ?? []) + [executable] + arguments
+    let pid = try spawn(
+        argv, environment: environment ?? ProcessInfo.processInfo.environment, output: base + ".out", append: false,
+        errors: base + ".err")
+    var status: Int32 = 0
+    let deadline = nowNanos() + UInt64(timeout * 1e9)
+    while true {
+        let rc = waitpid(pid, &status, WNOHANG)
+        if rc == pid || (rc < 0 && errno != EINTR) { break }
+        if nowNanos() > deadline {
+            kill(pid, SIGKILL)
+            status = reap(pid)
+            break
+        }
+        usleep(2_000)
+    }
+    let read = { (path: String) in (try? String(contentsOfFile: path, encoding: .utf8)) ?? "" }
+    return (exitStatus(status), read(base + ".out"), read(base + ".err"))
 }
 
 /// Whether `pid` is gone: no such process, or a zombie (a daemon that forked
