@@ -241,9 +241,9 @@ final class RawConnections: @unchecked Sendable {
         let live = try LiveServer(configure: { $0.maxInFlightPerConnection = 4 }, handler: Self.sleeper(cancelled))
         let raw = RawConnections()
         let fd = try raw.open(live.path)
-        for id in 1...10 {
-            raw.send(fd, #"{"jsonrpc":"2.0","id":\#(id),"method":"sleep","params":{"ms":60000}}"# + "\n")
-        }
+        // One write, so that a preempted sender cannot split the burst.
+        raw.send(
+            fd, (1...10).map { #"{"jsonrpc":"2.0","id":\#($0),"method":"sleep","params":{"ms":60000}}"# + "\n" }.joined())
         // All ten arrive in one read: past the bound of 4, reading is paused.
         #expect(await live.log.wait { _ in live.server.statistics.inFlight == 10 })
         raw.closeAll()
