@@ -51,7 +51,11 @@ let package = Package(
         .target(name: "ScriptedBrowser", dependencies: ["BrowserLoginProtocol", "CurlSupport"]),
         .executableTarget(
             name: "browser-login-demo-agent", dependencies: ["CommandLineKit", "ScriptedBrowser", "SystemSupport"]),
-        .testTarget(name: "LoginServerTests", dependencies: ["LoginServer", "ScriptedBrowser", "BrowserLoginProtocol"]),
+        .testTarget(
+            name: "LoginServerTests",
+            dependencies: [
+                "LoginServer", "ScriptedBrowser", "BrowserLoginProtocol", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
+            ]),
 
         // The broker.
         .target(name: "BrokerCore", dependencies: ["BrowserLoginAPI", "BrowserLoginProtocol"]),
@@ -82,15 +86,31 @@ let package = Package(
                 "BrokerRPC", "BrowserLoginAPI", "BrowserLoginProtocol", "CommandLineKit", "DesktopEntry", "SystemSupport",
             ]),
 
+        // Shared by the tests and the benchmarks: temporary directories, processes, private keyrings, and the
+        // harness that runs the real daemon, server and CLI (Tests/TestSupport).
+        .target(
+            name: "BrowserLoginTestSupport", dependencies: ["BrokerRPC", "ScriptedBrowser", "SystemSupport"],
+            path: "Tests/TestSupport"),
+        // The swift-testing trait that runs a blocking test on a thread of its own (tests only: imports Testing).
+        .target(name: "BrowserLoginTestTraits", dependencies: ["BrowserLoginTestSupport"], path: "Tests/TestTraits"),
         .testTarget(name: "BrowserLoginProtocolTests", dependencies: ["BrowserLoginProtocol"]),
         .testTarget(name: "SystemSupportTests", dependencies: ["SystemSupport", "CurlSupport"]),
-        .testTarget(name: "BrokerRPCTests", dependencies: ["BrokerRPC"]),
+        .testTarget(name: "BrokerRPCTests", dependencies: ["BrokerRPC", "BrowserLoginTestSupport", "BrowserLoginTestTraits"]),
         .testTarget(name: "BrowserLoginAPITests", dependencies: ["BrowserLoginAPI", "BrowserLoginProtocol"]),
         .testTarget(name: "CommandLineKitTests", dependencies: ["CommandLineKit"]),
         // The in-memory doubles of the unit tests.
         .target(name: "BrokerTestDoubles", dependencies: ["BrokerVault", "BrokerCore"], path: "Tests/BrokerTestDoubles"),
-        .testTarget(name: "BrokerVaultTests", dependencies: ["BrokerVault", "BrokerCore", "BrokerTestDoubles", "vault-probe"]),
-        .testTarget(name: "BrokerHTTPTests", dependencies: ["BrokerHTTP", "BrokerCore", "BrowserLoginProtocol"]),
+        .testTarget(
+            name: "BrokerVaultTests",
+            dependencies: [
+                "BrokerVault", "BrokerCore", "BrokerTestDoubles", "vault-probe", "BrowserLoginTestSupport",
+                "BrowserLoginTestTraits",
+            ]),
+        .testTarget(
+            name: "BrokerHTTPTests",
+            dependencies: [
+                "BrokerHTTP", "BrokerCore", "BrowserLoginProtocol", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
+            ]),
         .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrowserLoginProtocol"]),
         .testTarget(
             name: "BrokerTests", dependencies: ["Broker", "BrokerCore", "BrokerVault", "BrokerRPC", "BrokerTestDoubles"]),
@@ -98,14 +118,15 @@ let package = Package(
             name: "EndToEndTests",
             dependencies: [
                 "BrokerRPC", "BrowserLoginProtocol", "ScriptedBrowser", "DesktopEntry", "browser-login-broker",
-                "browser-login", "browser-login-server",
+                "browser-login", "browser-login-server", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
             ]
         ),
         .testTarget(
             name: "DesktopIntegrationTests",
             dependencies: [
                 "BrokerRPC", "BrowserLoginProtocol", "ScriptedBrowser", "DesktopEntry", "Broker", "BrokerSystem",
-                "browser-login-broker", "browser-login", "browser-login-server",
+                "browser-login-broker", "browser-login", "browser-login-server", "BrowserLoginTestSupport",
+                "BrowserLoginTestTraits",
             ]
         ),
 
@@ -114,13 +135,13 @@ let package = Package(
             name: "browser-login-bench",
             dependencies: [
                 "BrokerRPC", "BrokerStore", "BrokerCore", "BrokerHTTP", "BrokerVault", "BrowserLoginProtocol",
-                "SQLiteSupport", "ScriptedBrowser", "SystemSupport",
+                "SQLiteSupport", "ScriptedBrowser", "BrowserLoginTestSupport", "SystemSupport",
             ],
             path: "Benchmarks/browser-login-bench"
         ),
         // The load-and-abuse run against the real daemon (docs/reliability.md).
         .executableTarget(
-            name: "browser-login-load", dependencies: ["BrokerRPC", "ScriptedBrowser", "SystemSupport"],
+            name: "browser-login-load", dependencies: ["BrokerRPC", "ScriptedBrowser", "BrowserLoginTestSupport"],
             path: "Benchmarks/browser-login-load"
         ),
 

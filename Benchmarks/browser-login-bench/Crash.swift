@@ -1,4 +1,5 @@
 import BrokerRPC
+import BrowserLoginTestSupport
 import Foundation
 import SQLiteSupport
 import ScriptedBrowser
@@ -134,7 +135,7 @@ enum Crash {
                 workload(world, client: client, emailTag: emailTag, until: broker)
             } else {
                 // A later stage: the start-up reconciliation is the workload.
-                _ = try? waitFor(5, "the kill") { !broker.isAlive }
+                _ = try? waitUntil(5, "the kill", interval: 0.005) { !broker.isAlive }
             }
             if broker.isAlive {
                 broker.stop()
@@ -160,7 +161,7 @@ enum Crash {
 
     /// Sign in (with the in-flight exchange), one API call (which refreshes
     /// the short-lived access token), sign out — until the daemon dies.
-    static func workload(_ world: World, client: String, emailTag: Int, until broker: ChildProcess) {
+    static func workload(_ world: World, client: String, emailTag: Int, until broker: SpawnedProcess) {
         guard let rpc = try? RPCClient(socketPath: world.socketPath, timeout: .seconds(20)) else { return }
         let current = try? rpc.call("session.get", params: ["client": .string(client)])
         if current?["status"]?.stringValue != "signedIn" {
@@ -179,7 +180,7 @@ enum Crash {
         usleep(UInt32.random(in: 0...20_000))
         _ = try? rpc.call("session.signOut", params: ["client": .string(client)])
         // Give background follow-ups (acknowledge, the owed revoke) a moment to reach their points.
-        _ = try? waitFor(0.3, "a kill") { !broker.isAlive }
+        _ = try? waitUntil(0.3, "a kill", interval: 0.005) { !broker.isAlive }
     }
 
     /// Waits until nothing is left to do: no attempt starting, exchanging or
@@ -298,7 +299,7 @@ enum Crash {
 func runCapturing(_ argv: [String]) -> String {
     let path = NSTemporaryDirectory() + "/blb-capture-\(UInt32.random(in: 0...UInt32.max))"
     defer { unlink(path) }
-    guard let child = try? ChildProcess(argv, environment: ProcessInfo.processInfo.environment, log: path) else { return "" }
+    guard let child = try? SpawnedProcess(argv, environment: ProcessInfo.processInfo.environment, log: path) else { return "" }
     child.reap()
     return (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
 }

@@ -1,3 +1,4 @@
+import BrowserLoginTestSupport
 import Dispatch
 import Foundation
 

@@ -4,6 +4,7 @@ import BrokerRPC
 import BrokerStore
 import BrokerVault
 import BrowserLoginProtocol
+import BrowserLoginTestSupport
 import Foundation
 import SQLiteSupport
 import ScriptedBrowser
@@ -45,7 +46,7 @@ enum Figures {
         var toAnswer: [Double] = []
         for _ in 0..<reps {
             let start = nowNanos()
-            let child = try ChildProcess(
+            let child = try SpawnedProcess(
                 [
                     "/bin/sh", "-c", "LISTEN_PID=$$; export LISTEN_PID; exec \"$0\" \"$@\"", world.brokerExecutable,
                     "--state-dir", state,
@@ -161,7 +162,7 @@ enum Figures {
         defer { broker.stop() }
         func cli(_ args: [String]) throws -> Double {
             let start = nowNanos()
-            let child = try ChildProcess(
+            let child = try SpawnedProcess(
                 [world.binDirectory + "/browser-login", "--socket", socket] + args, environment: world.environment(),
                 log: world.dir + "/status-cli.log")
             var status: Int32 = 0

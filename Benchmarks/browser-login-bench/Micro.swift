@@ -1,4 +1,5 @@
 import BrokerRPC
+import BrowserLoginTestSupport
 import Foundation
 
 /// `--micro`: the per-message CPU cost of the RPC server's steps, in-process.

@@ -1,4 +1,5 @@
 import BrokerRPC
+import BrowserLoginTestSupport
 import Foundation
 
 #if canImport(Glibc)
@@ -32,7 +33,7 @@ enum Soak {
             usleep(4_500_000)
             let rss = broker.residentKiB ?? 0
             restingKiB.append(Double(rss))
-            let threads = readResidentKiB(broker.pid, field: "Threads") ?? 0
+            let threads = residentKiB(broker.pid, field: "Threads:") ?? 0
             print("soak: at rest \(label): \(rss) KiB (anonymous \(broker.anonymousKiB ?? 0) KiB, \(threads) threads)")
             fflush(nil)
             paused.add(-1)

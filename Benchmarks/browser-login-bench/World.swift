@@ -1,4 +1,5 @@
 import BrokerRPC
+import BrowserLoginTestSupport
 import Foundation
 import ScriptedBrowser
 
@@ -17,9 +18,9 @@ final class World: @unchecked Sendable {
     let dir: String
     let binDirectory: String
     let clientIds: [String]
-    var server: ChildProcess?
+    var server: SpawnedProcess?
     var serverOrigin = ""
-    var broker: ChildProcess?
+    var broker: SpawnedProcess?
     let testEmailBase: String
     /// More arguments for the reference server, and more variables for brokers.
     var serverExtraArguments: [String] = []
@@ -32,10 +33,7 @@ final class World: @unchecked Sendable {
     static let baseEmail = "ada@example.com"
 
     init(binDirectory: String, clientCount: Int, clientPrefix: String = "com.example.bench") throws {
-        let base = ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp"
-        var template = Array("\(base)/blb-XXXXXX".utf8CString)
-        guard mkdtemp(&template) != nil else { throw BenchError("mkdtemp failed") }
-        dir = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        dir = try makeTemporaryDirectory("blb")
         for sub in ["config/browser-login/clients.d", "state", "run", "data", "server", "cold", "status"] {
             try FileManager.default.createDirectory(atPath: dir + "/" + sub, withIntermediateDirectories: true)
         }
@@ -80,8 +78,10 @@ final class World: @unchecked Sendable {
                 "127.0.0.1", "--port", "0", "--database", dir + "/server/server.sqlite", "--outbox", dir + "/server/outbox",
                 "--ready-file", dir + "/server/ready", "--lifetime-ms", "300000",
             ] + serverExtraArguments
-        server = try ChildProcess(args, environment: ProcessInfo.processInfo.environment, log: dir + "/server.log")
-        try waitFor(15, "the reference server") { FileManager.default.fileExists(atPath: dir + "/server/ready") }
+        server = try SpawnedProcess(args, environment: ProcessInfo.processInfo.environment, log: dir + "/server.log")
+        try waitUntil(15, "the reference server", interval: 0.005) {
+            FileManager.default.fileExists(atPath: dir + "/server/ready")
+        }
         usleep(20_000)
         serverOrigin = try String(contentsOfFile: dir + "/server/ready", encoding: .utf8)
             .trimmingCharacters(in: .whitespacesAndNewlines)
@@ -120,10 +120,10 @@ final class World: @unchecked Sendable {
     var brokerExecutable: String { binDirectory + "/browser-login-broker" }
 
     /// Starts a broker and waits for READY=1; answers it and the time from exec to READY=1 (ns).
-    func spawnBroker(arguments: [String], log: String) throws -> (ChildProcess, UInt64) {
+    func spawnBroker(arguments: [String], log: String) throws -> (SpawnedProcess, UInt64) {
         let notify = try NotifySocket(path: dir + "/run/notify-\(UInt32.random(in: 0...UInt32.max))")
         let start = nowNanos()
-        let child = try ChildProcess(
+        let child = try SpawnedProcess(
             [brokerExecutable] + arguments, environment: environment(notifySocket: notify.path), log: log)
         do {
             let ready = try notify.waitForReady()

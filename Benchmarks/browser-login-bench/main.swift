@@ -7,6 +7,7 @@ import BrokerRPC
 import BrokerStore
 import BrokerVault
 import BrowserLoginProtocol
+import BrowserLoginTestSupport
 import Foundation
 import SQLiteSupport
 import ScriptedBrowser
@@ -127,14 +128,14 @@ if let soakMinutes {
 
 if selected.contains("latency") || selected.contains("throughput") {
     let echoPath = world.dir + "/run/echo.sock"
-    let echo = try ChildProcess(
+    let echo = try SpawnedProcess(
         [
             CommandLine.arguments[0].hasPrefix("/") ? CommandLine.arguments[0] : binDirectory + "/browser-login-bench",
             "--echo-server", echoPath,
         ],
         environment: ProcessInfo.processInfo.environment, log: world.dir + "/echo.log", name: "echo")
     defer { echo.stop(SIGKILL) }
-    try waitFor(10, "the echo server") { (try? LineConnection(path: echoPath)) != nil }
+    try waitUntil(10, "the echo server", interval: 0.005) { (try? LineConnection(path: echoPath)) != nil }
 
     let request = Array(
         "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"session.get\",\"params\":{\"client\":\"\(hot)\"}}\n".utf8)

@@ -9,10 +9,10 @@
 // well-behaved clients: a probe that calls the broker every 10 ms and
 // sign-ins that go on throughout. The last line is `N passed, M failed`.
 import BrokerRPC
+import BrowserLoginTestSupport
 import Foundation
 import ScriptedBrowser
 import Synchronization
-import SystemSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -25,31 +25,13 @@ struct LoadError: Error, CustomStringConvertible {
     init(_ d: String) { description = d }
 }
 
-func nowNanos() -> UInt64 {
-    var ts = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
-}
-
 func say(_ text: String) {
     print(text)
     fflush(nil)
 }
 
-func residentKiB(_ pid: pid_t) -> Int { ProcFS.residentKiB(pid: pid) ?? -1 }
-
-/// A field of /proc/PID/status (`RssAnon`, `Threads`).
-func statusField(_ pid: pid_t, _ field: String) -> String { ProcFS.statusField(field, pid: pid) ?? "?" }
-
-func openDescriptors(_ pid: pid_t) -> Int { ProcFS.openDescriptorCount(pid: pid) ?? -1 }
-
 func waitFor(_ seconds: Double, _ condition: () -> Bool) -> Bool {
-    let deadline = nowNanos() + UInt64(seconds * 1e9)
-    while nowNanos() < deadline {
-        if condition() { return true }
-        usleep(20_000)
-    }
-    return condition()
+    (try? waitUntil(seconds, "", condition)) != nil || condition()
 }
 
 /// A blocking Unix stream connection (5 s send and receive timeouts).
@@ -59,19 +41,7 @@ func connectUnix(_ path: String) -> Int32? {
     var timeout = timeval(tv_sec: 5, tv_usec: 0)
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-    var address = sockaddr_un()
-    address.sun_family = sa_family_t(AF_UNIX)
-    withUnsafeMutableBytes(of: &address.sun_path) { raw in
-        let bytes = Array(path.utf8)
-        raw.copyBytes(from: bytes)
-        raw[bytes.count] = 0
-    }
-    let result = withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-        }
-    }
-    if result != 0 {
+    if withUnixAddress(path, { connect(fd, $0, $1) }) != 0 {
         close(fd)
         return nil
     }
@@ -319,33 +289,13 @@ final class Child: Sendable {
         var pipeFDs: [Int32] = [0, 0]
         guard pipe(&pipeFDs) == 0 else { throw LoadError("pipe: errno \(errno)") }
         _ = fcntl(pipeFDs[1], F_SETFD, FD_CLOEXEC)
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_adddup2(&actions, pipeFDs[0], 0)
-        posix_spawn_file_actions_addopen(&actions, 1, output, O_WRONLY | O_CREAT | O_APPEND, 0o600)
-        posix_spawn_file_actions_adddup2(&actions, 1, 2)
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        var empty = sigset_t()
-        sigemptyset(&empty)
-        posix_spawnattr_setsigmask(&attributes, &empty)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK))
-        let cArgs = argv.map { strdup($0) } + [nil]
-        let cEnv = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
-        defer {
-            for p in cArgs { free(p) }
-            for p in cEnv { free(p) }
-        }
-        var pid: pid_t = 0
-        let rc = posix_spawn(&pid, argv[0], &actions, &attributes, cArgs, cEnv)
-        close(pipeFDs[0])
-        guard rc == 0 else {
+        defer { close(pipeFDs[0]) }
+        do {
+            pid = try spawn(argv, environment: environment, output: output, input: pipeFDs[0])
+        } catch {
             close(pipeFDs[1])
-            throw LoadError("cannot start \(argv[0]): \(rc)")
+            throw error
         }
-        self.pid = pid
         self.output = output
         self.stdinWrite = pipeFDs[1]
     }
@@ -373,10 +323,7 @@ final class Child: Sendable {
     }
 }
 
-let base = ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp"
-var template = Array("\(base)/bll-XXXXXX".utf8CString)
-guard mkdtemp(&template) != nil else { fatalError("mkdtemp failed in \(base)") }
-let dir = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+let dir = try makeTemporaryDirectory("bll")
 for sub in ["config/browser-login/clients.d", "state", "run", "data", "server"] {
     try FileManager.default.createDirectory(atPath: dir + "/" + sub, withIntermediateDirectories: true)
 }
@@ -591,9 +538,9 @@ func checkServed(_ phase: String) {
 func restingKiB() -> Int {
     clientsWell.pause(true)
     usleep(5_000_000)
-    let rss = residentKiB(broker.pid)
+    let rss = (residentKiB(broker.pid) ?? -1)
     say(
-        "  at rest: \(rss) KiB (anonymous \(statusField(broker.pid, "RssAnon")), \(statusField(broker.pid, "Threads")) threads)"
+        "  at rest: \(rss) KiB (anonymous \((procStatusField(broker.pid, "RssAnon:") ?? "?")), \((procStatusField(broker.pid, "Threads:") ?? "?")) threads)"
     )
     clientsWell.pause(false)
     return rss
@@ -649,20 +596,21 @@ do {
     check(
         "10,000 abandoned session.wait", waitsReleased,
         waiters.map { $0.text.trimmingCharacters(in: .whitespacesAndNewlines) }.joined(separator: ", ")
-            + "; descriptors \(openDescriptors(broker.pid)) (baseline \(baselineFDs)), RSS \(residentKiB(broker.pid)) KiB")
+            + "; descriptors \(openDescriptors(broker.pid)) (baseline \(baselineFDs)), RSS \((residentKiB(broker.pid) ?? -1)) KiB"
+    )
     checkServed("10,000 abandoned waits")
     for w in waiters { w.finish() }
 
     // 4. Clients that never read: 20 connections, 100,000 requests each.
     let warningsBefore = brokerLogCount("does not read its replies")
     let noread = try abuser("noread", 20, tag: "noread")
-    var peakKiB = residentKiB(broker.pid)
+    var peakKiB = (residentKiB(broker.pid) ?? -1)
     let deadline = nowNanos() + 60_000_000_000
     while !noread.text.contains("connections=") && nowNanos() < deadline {
-        peakKiB = max(peakKiB, residentKiB(broker.pid))
+        peakKiB = max(peakKiB, (residentKiB(broker.pid) ?? -1))
         usleep(50_000)
     }
-    peakKiB = max(peakKiB, residentKiB(broker.pid))
+    peakKiB = max(peakKiB, (residentKiB(broker.pid) ?? -1))
     let warned = waitFor(10) { brokerLogCount("does not read its replies") > warningsBefore }
     check(
         "non-reading clients", warned && peakKiB - baselineKiB <= 64 * 1024 + 32 * 1024,

@@ -1,3 +1,4 @@
+import BrowserLoginTestSupport
 import Foundation
 import Synchronization
 
@@ -222,26 +223,15 @@ func unusedPort() throws -> Int {
 
 /// A fresh private directory for one test.
 func makeTemporaryDirectory() throws -> URL {
-    let url = FileManager.default.temporaryDirectory.appendingPathComponent("bl-http-\(UUID().uuidString)")
-    try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    return url
+    URL(fileURLWithPath: try makeTemporaryDirectory("bl-http"))
 }
 
 /// Runs a program to its end; throws with its output when it fails.
 @discardableResult
 func run(_ executable: String, _ arguments: [String], in directory: URL? = nil) throws -> String {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    if let directory { process.currentDirectoryURL = directory }
-    let output = Pipe()
-    process.standardOutput = output
-    process.standardError = output
-    try process.run()
-    let data = output.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    let text = String(decoding: data, as: UTF8.self)
-    guard process.terminationStatus == 0 else {
+    let result = try runProgram(executable, arguments, directory: directory?.path)
+    let text = result.out + result.err
+    guard result.status == 0 else {
         throw TestServerError.process("\(executable) \(arguments.joined(separator: " ")) failed: \(text)")
     }
     return text

@@ -1,3 +1,5 @@
+import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import Glibc
 import Testing
@@ -177,7 +179,9 @@ final class RawConnections: @unchecked Sendable {
 }
 
 /// The limits over a real socket: hang-ups, the connection limit, slow readers.
-@Suite struct LimitsLiveTests {
+/// Alone: what one read of the server takes in (all of a burst, or part of
+/// it) depends on how soon its queue runs, which other tests' load changes.
+@Suite(.alone) struct LimitsLiveTests {
     /// A handler that counts cancelled sleeps.
     static func sleeper(_ cancelled: Counter) -> RPCHandler {
         { context, method, params throws(RPCError) in
@@ -237,9 +241,9 @@ final class RawConnections: @unchecked Sendable {
         let live = try LiveServer(configure: { $0.maxInFlightPerConnection = 4 }, handler: Self.sleeper(cancelled))
         let raw = RawConnections()
         let fd = try raw.open(live.path)
-        for id in 1...10 {
-            raw.send(fd, #"{"jsonrpc":"2.0","id":\#(id),"method":"sleep","params":{"ms":60000}}"# + "\n")
-        }
+        // One write, so that a preempted sender cannot split the burst.
+        raw.send(
+            fd, (1...10).map { #"{"jsonrpc":"2.0","id":\#($0),"method":"sleep","params":{"ms":60000}}"# + "\n" }.joined())
         // All ten arrive in one read: past the bound of 4, reading is paused.
         #expect(await live.log.wait { _ in live.server.statistics.inFlight == 10 })
         raw.closeAll()

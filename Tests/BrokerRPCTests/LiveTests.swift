@@ -1,32 +1,10 @@
+import BrowserLoginTestSupport
 import Foundation
 import Glibc
 import Synchronization
 import Testing
 
 @testable import BrokerRPC
-
-/// Runs blocking client code on its own thread, so that it never occupies
-/// the cooperative pool that the server's handlers need.
-func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        let thread = Thread {
-            do {
-                continuation.resume(returning: try body())
-            } catch {
-                continuation.resume(throwing: error)
-            }
-        }
-        thread.start()
-    }
-}
-
-/// A fresh short directory in /tmp (Unix socket paths are limited to 107 bytes).
-func makeTemporaryDirectory() throws -> String {
-    var template = Array("/tmp/blrpc-XXXXXX".utf8CString)
-    let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
-    guard made != nil else { throw Errno(rawValue: errno) }
-    return String(decoding: template.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
-}
 
 /// Collects server events.
 final class EventLog: Sendable {
@@ -62,7 +40,7 @@ final class LiveServer: Sendable {
     private let task: Mutex<Task<Void, any Error>?> = Mutex(nil)
 
     init(configure: (inout RPCServerConfiguration) -> Void = { _ in }, handler: RPCHandler? = nil) throws {
-        directory = try makeTemporaryDirectory()
+        directory = try makeTemporaryDirectory("blrpc")
         path = directory + "/s.sock"
         var configuration = RPCServerConfiguration(listen: .path(path))
         configure(&configuration)
@@ -118,7 +96,7 @@ final class LiveServer: Sendable {
 
 @Suite struct LiveTests {
     @Test func bindsWithOwnerOnlyModesAndRemovesTheSocket() async throws {
-        let base = try makeTemporaryDirectory()
+        let base = try makeTemporaryDirectory("blrpc")
         defer { try? FileManager.default.removeItem(atPath: base) }
         let path = base + "/run/s.sock"
         let server = try RPCServer(configuration: .init(listen: .path(path))) { _, _, _ throws(RPCError) in nil }
@@ -136,7 +114,7 @@ final class LiveServer: Sendable {
     }
 
     @Test func replacesAStaleSocketButNotAFile() async throws {
-        let base = try makeTemporaryDirectory()
+        let base = try makeTemporaryDirectory("blrpc")
         defer { try? FileManager.default.removeItem(atPath: base) }
         let path = base + "/s.sock"
         // A stale socket: bound, then its server gone.
@@ -158,7 +136,7 @@ final class LiveServer: Sendable {
     }
 
     @Test func servesAnAlreadyListeningDescriptor() async throws {
-        let base = try makeTemporaryDirectory()
+        let base = try makeTemporaryDirectory("blrpc")
         defer { try? FileManager.default.removeItem(atPath: base) }
         let path = base + "/s.sock"
         let fd = try Syscalls.unixStreamSocket()
@@ -612,7 +590,7 @@ final class LiveServer: Sendable {
     }
 
     @Test func cancellingRunIsAHardStop() async throws {
-        let base = try makeTemporaryDirectory()
+        let base = try makeTemporaryDirectory("blrpc")
         defer { try? FileManager.default.removeItem(atPath: base) }
         let path = base + "/s.sock"
         let log = EventLog()
@@ -635,7 +613,7 @@ final class LiveServer: Sendable {
 
 @Suite struct ClientErrorTests {
     @Test func missingSocket() throws {
-        let base = try makeTemporaryDirectory()
+        let base = try makeTemporaryDirectory("blrpc")
         defer { try? FileManager.default.removeItem(atPath: base) }
         #expect(throws: RPCClientError.socketMissing) { try RPCClient(socketPath: base + "/none.sock") }
         #expect(throws: RPCClientError.socketMissing) { try RPCClient(socketPath: base + "/no/dir/s.sock") }
@@ -643,7 +621,7 @@ final class LiveServer: Sendable {
     }
 
     @Test func refusedWhenNobodyListens() throws {
-        let base = try makeTemporaryDirectory()
+        let base = try makeTemporaryDirectory("blrpc")
         defer { try? FileManager.default.removeItem(atPath: base) }
         let fd = try Syscalls.unixStreamSocket()
         defer { close(fd) }

@@ -1,4 +1,6 @@
 import BrokerCore
+import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import Testing
 
@@ -22,7 +24,7 @@ func requireUnlockedKeyring(_ vault: SecretServiceVault) async throws {
 /// A client id no other test (or earlier run) uses.
 func uniqueClient() -> String { "test.\(UUID().uuidString.lowercased())" }
 
-@Suite struct SecretServiceVaultTests {
+@Suite(.dedicatedThread) struct SecretServiceVaultTests {
     let vault = SecretServiceVault()
 
     @Test func healthReportsAnAvailableUnlockedKeyring() async throws {
@@ -150,7 +152,8 @@ func uniqueClient() -> String { "test.\(UUID().uuidString.lowercased())" }
         defer { try? FileManager.default.removeItem(at: directory) }
         let result = try spawnAndWait(
             ["/usr/bin/timeout", "-s", "KILL", "120", try VaultFailureTests.probePath(), "rounds", uniqueClient(), "300"],
-            environment: ProcessInfo.processInfo.environment, output: directory.appendingPathComponent("out.txt"))
+            environment: ProcessInfo.processInfo.environment, output: directory.appendingPathComponent("out.txt").path,
+            errors: directory.appendingPathComponent("out.txt").path + ".err")
         let line = result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         print("vault: \(line) (KiB of anonymous memory over 300 rounds, in vault-probe)")
         let words = line.split(separator: " ")
@@ -172,7 +175,8 @@ func uniqueClient() -> String { "test.\(UUID().uuidString.lowercased())" }
         for round in 0..<150 {
             let result = try spawnAndWait(
                 ["/usr/bin/timeout", "-s", "KILL", "10", try VaultFailureTests.probePath(), "startup-race"],
-                environment: ProcessInfo.processInfo.environment, output: directory.appendingPathComponent("out.txt"))
+                environment: ProcessInfo.processInfo.environment, output: directory.appendingPathComponent("out.txt").path,
+                errors: directory.appendingPathComponent("out.txt").path + ".err")
             let line = result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
             try #require(line.hasPrefix("available=true"), "round \(round): vault-probe said \"\(line)\" (killed after 10 s?)")
         }

@@ -1,4 +1,6 @@
 import BrokerCore
+import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import Testing
 
@@ -8,7 +10,7 @@ import Testing
 /// its own environment: libsecret keeps one Secret Service connection per
 /// process, and the shared test keyring must never be locked under the
 /// other tests.
-@Suite struct VaultFailureTests {
+@Suite(.dedicatedThread) struct VaultFailureTests {
     /// `vault-probe`, built next to the test bundle.
     static func probePath() throws -> String {
         let exe = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
@@ -24,7 +26,7 @@ import Testing
         let output = directory.appendingPathComponent("out-\(UUID().uuidString).txt")
         let result = try spawnAndWait(
             ["/usr/bin/timeout", "-s", "KILL", "\(seconds)", "/bin/sh", "-c", script], environment: environment,
-            output: output)
+            output: output.path, errors: output.path + ".err")
         return result.stdout.split(separator: "\n").map(String.init)
     }
 

@@ -1,10 +1,7 @@
+import BrowserLoginTestSupport
 import DesktopEntry
 import Foundation
 import Testing
-
-/// The repository's root (for the shipped files under dbus/ and systemd/).
-let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-    .deletingLastPathComponent().path
 
 @Suite("Desktop file")
 struct DesktopEntryTests {

@@ -1,3 +1,5 @@
+import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import DesktopEntry
 import Foundation
 import Testing
@@ -6,59 +8,26 @@ import Testing
     import Glibc
 #endif
 
-/// The built executables: `$BL_BIN_DIR`, else those of the build this test
-/// bundle belongs to (its own directory), else `.build/debug` of this package.
-let builtBinaries: String = {
-    if let dir = ProcessInfo.processInfo.environment["BL_BIN_DIR"], !dir.isEmpty { return dir }
-    if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-        let dir = URL(fileURLWithPath: exe).deletingLastPathComponent().path
-        if FileManager.default.isExecutableFile(atPath: dir + "/browser-login-broker") { return dir }
-    }
-    return repositoryRoot + "/.build/debug"
-}()
+/// A new private directory for one test.
+func temporaryDirectory() throws -> String { try makeTemporaryDirectory("bld") }
 
-func temporaryDirectory() throws -> String {
-    var template = Array("/tmp/bld-XXXXXX".utf8CString)
-    guard mkdtemp(&template) != nil else { throw InstallTestError("mkdtemp failed") }
-    return String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-}
-
-struct InstallTestError: Error, CustomStringConvertible {
-    var description: String
-    init(_ d: String) { description = d }
-}
-
-/// Runs a program; answers its status and combined output (written to a file, not a pipe).
+/// Runs a program; answers its status and its output (standard output, then standard error).
 func runTool(_ argv: [String], environment: [String: String] = [:], directory: String? = nil) throws -> (
     status: Int32, output: String
 ) {
-    let outPath = "/tmp/bld-out-\(UUID().uuidString)"
-    defer { unlink(outPath) }
-    _ = FileManager.default.createFile(atPath: outPath, contents: nil)
-    let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: outPath))
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = argv
     var env = ProcessInfo.processInfo.environment
     for (k, v) in environment { env[k] = v }
-    process.environment = env
-    if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
-    process.standardOutput = handle
-    process.standardError = handle
-    process.standardInput = FileHandle.nullDevice
-    try process.run()
-    process.waitUntilExit()
-    try handle.close()
-    return (process.terminationStatus, (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "")
+    let result = try runProgram("/usr/bin/env", argv, environment: env, directory: directory)
+    return (result.status, result.out + result.err)
 }
 
-@Suite("make install, units, desktop file")
+@Suite("make install, units, desktop file", .dedicatedThread)
 struct InstallTests {
     @Test func makeInstallWithDestdirAndPrefixLaysOutTheTree() throws {
         let dest = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dest) }
         let make = try runTool(
-            ["make", "-s", "install", "DESTDIR=\(dest)", "PREFIX=/usr", "BINDIR_SRC=\(builtBinaries)"],
+            ["make", "-s", "install", "DESTDIR=\(dest)", "PREFIX=/usr", "BINDIR_SRC=\(binDirectory)"],
             directory: repositoryRoot)
         #expect(make.status == 0, "\(make.output)")
         let expected = [
@@ -97,7 +66,7 @@ struct InstallTests {
         let prefix = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: prefix) }
         let make = try runTool(
-            ["make", "-s", "install", "PREFIX=\(prefix)", "BINDIR_SRC=\(builtBinaries)"], directory: repositoryRoot)
+            ["make", "-s", "install", "PREFIX=\(prefix)", "BINDIR_SRC=\(binDirectory)"], directory: repositoryRoot)
         #expect(make.status == 0, "\(make.output)")
         try FileManager.default.createDirectory(atPath: prefix + "/run", withIntermediateDirectories: true)
         chmod(prefix + "/run", 0o700)

@@ -1,4 +1,6 @@
 import BrokerRPC
+import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import Testing
 
@@ -8,7 +10,7 @@ import Testing
 
 /// The daemon as a process: hostile input, framing, shutdown, configuration
 /// errors, and the CLI's help.
-@Suite("The daemon process", .serialized)
+@Suite("The daemon process", .dedicatedThread)
 struct DaemonTests {
     @Test func malformedAndOversizedMessagesNeverStopTheDaemon() throws {
         let h = try Harness()

@@ -1,5 +1,7 @@
 import BrokerRPC
 import BrowserLoginProtocol
+import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import DesktopEntry
 import Foundation
 import Testing
@@ -64,7 +66,8 @@ final class PrivateSession: @unchecked Sendable {
             [
                 "/usr/bin/gdbus", "call", "--session", "--dest", "org.freedesktop.DBus", "--object-path",
                 "/org/freedesktop/DBus", "--method", "org.freedesktop.DBus." + method, argument,
-            ], environment: env)
+            ], environment: env
+        ).stdout
     }
 
     /// Stops what the bus activated, then the keyring and the bus (the script
@@ -82,13 +85,7 @@ final class PrivateSession: @unchecked Sendable {
     }
 }
 
-/// The command name of `pid` (`/proc/PID/comm`).
-func processName(_ pid: pid_t) -> String {
-    ((try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8)) ?? "").trimmingCharacters(
-        in: .whitespacesAndNewlines)
-}
-
-@Suite("Desktop integration end to end")
+@Suite("Desktop integration end to end", .dedicatedThread)
 struct DesktopTests {
     @Test func gioOpenActivatesTheStoppedDaemonOverDBusAndCompletesTheSignIn() throws {
         let h = try Harness()
@@ -122,7 +119,7 @@ struct DesktopTests {
         #expect(try session.busCall("NameHasOwner", DesktopEntry.applicationId, environment: h.environment()).contains("false"))
 
         // The desktop hands the callback to the handler: D-Bus starts the daemon and calls Open.
-        _ = try spawnAndWait(["/usr/bin/gio", "open", callback], environment: h.environment())
+        _ = try spawnAndWait(["/usr/bin/gio", "open", callback], environment: h.environment()).stdout
         try waitUntil(20, "the daemon to be activated on the bus") {
             try session.busCall("NameHasOwner", DesktopEntry.applicationId, environment: h.environment()).contains("true")
         }
@@ -153,42 +150,7 @@ struct DesktopTests {
 /// `binDirectory` with symbolic links resolved (the handler's `Exec=` is the CLI's real path).
 let resolvedBinDirectory = URL(fileURLWithPath: binDirectory).resolvingSymlinksInPath().path
 
-/// A datagram socket standing in for systemd's `NOTIFY_SOCKET`.
-final class NotifySocket: @unchecked Sendable {
-    // Safe: owned and read by one test.
-    let fd: Int32
-    let path: String
-
-    init(path: String) throws {
-        self.path = path
-        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            for (i, b) in path.utf8.enumerated() { raw[i] = b }
-        }
-        let rc = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        guard rc == 0 else { throw HarnessError("cannot bind the notify socket") }
-        var timeout = timeval(tv_sec: 0, tv_usec: 100_000)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-    }
-
-    deinit {
-        close(fd)
-        unlink(path)
-    }
-
-    /// The next message, or nil after 100 ms.
-    func receive() -> String? {
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        let n = recv(fd, &buffer, buffer.count, 0)
-        return n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self) : nil
-    }
-}
-
-@Suite("systemd and the desktop, end to end")
+@Suite("systemd and the desktop, end to end", .dedicatedThread)
 struct SystemdDesktopTests {
     @Test func theFirstConnectionStartsTheSocketActivatedDaemonWhichReportsToSystemd() throws {
         let h = try Harness()
@@ -197,6 +159,7 @@ struct SystemdDesktopTests {
         h.writeClient()
         let socket = h.dir + "/a.sock"
         let notify = try NotifySocket(path: h.dir + "/notify")
+        try h.startKeyringIfNeeded()
         var env = h.environment()
         env["NOTIFY_SOCKET"] = notify.path
         env["WATCHDOG_USEC"] = "200000"
@@ -261,7 +224,7 @@ struct SystemdDesktopTests {
         #expect(second.out.contains("is up to date"))
         #expect(try String(contentsOfFile: path, encoding: .utf8) == text)
         #expect(try String(contentsOfFile: h.dir + "/config/mimeapps.list", encoding: .utf8) == mimeapps)
-        let validate = try spawnAndWait(["/usr/bin/desktop-file-validate", path], environment: h.environment())
+        let validate = try spawnAndWait(["/usr/bin/desktop-file-validate", path], environment: h.environment()).stdout
         #expect(validate.isEmpty, "\(validate)")
 
         let removed = try h.cli(["install-handler", "--uninstall"])

@@ -1,9 +1,11 @@
+import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import Testing
 
 /// The Python and Node clients of docs/rpc.md (examples/) run for real
 /// against a signed-in broker.
-@Suite("Documented clients", .serialized)
+@Suite("Documented clients", .dedicatedThread)
 struct DocsClientsTests {
     static let examples = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent("examples").path
@@ -11,7 +13,7 @@ struct DocsClientsTests {
     func run(_ argv: [String], socket: String) throws -> String {
         var env = ProcessInfo.processInfo.environment
         env["BROWSER_LOGIN_SOCKET"] = socket
-        return try spawnAndWait(argv, environment: env)
+        return try spawnAndWait(argv, environment: env).stdout
     }
 
     @Test func thePythonClientReadsTheSessionAndCallsTheAPI() throws {

@@ -1,5 +1,6 @@
 import BrokerRPC
 import BrowserLoginProtocol
+import BrowserLoginTestSupport
 import Foundation
 import Testing
 

@@ -1,4 +1,6 @@
 import BrokerRPC
+import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import Testing
 
@@ -83,31 +85,6 @@ final class RawSockets: @unchecked Sendable {
     deinit { closeAll() }
 }
 
-/// Descriptors a process has open now.
-func openDescriptors(_ pid: pid_t) -> Int {
-    (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count) ?? -1
-}
-
-/// Resident memory of a process, in KiB.
-func residentKiB(_ pid: pid_t) -> Int {
-    guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return -1 }
-    for line in text.split(separator: "\n") where line.hasPrefix("VmRSS:") {
-        return Int(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "") ?? -1
-    }
-    return -1
-}
-
-/// The soft and hard "Max open files" of a process.
-func descriptorLimits(_ pid: pid_t) -> (soft: String, hard: String)? {
-    guard let text = try? String(contentsOfFile: "/proc/\(pid)/limits", encoding: .utf8) else { return nil }
-    for line in text.split(separator: "\n") where line.hasPrefix("Max open files") {
-        let fields = line.dropFirst("Max open files".count).split(separator: " ")
-        guard fields.count >= 2 else { return nil }
-        return (String(fields[0]), String(fields[1]))
-    }
-    return nil
-}
-
 extension Harness {
     /// Stops its processes and removes its directory (nothing a test starts outlives it).
     func removeAll() {
@@ -117,6 +94,7 @@ extension Harness {
 
     /// Starts the broker through `prlimit` (its descriptor limit set by `limits`, e.g. `--nofile=256:4096`).
     func startBroker(prlimit limits: String, arguments: [String] = ["--log-level", "debug"]) throws {
+        try startKeyringIfNeeded()
         broker = try Child(
             "/usr/bin/prlimit", [limits, "--", binDirectory + "/browser-login-broker"] + arguments,
             environment: environment(), log: brokerLog)
@@ -141,7 +119,7 @@ func request(_ id: Int, _ method: String, _ params: String) -> [UInt8] {
 
 /// One local process cannot stop the broker serving everyone (issue 14, item 7):
 /// connection limits, abandoned waits, slow readers, descriptor exhaustion.
-@Suite("Connection and memory limits of the daemon", .serialized)
+@Suite("Connection and memory limits of the daemon", .dedicatedThread)
 struct LimitsTests {
     @Test func pastTheLimitANewConnectionGetsBusyAndTheCLIIsStillServed() throws {
         let h = try Harness()
@@ -197,7 +175,7 @@ struct LimitsTests {
         try waitUntil(10, "the warm-up connections closed") { openDescriptors(pid) > 0 }
         usleep(200_000)
         let baselineFDs = openDescriptors(pid)
-        let baselineRSS = residentKiB(pid)
+        let baselineRSS = residentKiB(pid) ?? -1
         let raw = RawSockets()
         let wait = request(1, "session.wait", #"{"client":"com.example.notes","timeoutMs":300000}"#)
         for _ in 0..<2000 {
@@ -208,7 +186,7 @@ struct LimitsTests {
         try waitUntil(10, "the broker's descriptors back to \(baselineFDs) (now \(openDescriptors(pid)))") {
             openDescriptors(pid) <= baselineFDs + 2
         }
-        let grown = residentKiB(pid) - baselineRSS
+        let grown = (residentKiB(pid) ?? -1) - baselineRSS
         #expect(grown < 20 * 1024, "RSS grew by \(grown) KiB")
         // Still serving, and nothing of the waits is left behind.
         #expect(try h.rpc().call("session.get", params: ["client": "com.example.notes"])["status"] == "signedOut")
@@ -223,7 +201,7 @@ struct LimitsTests {
         try h.startBroker()
         let pid = h.broker!.pid
         _ = try h.rpc().call("broker.info")
-        let baselineRSS = residentKiB(pid)
+        let baselineRSS = residentKiB(pid) ?? -1
         let raw = RawSockets()
         // 60,000 pipelined session.get per connection (≈ 10 MB of replies each), never read.
         var chunk: [UInt8] = []
@@ -235,12 +213,12 @@ struct LimitsTests {
             for _ in 0..<60 {
                 guard raw.send(fd, chunk) else { break }
             }
-            peak = max(peak, residentKiB(pid))
+            peak = max(peak, residentKiB(pid) ?? -1)
         }
         try waitUntil(10, "the slow-reader warning") {
             !h.brokerLogLines(priority: 4, containing: "does not read its replies").isEmpty
         }
-        peak = max(peak, residentKiB(pid))
+        peak = max(peak, residentKiB(pid) ?? -1)
         #expect(peak - baselineRSS < 100 * 1024, "RSS grew by \((peak - baselineRSS) / 1024) MiB")
         // A client that reads is served meanwhile.
         #expect(try h.rpc().call("broker.info")["protocol"] == 1)
@@ -257,11 +235,8 @@ struct LimitsTests {
         let pid = h.broker!.pid
         // Leave the broker only a few descriptors, as if something else had used them up.
         let limit = openDescriptors(pid) + 10
-        let set = Process()
-        set.executableURL = URL(fileURLWithPath: "/usr/bin/prlimit")
-        set.arguments = ["--pid", "\(pid)", "--nofile=\(limit):\(limit)"]
-        try set.run()
-        set.waitUntilExit()
+        let set = Child.Termination(
+            terminationStatus: try runProgram("/usr/bin/prlimit", ["--pid", "\(pid)", "--nofile=\(limit):\(limit)"]).status)
         #expect(set.terminationStatus == 0)
         let raw = RawSockets()
         let info = request(1, "broker.info", "{}")

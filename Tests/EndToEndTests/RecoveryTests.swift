@@ -1,5 +1,7 @@
 import BrokerRPC
 import BrowserLoginProtocol
+import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import Testing
 
@@ -9,7 +11,7 @@ import Testing
 
 /// Crashes and reconciliation (docs/protocol.md §7): an exchange whose answer was
 /// lost is never retried; it is settled with the server.
-@Suite("Crash recovery and reconciliation", .serialized)
+@Suite("Crash recovery and reconciliation", .dedicatedThread)
 struct RecoveryTests {
     /// Delivers the callback with the CLI in the background and kills the
     /// broker with SIGKILL once the attempt is `exchanging` (the server holds
@@ -61,7 +63,7 @@ struct RecoveryTests {
         #expect(settled["reconciled"] == true)
         #expect(try rpc.call("session.get", params: ["client": "com.example.notes"])["status"] == "signedOut")
         try waitUntil(10, "the proofs to leave the keyring") {
-            keyringLookup(["kind": "attempt", "client": "com.example.notes", "attempt": id]) == nil
+            h.keyringLookup(["kind": "attempt", "client": "com.example.notes", "attempt": id]) == nil
         }
         #expect(!(try h.cli(["status"]).out.contains(id)))
         // Acknowledging it again is harmless.
@@ -105,7 +107,7 @@ struct RecoveryTests {
     }
 }
 
-@Suite("Keyring and peers", .serialized)
+@Suite("Keyring and peers", .dedicatedThread)
 struct KeyringAndPeerTests {
     @Test func aMissingKeyringIsVaultUnavailableAndTheDaemonKeepsServing() throws {
         let h = try Harness()
@@ -177,82 +179,5 @@ struct KeyringAndPeerTests {
         #expect(h.broker?.output.contains("peerRefused") == true)
         // The daemon still serves its own user.
         #expect(try h.rpc().call("broker.info")["protocol"] == 1)
-    }
-}
-
-/// A dbus-daemon and gnome-keyring of the test's own, so locking it does
-/// not disturb other tests. Both fork away from the test: `stop()` (also
-/// run by `deinit`, and when `init` fails half-way) stops each by its pid.
-final class PrivateKeyring: @unchecked Sendable {
-    // Safe: used by one test from one task.
-    let address: String
-    let busPid: Int32
-    private(set) var keyringPid: Int32 = 0
-    let dir: String
-    private var stopped = false
-
-    init(dir: String) throws {
-        self.dir = dir
-        try FileManager.default.createDirectory(atPath: dir + "/run", withIntermediateDirectories: true)
-        try FileManager.default.createDirectory(atPath: dir + "/data", withIntermediateDirectories: true)
-        chmod(dir + "/run", 0o700)
-        try writeSessionBusConfiguration(at: dir + "/bus.conf", socketDirectory: dir + "/run", services: false)
-        let launch = try Self.run(
-            "/usr/bin/dbus-daemon",
-            ["--config-file=\(dir)/bus.conf", "--fork", "--print-address=1", "--print-pid=1"], env: [:])
-        let lines = launch.split(separator: "\n").map(String.init)
-        guard lines.count >= 2, let pid = Int32(lines[1]) else { throw HarnessError("dbus-daemon did not start: \(launch)") }
-        address = lines[0]
-        busPid = pid
-        do {
-            let env = [
-                "DBUS_SESSION_BUS_ADDRESS": address, "XDG_RUNTIME_DIR": dir + "/run", "XDG_DATA_HOME": dir + "/data",
-            ]
-            _ = try Self.run(
-                "/bin/sh",
-                ["-c", "printf %s private-pass | gnome-keyring-daemon --daemonize --unlock --components=secrets"],
-                env: env)
-            _ = try Self.run("/usr/bin/gdbus", ["wait", "--session", "--timeout", "10", "org.freedesktop.secrets"], env: env)
-            let owner = try Self.run(
-                "/usr/bin/gdbus",
-                [
-                    "call", "--session", "--dest", "org.freedesktop.DBus", "--object-path", "/org/freedesktop/DBus",
-                    "--method", "org.freedesktop.DBus.GetConnectionUnixProcessID", "org.freedesktop.secrets",
-                ], env: env)
-            // "(uint32 1234,)"
-            keyringPid = Int32(owner.split(whereSeparator: { !$0.isNumber }).last ?? "") ?? 0
-            // Create the default collection by storing one item.
-            _ = try Self.run(
-                "/bin/sh", ["-c", "printf x | secret-tool store --label=probe test probe"], env: env)
-        } catch {
-            stop()
-            throw error
-        }
-    }
-
-    deinit { stop() }
-
-    func lock() throws {
-        _ = try Self.run(
-            "/usr/bin/gdbus",
-            [
-                "call", "--session", "--dest", "org.freedesktop.secrets", "--object-path", "/org/freedesktop/secrets",
-                "--method", "org.freedesktop.Secret.Service.Lock", "['/org/freedesktop/secrets/collection/login']",
-            ], env: ["DBUS_SESSION_BUS_ADDRESS": address])
-    }
-
-    /// Stops the keyring, then the bus, and waits until both are gone. Idempotent.
-    func stop() {
-        if stopped { return }
-        stopped = true
-        terminate(keyringPid)
-        terminate(busPid)
-    }
-
-    @discardableResult
-    static func run(_ program: String, _ args: [String], env: [String: String]) throws -> String {
-        var environment = ProcessInfo.processInfo.environment
-        for (k, v) in env { environment[k] = v }
-        return try spawnAndWait([program] + args, environment: environment)
     }
 }

@@ -1,12 +1,14 @@
 import BrokerRPC
 import BrowserLoginProtocol
+import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import Testing
 
 /// No token, verifier, recovery key, code, callback URL, session id or
 /// server attempt id reaches the broker's log, its SQLite files, an RPC
 /// result, an error or a notification.
-@Suite("Secrets never leak", .serialized)
+@Suite("Secrets never leak", .dedicatedThread)
 struct SecretsScanTests {
     @Test func noSecretReachesLogsDatabaseResultsOrNotifications() throws {
         let h = try Harness()
@@ -27,7 +29,7 @@ struct SecretsScanTests {
         let id = try #require(attempt["attemptId"]?.stringValue)
         let authorizeURL = try #require(attempt["authorizeUrl"]?.stringValue)
         // The attempt's proofs, read from the real keyring.
-        let proofs = try #require(keyringLookup(["kind": "attempt", "client": "com.example.notes", "attempt": id]))
+        let proofs = try #require(h.keyringLookup(["kind": "attempt", "client": "com.example.notes", "attempt": id]))
         let proofJSON = try JSONValue.parse(proofs)
         let verifier = try #require(proofJSON["codeVerifier"]?.stringValue)
         let recoveryKey = try #require(proofJSON["recoveryKey"]?.stringValue)
@@ -46,7 +48,7 @@ struct SecretsScanTests {
         record("http.request", ["client": "com.example.notes", "method": "GET", "path": "/api/me"])
         record("http.request", ["client": "com.example.notes", "method": "GET", "path": "/api/../x"])
         record("broker.info", [:])
-        let session = try #require(keyringLookup(["kind": "session", "client": "com.example.notes"]))
+        let session = try #require(h.keyringLookup(["kind": "session", "client": "com.example.notes"]))
         let sessionJSON = try JSONValue.parse(session)["session"]
         let accessToken = try #require(sessionJSON?["accessToken"]?.stringValue)
         let refreshToken = try #require(sessionJSON?["refreshToken"]?.stringValue)

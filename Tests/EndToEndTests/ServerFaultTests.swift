@@ -1,5 +1,7 @@
 import BrokerRPC
 import BrowserLoginProtocol
+import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import ScriptedBrowser
 import Testing
@@ -12,7 +14,7 @@ import Testing
 /// broker against the real reference server behind a hostile proxy. Each
 /// fault gets a clear error code, loses nothing, never makes the broker send
 /// a state-changing request twice, and is recovered from once it ends.
-@Suite("Faults of the outside world: the login server", .serialized)
+@Suite("Faults of the outside world: the login server", .dedicatedThread)
 struct ServerFaultTests {
     static let client: JSONValue = .string(FaultClient.id)
 
@@ -35,7 +37,7 @@ struct ServerFaultTests {
             // Sent once, never again; the attempt failed, its proofs are gone.
             #expect(proxy.count("create") == before + 1, "\(mode)")
             #expect(try attemptState(rpc, id) == "failed", "\(mode)")
-            #expect(keyringLookup(["kind": "attempt", "client": FaultClient.id, "attempt": id]) == nil, "\(mode)")
+            #expect(h.keyringLookup(["kind": "attempt", "client": FaultClient.id, "attempt": id]) == nil, "\(mode)")
             #expect(try rpc.call("session.get", params: ["client": Self.client])["status"] == "signedOut")
         }
         // The fault ends: the next sign-in works, through the same proxy.
@@ -94,7 +96,7 @@ struct ServerFaultTests {
             }
             #expect(try rpc.call("session.get", params: ["client": Self.client])["status"] == "signedOut")
             try waitUntil(10, "\(mode): the proofs to leave the keyring") {
-                keyringLookup(["kind": "attempt", "client": FaultClient.id, "attempt": id]) == nil
+                h.keyringLookup(["kind": "attempt", "client": FaultClient.id, "attempt": id]) == nil
             }
         }
         // After all that, a sign-in works.
@@ -121,7 +123,7 @@ struct ServerFaultTests {
         #expect(uncertain["state"] == "uncertain")
         #expect(uncertain["reconciled"] == false)
         #expect(try errorCode(rpc, "login.acknowledge", ["attemptId": .string(id)]) == "ACK_NOT_RECONCILED")
-        #expect(keyringLookup(["kind": "attempt", "client": FaultClient.id, "attempt": id]) != nil)
+        #expect(h.keyringLookup(["kind": "attempt", "client": FaultClient.id, "attempt": id]) != nil)
         // The server is back: reconciliation revokes the session it issued, once.
         proxy.fault([:])
         try waitUntil(20, "the attempt to be reconciled") {
@@ -185,7 +187,7 @@ struct ServerFaultTests {
         #expect(error.message.contains("check"), "\(error.message)")
         let failedId = try #require(error.data?["attemptId"]?.stringValue)
         #expect(try attemptState(rpc, failedId) == "failed")
-        #expect(keyringLookup(["kind": "attempt", "client": FaultClient.id, "attempt": failedId]) == nil)
+        #expect(h.keyringLookup(["kind": "attempt", "client": FaultClient.id, "attempt": failedId]) == nil)
 
         try proxy.start()
         let (id, callback) = try h.authorizeFaultClient(rpc)
@@ -205,7 +207,7 @@ struct ServerFaultTests {
         try proxy.start()
         try waitUntil(20, "the owed revoke to be sent") { proxy.count("revoke") == 1 }
         try waitUntil(10, "the owed revoke to be settled") {
-            keyringLookup(["kind": "revoke", "client": FaultClient.id]) == nil
+            h.keyringLookup(["kind": "revoke", "client": FaultClient.id]) == nil
         }
         usleep(1_500_000)
         #expect(proxy.count("revoke") == 1)
@@ -227,8 +229,8 @@ struct ServerFaultTests {
         #expect(try rpc.call("session.signOut", params: ["client": Self.client])["status"] == "signedOut")
         usleep(2_000_000)
         #expect(proxy.count("revoke") == 1)
-        #expect(keyringLookup(["kind": "revoke", "client": FaultClient.id]) == nil)
-        #expect(keyringLookup(["kind": "session", "client": FaultClient.id]) == nil)
+        #expect(h.keyringLookup(["kind": "revoke", "client": FaultClient.id]) == nil)
+        #expect(h.keyringLookup(["kind": "session", "client": FaultClient.id]) == nil)
         #expect(h.broker?.output.contains("it is not sent again") == true)
     }
 
@@ -275,7 +277,7 @@ struct ServerFaultTests {
                 "/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
                 "-keyout", key, "-out", certificate, "-days", "2", "-subj", "/CN=127.0.0.1", "-addext",
                 "subjectAltName=IP:127.0.0.1",
-            ], environment: ProcessInfo.processInfo.environment)
+            ])
         #expect(FileManager.default.fileExists(atPath: certificate))
         try h.startServer(clients: FaultClient.clients)
         h.stopServer()
@@ -291,7 +293,7 @@ struct ServerFaultTests {
         #expect(error.message.contains("CA file"), "\(error.message)")
         let failedId = try #require(error.data?["attemptId"]?.stringValue)
         #expect(try attemptState(rpc, failedId) == "failed")
-        #expect(keyringLookup(["kind": "attempt", "client": FaultClient.id, "attempt": failedId]) == nil)
+        #expect(h.keyringLookup(["kind": "attempt", "client": FaultClient.id, "attempt": failedId]) == nil)
         #expect(try rpc.call("session.get", params: ["client": Self.client])["status"] == "signedOut")
 
         // Trust the certificate: the same server works.

@@ -1,5 +1,7 @@
 import BrokerRPC
 import BrowserLoginProtocol
+import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import Testing
 
@@ -9,7 +11,7 @@ import Testing
 
 /// Sessions apps can use (issue 5): refresh, `http.request`, verification,
 /// revocation from outside, `session.wait`, restarts.
-@Suite("Sessions end to end", .serialized)
+@Suite("Sessions end to end", .dedicatedThread)
 struct SessionTests {
     func signedIn(accessTokenMs: Int? = nil, sessionMs: Int? = nil, brokerArgs: [String] = []) throws -> Harness {
         let h = try Harness()
@@ -20,15 +22,15 @@ struct SessionTests {
         return h
     }
 
-    func accessToken() -> String? {
-        guard let item = keyringLookup(["kind": "session", "client": "com.example.notes"]) else { return nil }
+    func accessToken(_ h: Harness) -> String? {
+        guard let item = h.keyringLookup(["kind": "session", "client": "com.example.notes"]) else { return nil }
         return (try? JSONValue.parse(item))?["session"]?["accessToken"]?.stringValue
     }
 
     @Test func accessTokensAreRefreshedBeforeTheyExpire() throws {
         let h = try signedIn(accessTokenMs: 3000)
-        let first = try #require(accessToken())
-        try waitUntil(10, "a refresh") { accessToken() != nil && accessToken() != first }
+        let first = try #require(accessToken(h))
+        try waitUntil(10, "a refresh") { accessToken(h) != nil && accessToken(h) != first }
         // The new token works at the API, and the session never left signedIn.
         let rpc = try h.rpc()
         let me = try rpc.call(
@@ -48,7 +50,7 @@ struct SessionTests {
         try waitUntil(15, "the session to expire") {
             try rpc.call("session.get", params: ["client": "com.example.notes"])["status"] == "expired"
         }
-        #expect(keyringLookup(["kind": "session", "client": "com.example.notes"]) == nil)
+        #expect(h.keyringLookup(["kind": "session", "client": "com.example.notes"]) == nil)
         #expect(
             try errorCode(rpc, "http.request", ["client": "com.example.notes", "method": "GET", "path": "/api/me"])
                 == "NOT_SIGNED_IN")
@@ -126,12 +128,11 @@ struct SessionTests {
         let h = try signedIn(brokerArgs: ["--verify-interval", "1"])
         let watcher = try h.rpc()
         _ = try watcher.call("events.subscribe", params: ["clients": ["com.example.notes"]])
-        let admin = Process()
-        admin.executableURL = URL(fileURLWithPath: binDirectory + "/browser-login-server")
-        admin.arguments = ["users", "disable", h.testEmail, "--database", h.dir + "/server/server.sqlite"]
-        admin.standardOutput = FileHandle.nullDevice
-        try admin.run()
-        admin.waitUntilExit()
+        let admin = Child.Termination(
+            terminationStatus: try runProgram(
+                binDirectory + "/browser-login-server",
+                ["users", "disable", h.testEmail, "--database", h.dir + "/server/server.sqlite"]
+            ).status)
         #expect(admin.terminationStatus == 0)
         var seen: JSONValue?
         let deadline = Date().addingTimeInterval(15)
@@ -143,7 +144,7 @@ struct SessionTests {
             }
         }
         #expect(seen?["reason"] == "AUTH_USER_DISABLED")
-        #expect(keyringLookup(["kind": "session", "client": "com.example.notes"]) == nil)
+        #expect(h.keyringLookup(["kind": "session", "client": "com.example.notes"]) == nil)
     }
 
     @Test func sessionsSurviveARestart() throws {
@@ -177,15 +178,15 @@ struct SessionTests {
 
     @Test func signOutRevokesAtTheServerOrLaterWhenItIsDown() throws {
         let h = try signedIn()
-        let token = try #require(accessToken())
+        let token = try #require(accessToken(h))
         h.stopServer()
         let rpc = try h.rpc()
         let out = try rpc.call("session.signOut", params: ["client": "com.example.notes"])
         #expect(out["status"] == "signedOut")
-        #expect(keyringLookup(["kind": "session", "client": "com.example.notes"]) == nil)
-        #expect(keyringLookup(["kind": "revoke", "client": "com.example.notes"]) != nil)
+        #expect(h.keyringLookup(["kind": "session", "client": "com.example.notes"]) == nil)
+        #expect(h.keyringLookup(["kind": "revoke", "client": "com.example.notes"]) != nil)
         try h.launchServer()
-        try waitUntil(15, "the owed revoke") { keyringLookup(["kind": "revoke", "client": "com.example.notes"]) == nil }
+        try waitUntil(15, "the owed revoke") { h.keyringLookup(["kind": "revoke", "client": "com.example.notes"]) == nil }
         // The token no longer works at the server.
         let answer = try RawGET(h.serverOrigin + "/api/me", bearer: token)
         #expect(answer == 401)
@@ -248,6 +249,7 @@ final class PythonAPI: @unchecked Sendable {
 func RawGET(_ url: String, bearer: String) throws -> Int {
     let out = try spawnAndWait(
         ["/usr/bin/curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-H", "Authorization: Bearer \(bearer)", url],
-        environment: ProcessInfo.processInfo.environment)
+        environment: ProcessInfo.processInfo.environment
+    ).stdout
     return Int(out.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
 }

@@ -1,5 +1,7 @@
 import BrokerRPC
 import BrowserLoginProtocol
+import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import ScriptedBrowser
 import Testing
@@ -18,7 +20,7 @@ func errorCode(_ rpc: RPCClient, _ method: String, _ params: JSONValue) throws -
     }
 }
 
-@Suite("Sign-in end to end", .serialized)
+@Suite("Sign-in end to end", .dedicatedThread)
 struct SignInTests {
     @Test func aFullSignInThroughTheURLHandlerCommand() throws {
         let h = try Harness()
@@ -55,7 +57,7 @@ struct SignInTests {
         #expect(sessionStatuses == ["signingIn", "signedIn"])
 
         // The session is in the keyring, labelled for people.
-        let item = try #require(keyringLookup(["kind": "session", "client": "com.example.notes"]))
+        let item = try #require(h.keyringLookup(["kind": "session", "client": "com.example.notes"]))
         #expect(item.contains("accessToken"))
 
         // The CLI shows it.
@@ -230,7 +232,7 @@ struct SignInTests {
     }
 }
 
-@Suite("Sign-in options", .serialized)
+@Suite("Sign-in options", .dedicatedThread)
 struct SignInOptionTests {
     @Test func ephemeralNeedsAPrivateBrowserCommand() throws {
         let h = try Harness()

@@ -1,4 +1,6 @@
 import BrokerRPC
+import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import Synchronization
 import Testing
@@ -37,7 +39,7 @@ final class SmallStateDisk: @unchecked Sendable {
 /// A full state directory (issue 14, item 9): a clear `STORAGE_UNAVAILABLE`
 /// naming the directory, nothing lost, and recovery without a restart once
 /// space is back — also for an exchange whose answer could not be recorded.
-@Suite("Storage faults end to end", .serialized)
+@Suite("Storage faults end to end", .dedicatedThread)
 struct StorageFaultTests {
     static let canMount = getuid() == 0
 
@@ -83,7 +85,7 @@ struct StorageFaultTests {
         // While the disk is full the broker keeps serving; nothing is lost.
         let rpc = try h.rpc()
         #expect(try rpc.call("broker.info")["protocol"] == 1)
-        #expect(keyringLookup(["kind": "attempt", "client": "com.example.notes", "attempt": attemptId]) != nil)
+        #expect(h.keyringLookup(["kind": "attempt", "client": "com.example.notes", "attempt": attemptId]) != nil)
 
         // Space is back: the attempt is reconciled and its session adopted, with no restart and no second exchange.
         disk.free()

@@ -1,4 +1,6 @@
 import BrokerRPC
+import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import Synchronization
 import Testing
@@ -106,7 +108,7 @@ final class RestartableKeyring: @unchecked Sendable {
 /// item 8): a keyring restarted without the password or without its default
 /// keyring, and a session bus that dies, leave sign-ins intact, and the
 /// broker recovers on its own once the real keyring is back.
-@Suite("Vault faults end to end", .serialized)
+@Suite("Vault faults end to end", .dedicatedThread)
 struct VaultRecoveryTests {
     func me(_ rpc: RPCClient) throws -> JSONValue {
         try rpc.call("http.request", params: ["client": "com.example.notes", "method": "GET", "path": "/api/me"])

@@ -1,10 +1,11 @@
 import BrowserLoginProtocol
+import BrowserLoginTestTraits
 import Foundation
 import LoginServer
 import ScriptedBrowser
 import Testing
 
-@Suite struct HostedPageTests {
+@Suite(.dedicatedThread) struct HostedPageTests {
     @Test func thePageIsServedStrictlyAndBindsTheAttempt() throws {
         let server = try TestServer()
         let attempt = try NativeAttempt.create(server)
@@ -82,7 +83,7 @@ import Testing
     }
 }
 
-@Suite struct AuthorizeTests {
+@Suite(.dedicatedThread) struct AuthorizeTests {
     @Test func authorizeChecksOriginBindingSessionAndState() throws {
         let server = try TestServer()
         let attempt = try NativeAttempt.create(server)
@@ -249,7 +250,7 @@ import Testing
     }
 }
 
-@Suite struct SignInTests {
+@Suite(.dedicatedThread) struct SignInTests {
     @Test func anEmailedCodeSignsInOnce() throws {
         let server = try TestServer()
         let email = "alice@example.org"

@@ -1,4 +1,5 @@
 import BrowserLoginProtocol
+import BrowserLoginTestTraits
 import Foundation
 import LoginServer
 import ScriptedBrowser
@@ -6,7 +7,7 @@ import Testing
 
 /// The hosted page's own script, run in Node with a minimal DOM against the
 /// live server: the page is driven as a browser would drive it.
-@Suite struct HostedPageScriptTests {
+@Suite(.dedicatedThread) struct HostedPageScriptTests {
     static let node = "/usr/bin/node"
 
     func drive(_ authorizeURL: String, email: String, code: String, action: String, in directory: String) throws

@@ -1,10 +1,11 @@
 import BrowserLoginProtocol
+import BrowserLoginTestTraits
 import Foundation
 import LoginServer
 import ScriptedBrowser
 import Testing
 
-@Suite struct CreateTests {
+@Suite(.dedicatedThread) struct CreateTests {
     @Test func createAnswersTheAttempt() throws {
         let server = try TestServer()
         let attempt = try NativeAttempt.create(server)
@@ -113,7 +114,7 @@ import Testing
     }
 }
 
-@Suite struct ExchangeTests {
+@Suite(.dedicatedThread) struct ExchangeTests {
     @Test func fullLoginIssuesASessionAndAReceipt() throws {
         let server = try TestServer()
         let (attempt, answer) = try login(server, email: "dev+bltest.full@example.com")
@@ -201,7 +202,7 @@ import Testing
     }
 }
 
-@Suite struct RecoveryTests {
+@Suite(.dedicatedThread) struct RecoveryTests {
     @Test func statusReportsEachState() throws {
         let server = try TestServer()
         expectError(try server.native("/attempts/nope/status", #"{"recoveryKey":"x"}"#), .attemptUnknown)
@@ -275,7 +276,7 @@ import Testing
     }
 }
 
-@Suite struct SessionTests {
+@Suite(.dedicatedThread) struct SessionTests {
     @Test func sessionErrorsInOrder() throws {
         let server = try TestServer { $0.sessionLifetimeMillis = 3_600_000 }
         let url = server.base + "/native/session"

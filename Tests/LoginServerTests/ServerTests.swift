@@ -1,10 +1,12 @@
 import BrowserLoginProtocol
+import BrowserLoginTestSupport
+import BrowserLoginTestTraits
 import Foundation
 import LoginServer
 import ScriptedBrowser
 import Testing
 
-@Suite struct DemoAPITests {
+@Suite(.dedicatedThread) struct DemoAPITests {
     @Test func theDemoAPIAcceptsTheAccessToken() throws {
         let server = try TestServer()
         let (_, issued) = try login(server)
@@ -43,7 +45,7 @@ import Testing
     }
 }
 
-@Suite struct RateLimitTests {
+@Suite(.dedicatedThread) struct RateLimitTests {
     func expectLimited(_ answer: HTTPAnswer, sourceLocation: SourceLocation = #_sourceLocation) {
         expectError(answer, .rateLimited, sourceLocation: sourceLocation)
         let retry = Int(answer.header("retry-after") ?? "") ?? 0
@@ -81,7 +83,7 @@ import Testing
     }
 }
 
-@Suite struct ConcurrencyAndLogTests {
+@Suite(.dedicatedThread) struct ConcurrencyAndLogTests {
     @Test func theTestExchangeDelayHoldsTheAnswerAfterCommitting() async throws {
         let server = try TestServer { $0.testExchangeDelayMillis = 3000 }
         let attempt = try NativeAttempt.create(server)
@@ -131,7 +133,7 @@ import Testing
     }
 }
 
-@Suite struct ConfigurationTests {
+@Suite(.dedicatedThread) struct ConfigurationTests {
     static let client =
         #"{"clientId":"com.example.notes","appName":"Notes","returnUrls":["com.example.notes:/callback"],"policy":"confirm"}"#
 
@@ -204,7 +206,7 @@ import Testing
     ]
 
     @Test func invalidConfigurationsStopStartUpNamingTheFieldAndTheRule() throws {
-        let directory = TemporaryDirectory()
+        let directory = try TemporaryDirectory()
         for (i, (member, field, rule)) in Self.cases.enumerated() {
             var json = "{" + member
             if !member.contains("\"clients\"") { json += #", "clients": [\#(Self.client)]"# }
@@ -239,9 +241,9 @@ import Testing
     }
 }
 
-@Suite struct ProcessTests {
+@Suite(.dedicatedThread) struct ProcessTests {
     @Test func aRestartLosesNothing() throws {
-        let directory = TemporaryDirectory()
+        let directory = try TemporaryDirectory()
         let config = directory.path + "/server.json"
         let json = #"""
             {"database": "state/server.sqlite", "outbox": "outbox", "testAccounts": ["dev@example.com"],
@@ -312,12 +314,12 @@ import Testing
     }
 }
 
-@Suite struct TLSTests {
+@Suite(.dedicatedThread) struct TLSTests {
     static let openssl = "/usr/bin/openssl"
 
     @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: openssl)))
     func theServerSpeaksHTTPSWithGnuTLS() throws {
-        let directory = TemporaryDirectory()
+        let directory = try TemporaryDirectory()
         let key = directory.path + "/key.pem"
         let certificate = directory.path + "/cert.pem"
         let process = Process()

@@ -1,4 +1,5 @@
 import BrowserLoginProtocol
+import BrowserLoginTestSupport
 import Foundation
 import LoginServer
 import ScriptedBrowser
@@ -30,17 +31,6 @@ let autoCustomClient = "com.example.auto"
 let autoCustomReturn = "com.example.auto:/done"
 let testBase = "dev@example.com"
 
-/// A temporary directory, removed at deinit.
-final class TemporaryDirectory: Sendable {
-    let path: String
-    init() {
-        let base = ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp"
-        path = base + "/login-server-test-" + UUID().uuidString
-        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    }
-    deinit { try? FileManager.default.removeItem(atPath: path) }
-}
-
 func baseConfiguration(directory: String) -> ServerConfiguration {
     var c = ServerConfiguration()
     c.port = 0
@@ -61,12 +51,13 @@ func baseConfiguration(directory: String) -> ServerConfiguration {
 
 /// An in-process server on a free loopback port, with its own database and a manual clock.
 final class TestServer: Sendable {
-    let directory = TemporaryDirectory()
+    let directory: TemporaryDirectory
     let time = ManualClock()
     let server: LoginServer
 
     init(_ adjust: (inout ServerConfiguration) -> Void = { _ in }) throws {
         _ = CapturedLogs.installed
+        directory = try TemporaryDirectory("login-server-test")
         var c = baseConfiguration(directory: directory.path)
         adjust(&c)
         server = try LoginServer(configuration: c, clock: time.clock)
@@ -160,37 +151,14 @@ func expectError(
     #expect(answer.header("cache-control") == "no-store", sourceLocation: sourceLocation)
 }
 
-/// The built `browser-login-server`, next to the test bundle.
+/// The built `browser-login-server`.
 enum ServerBinary {
-    static var path: String {
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        var dir = URL(fileURLWithPath: exe).deletingLastPathComponent()
-        while dir.path != "/" {
-            let candidate = dir.appendingPathComponent("browser-login-server").path
-            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
-            dir = dir.deletingLastPathComponent()
-        }
-        return ".build/debug/browser-login-server"
-    }
+    static var path: String { binDirectory + "/browser-login-server" }
 
-    /// Runs the binary to completion: exit status, stdout, stderr.
+    /// Runs the binary to completion: exit status, stdout, stderr. A run that
+    /// should end but starts serving instead is killed after 20 s.
     static func run(_ arguments: [String]) throws -> (status: Int32, out: String, err: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = arguments
-        let out = Pipe()
-        let err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        // A run that should end but starts serving instead must not hang the suite.
-        let watchdog = DispatchWorkItem { [process] in if process.isRunning { process.terminate() } }
-        DispatchQueue.global().asyncAfter(deadline: .now() + 20, execute: watchdog)
-        defer { watchdog.cancel() }
-        let outData = out.fileHandleForReading.readDataToEndOfFile()
-        let errData = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self))
+        try runProgram(path, arguments, timeout: 20)
     }
 }
 
