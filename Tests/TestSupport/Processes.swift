@@ -1,6 +1,6 @@
 import Foundation
-import SystemSupport
 import Synchronization
+import SystemSupport
 
 #if canImport(Glibc)
     import Glibc
