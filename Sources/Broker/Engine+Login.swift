@@ -256,9 +256,11 @@ extension BrokerEngine {
     private func finishCode(_ record: inout AttemptRecord, callback: Callback, code: String) async throws -> AttemptView {
         let digest = Crypto.digest(code)
         if record.state == .completed || record.state == .acknowledged,
+            record.resolution == .none || record.resolution == .adopted,
             let known = record.callbackDigest, Crypto.constantTimeEquals(known, digest)
         {
-            // A repeat of the callback that completed the attempt: answer, send nothing.
+            // A repeat of the callback that completed the attempt: answer, send nothing. (One whose
+            // exchange went uncertain and was reconciled without its session did not complete it.)
             var result = AttemptView(record)
             if record.state == .completed { result.session = try sessions.view(record.client) }
             return result

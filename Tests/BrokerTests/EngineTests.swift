@@ -330,6 +330,13 @@ final class ScratchDirectory: Sendable {
         // Reconciled, the broker retires it on its own (§7): nothing is left for anyone to acknowledge.
         #expect(settled.state == .acknowledged)
         #expect(settled.reconciled)
+        // The same callback again is refused: it never completed the attempt.
+        await #expect {
+            try await engine.finish(url: url)
+        } throws: {
+            ($0 as? BrokerError)?.code == .attemptNotWaiting
+        }
+        #expect(server.count("exchange") == 1)
         #expect(server.count("revokeByProof") == 1)
         #expect(server.count("session") == 0)
         #expect(try await engine.session(client: "com.example.notes").status == .signedOut)
