@@ -31,6 +31,8 @@ final class SessionKeeper {
     var refreshing: [String: Task<SessionSecrets, any Error>] = [:]
     /// Clients whose sign-out revoke is being sent now: at most one request per session in flight.
     var revokesInFlight: Set<String> = []
+    /// `session.signOut` calls waiting for the revoke in flight (the timer's retry) to settle.
+    var revokeWaiters: [String: [CheckedContinuation<Void, Never>]] = [:]
     /// When each session is next refreshed and verified.
     var nextRefresh: [String: Timestamp] = [:]
     var nextVerify: [String: Timestamp] = [:]
@@ -314,7 +316,12 @@ final class SessionKeeper {
                 logger.notice("the owed revoke keeps the session item", ["client": clientId, "error": "\(error)"])
             }
         }
-        if record.revokePending { await revokePending(clientId) }
+        if record.revokePending && revokesInFlight.contains(clientId) {
+            // The timer's retry is sending it now: answer once that is settled.
+            await withCheckedContinuation { revokeWaiters[clientId, default: []].append($0) }
+        } else if record.revokePending {
+            await revokePending(clientId)
+        }
         return try view(clientId)
     }
 
@@ -327,7 +334,10 @@ final class SessionKeeper {
             let record = try? store.session(client: clientId), record.revokePending
         else { return }
         revokesInFlight.insert(clientId)
-        defer { revokesInFlight.remove(clientId) }
+        defer {
+            revokesInFlight.remove(clientId)
+            for waiter in revokeWaiters.removeValue(forKey: clientId) ?? [] { waiter.resume() }
+        }
         let keys = VaultKeys.pendingRevoke(client: clientId)
         // The tokens are in the owed-revoke item, or still in the session
         // item when the broker stopped before moving them.

@@ -258,6 +258,36 @@ final class ScratchDirectory: Sendable {
         #expect(try await vault.lookup(attributes: ["kind": "revoke", "client": "com.example.notes"]) == nil)
     }
 
+    @Test func signOutAnswersOnlyOnceTheTimersRevokeInFlightIsSettled() async throws {
+        try await signedIn()
+        // A revoke owed from an earlier sign-out, retried by the timer while the next session signs out.
+        server.state.withLock { $0.revokeByToken = [.failure(.notSent("refused"))] }
+        _ = try await engine.signOut(client: "com.example.notes")
+        let (_, serverId) = try await started()
+        server.state.withLock { $0.exchange = [.success(server.issued(for: serverId))] }
+        _ = try await engine.finish(url: callback("c2", attempt: serverId))
+        let release = Mutex<CheckedContinuation<Void, Never>?>(nil)
+        server.state.withLock {
+            $0.revokeGate = { await withCheckedContinuation { c in release.withLock { $0 = c } } }
+        }
+        let engine = self.engine
+        let timer = Task { await engine.tick() }
+        try await waitFor { release.withLock { $0 != nil } }
+        let answered = Mutex(false)
+        let signOut = Task {
+            let view = try await engine.signOut(client: "com.example.notes")
+            answered.withLock { $0 = true }
+            return view
+        }
+        try await Task.sleep(nanoseconds: 200_000_000)
+        #expect(answered.withLock { $0 } == false)
+        server.state.withLock { $0.revokeGate = nil }
+        release.withLock { $0?.resume() }
+        #expect(try await signOut.value.status == .signedOut)
+        _ = await timer.value
+        #expect(server.count("revokeByToken") == 2)
+    }
+
     @Test func aSignOutRevokeIsOwedOnlyWhenItNeverReachedTheServer() async throws {
         try await signedIn()
         // Not sent: owed, and sent once later.
