@@ -79,28 +79,15 @@ public struct DaemonOptions: Sendable {
         synopsis: "browser-login-broker [OPTIONS]", title: "browser-login-broker — the browser-login daemon",
         optionsTitle: "Options:")
 
-    public enum Parsed: Sendable {
-        case run(DaemonOptions)
-        /// `--help` or `--version` was answered.
-        case done
-        case usage(String)
-    }
-
-    /// Parses the command line.
-    public static func parse(_ args: [String]) -> Parsed {
-        let parsed: Arguments
-        do {
-            guard case .run(let arguments) = try command.parse(args) else {
-                print(command.help)
-                return .done
-            }
-            parsed = arguments
-        } catch {
-            return .usage(error.message)
+    /// Parses the command line; nil when `--help` or `--version` was answered.
+    public static func parse(_ args: [String]) throws(UsageError) -> DaemonOptions? {
+        guard case .run(let parsed) = try command.parse(args) else {
+            print(command.help)
+            return nil
         }
         if parsed.has("version") {
             print("browser-login-broker \(BrokerVersion.string)")
-            return .done
+            return nil
         }
         var options = DaemonOptions()
         options.socketPath = parsed["socket"]
@@ -111,18 +98,18 @@ public struct DaemonOptions: Sendable {
             let levels: [String: Logger.Level] = [
                 "error": .error, "warning": .warning, "notice": .notice, "info": .info, "debug": .debug,
             ]
-            guard let level = levels[v] else { return .usage("--log-level takes error, warning, notice, info or debug") }
+            guard let level = levels[v] else { throw UsageError("--log-level takes error, warning, notice, info or debug") }
             options.logLevel = level
         }
         if let v = parsed["verify-interval"] {
             guard let seconds = Double(v), seconds >= 0.1 else {
-                return .usage("--verify-interval takes a number of seconds (at least 0.1)")
+                throw UsageError("--verify-interval takes a number of seconds (at least 0.1)")
             }
             options.verifyIntervalMilliseconds = Int64(seconds * 1000)
         }
         if let v = parsed["max-connections"] {
             guard let n = Int(v), (1...1_000_000).contains(n) else {
-                return .usage("--max-connections takes a number of connections (1 to 1000000)")
+                throw UsageError("--max-connections takes a number of connections (1 to 1000000)")
             }
             options.maxConnections = n
         }
@@ -130,7 +117,7 @@ public struct DaemonOptions: Sendable {
         options.checkServers = parsed.has("check-servers")
         options.json = parsed.has("json")
         options.dbus = !parsed.has("no-dbus")
-        return .run(options)
+        return options
     }
 }
 
@@ -141,8 +128,8 @@ public enum BrokerDaemon {
         let logger = Logger(label: "browser-login-broker", minimum: options.logLevel)
         let descriptorLimit = raiseDescriptorLimit(logger: logger)
         Systemd.notify("STATUS=reading client files")
-        let directories = options.clientDirectories ?? ClientFiles.directories(environment: environment)
-        let loaded = ClientFiles.load(directories: directories)
+        let paths = UserPaths(environment: environment)
+        let loaded = ClientFiles.load(directories: options.clientDirectories ?? paths.clientDirectories)
         for problem in loaded.problems {
             logger.log(
                 problem.severity == .error ? .error : .warning, "client file problem",
@@ -164,21 +151,20 @@ public enum BrokerDaemon {
             let arguments =
                 [
                     "systemd-run", "--user", "--quiet", "--collect", "--no-ask-password", "--wait",
-                    HandlerRegistration.handlerProgram(), "install-handler",
+                    handlerProgram(), "install-handler",
                 ]
                 + handlerSchemes.flatMap { ["--scheme", $0] }
             let result = Subprocess.run(program: "/usr/bin/env", arguments: arguments, environment: environment)
             logger.log(
                 result.status == 0 ? .info : .warning, "URL handler registration through systemd-run",
                 ["status": "\(result.status)"])
-        } else if let report = HandlerRegistration.installAtStartUp(
-            clients: loaded.clients, environment: environment, handlerProgram: HandlerRegistration.handlerProgram())
-        {
+        } else if !handlerSchemes.isEmpty {
+            let report = HandlerInstaller(environment: environment).install(
+                schemes: handlerSchemes, exec: handlerProgram())
             for step in report.steps { logger.info("URL handler", ["step": step]) }
             for problem in report.problems { logger.warning("URL handler registration problem", ["problem": problem]) }
         }
 
-        let paths = UserPaths(environment: environment)
         let stateDirectory = options.stateDirectory ?? paths.brokerStateDirectory
         do {
             try FileManager.default.createDirectory(
@@ -299,6 +285,14 @@ public enum BrokerDaemon {
         return 0
     }
 
+    /// The CLI installed next to this executable (`browser-login`), else the name on `PATH`:
+    /// the URL handler registered at start-up for clients whose file says `InstallHandler=true`.
+    static func handlerProgram() -> String {
+        let exe = ProcFS.executable() ?? ""
+        let sibling = URL(fileURLWithPath: exe).deletingLastPathComponent().appendingPathComponent("browser-login").path
+        return !exe.isEmpty && FileManager.default.isExecutableFile(atPath: sibling) ? sibling : "browser-login"
+    }
+
     /// Raises the soft `RLIMIT_NOFILE` to the hard limit; answers the soft limit now in force.
     static func raiseDescriptorLimit(logger: Logger) -> Int {
         var limit = rlimit()
@@ -310,20 +304,17 @@ public enum BrokerDaemon {
         if limit.rlim_cur < limit.rlim_max {
             var raised = limit
             raised.rlim_cur = limit.rlim_max
-            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 {
-                limit = raised
-            } else {
+            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) != 0 {
                 logger.warning(
                     "cannot raise the descriptor limit (RLIMIT_NOFILE)", ["errno": "\(errno)", "soft": "\(before)"])
             }
         }
-        let current = Int(min(UInt64(limit.rlim_cur), UInt64(Int32.max)))
+        let current = RPCEventLog.currentDescriptorLimit() ?? Int(min(UInt64(before), UInt64(Int32.max)))
         logger.debug(
             "descriptor limit (RLIMIT_NOFILE)",
             ["nofile.soft": "\(current)", "nofile.before": "\(before)", "nofile.hard": "\(limit.rlim_max)"])
         return current
     }
-
 }
 
 /// The RPC server as a service: when it stops (or fails), the daemon stops.

@@ -65,9 +65,9 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
     }
 
     /// Whether the broker runs inside a Flatpak sandbox.
-    var inFlatpak: Bool { environment["BROWSER_LOGIN_FLATPAK_INFO"].map { !$0.isEmpty } ?? fileExists("/.flatpak-info") }
-
-    private func fileExists(_ path: String) -> Bool { access(path, F_OK) == 0 }
+    var inFlatpak: Bool {
+        environment["BROWSER_LOGIN_FLATPAK_INFO"].map { !$0.isEmpty } ?? (access("/.flatpak-info", F_OK) == 0)
+    }
 
     /// The commands to try, in order, each an argv with the URL in place:
     /// the configured template alone when there is one; else the
@@ -118,14 +118,12 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
             guard let program = argv.first else { continue }
             // Logged by name only: the argv holds the authorize URL.
             let name = program == "systemd-run" ? "systemd-run " + (argv.dropFirst(7).first ?? "") : program
-            switch await Self.run(argv, environment: environment) {
-            case .success:
+            guard let problem = await Self.run(argv, environment: environment) else {
                 logger.info("browser opened", ["browser.program": name])
                 return
-            case .failure(let problem):
-                lastProblem = "\(name): \(problem)"
-                logger.warning("browser failed to open", ["browser.program": name, "error": problem])
             }
+            lastProblem = "\(name): \(problem)"
+            logger.warning("browser failed to open", ["browser.program": name, "error": problem])
         }
         throw BrokerError(
             .browserFailed,
@@ -133,17 +131,13 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
         )
     }
 
-    enum RunResult: Sendable {
-        case success
-        case failure(String)
-    }
-
-    static func run(_ argv: [String], environment: [String: String]) async -> RunResult {
+    /// Starts `argv`: nil on success, else what went wrong.
+    static func run(_ argv: [String], environment: [String: String]) async -> String? {
         // A program name is looked up on the environment's PATH by env(1), which exits 127 when it is not there.
         let program = argv[0].hasPrefix("/") ? argv[0] : "/usr/bin/env"
         let arguments = argv[0].hasPrefix("/") ? Array(argv.dropFirst()) : argv
         guard let child = Subprocess.spawn(program: program, arguments: arguments, environment: environment) else {
-            return .failure("cannot start")
+            return "cannot start"
         }
         let deadline = ContinuousClock.now + .seconds(2)
         var status = child.poll()
@@ -154,10 +148,10 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
         switch status {
         case nil:
             child.reapInBackground()
-            return .success
-        case 127?: return .failure("not found")
-        case 0?: return .success
-        case let code?: return .failure("exit status \(code)")
+            return nil
+        case 127?: return "not found"
+        case 0?: return nil
+        case let code?: return "exit status \(code)"
         }
     }
 }

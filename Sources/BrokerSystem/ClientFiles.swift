@@ -1,7 +1,6 @@
 import BrokerCore
 import CGIO
 import Foundation
-import SystemSupport
 
 /// Reads client drop-in files: `*.conf` in `$XDG_CONFIG_HOME/browser-login/clients.d/`,
 /// then in each `$XDG_DATA_DIRS/browser-login/clients.d/`. A file name found
@@ -13,11 +12,6 @@ public enum ClientFiles {
         public var clients: [ClientConfig]
         public var problems: [ConfigProblem]
         public var files: [String]
-    }
-
-    /// The directories searched, in order of precedence.
-    public static func directories(environment: [String: String]) -> [String] {
-        UserPaths(environment: environment).clientDirectories
     }
 
     public static func load(directories: [String]) -> Loaded {

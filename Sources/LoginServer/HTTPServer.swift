@@ -90,9 +90,7 @@ public final class HTTPServer: Sendable {
     public typealias Handler = @Sendable (HTTPServerRequest) -> HTTPServerResponse
 
     /// The daemon pointer's bit pattern, set once in `init` and cleared by `stop()`.
-    private let daemon: Mutex<Int>
-    private let handler: Handler
-    private let maximumBody: Int
+    private let daemon = Atomic<Int>(0)
     public let port: Int
 
     /// Starts listening. `tls` is (key PEM, certificate PEM).
@@ -100,9 +98,6 @@ public final class HTTPServer: Sendable {
         address: String, port: Int, tls: (key: String, certificate: String)?, maximumBody: Int,
         connectionLimit: Int = 256, timeoutSeconds: Int = 30, handler: @escaping Handler
     ) throws(HTTPServerError) {
-        self.handler = handler
-        self.maximumBody = maximumBody
-        self.daemon = Mutex(0)
         var error: Int32 = 0
         let box = Unmanaged.passRetained(HandlerBox(handler: handler, maximumBody: maximumBody))
         let started: OpaquePointer? = address.withCString { addr in
@@ -129,8 +124,7 @@ public final class HTTPServer: Sendable {
         }
         self.box = box.takeUnretainedValue()
         self.port = Int(bl_mhd_bound_port(started))
-        let bits = Int(bitPattern: started)
-        daemon.withLock { $0 = bits }
+        daemon.store(Int(bitPattern: started), ordering: .releasing)
     }
 
     /// What the C callbacks reach through `cls`; retained once for the
@@ -139,12 +133,7 @@ public final class HTTPServer: Sendable {
 
     /// Stops listening and waits for the connection threads to finish.
     public func stop() {
-        let bits = daemon.withLock { d -> Int in
-            let old = d
-            d = 0
-            return old
-        }
-        guard let running = OpaquePointer(bitPattern: bits) else { return }
+        guard let running = OpaquePointer(bitPattern: daemon.exchange(0, ordering: .acquiringAndReleasing)) else { return }
         MHD_stop_daemon(running)
         Unmanaged.passUnretained(box).release()
     }

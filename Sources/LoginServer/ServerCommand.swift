@@ -161,10 +161,7 @@ public enum ServerCommand {
 
     private static func admin(_ command: [String], databasePath: String) -> Int32 {
         do {
-            guard FileManager.default.fileExists(atPath: databasePath) else {
-                FileHandle.standardError.write(Data("browser-login-server: no database at \(databasePath)\n".utf8))
-                return 1
-            }
+            guard FileManager.default.fileExists(atPath: databasePath) else { return failure("no database at \(databasePath)") }
             let db = try Database(path: databasePath)
             try db.migrate(Schema.migrations)
             let now = Timestamp.now().millisecondsSince1970
@@ -186,16 +183,10 @@ public enum ServerCommand {
                 }
                 return 0
             case let c where c.count == 3 && c[0] == "users":
-                guard let email = EmailAddress(c[2]) else {
-                    FileHandle.standardError.write(Data("browser-login-server: '\(c[2])' is not an email address\n".utf8))
-                    return 1
-                }
+                guard let email = EmailAddress(c[2]) else { return failure("'\(c[2])' is not an email address") }
                 let disable = c[1] == "disable"
                 let found = try db.transaction { try Records.setDisabled(db, email: email.text, disabled: disable, now: now) }
-                guard found else {
-                    FileHandle.standardError.write(Data("browser-login-server: no user \(email.text)\n".utf8))
-                    return 1
-                }
+                guard found else { return failure("no user \(email.text)") }
                 print("\(email.text): \(disable ? "disabled; their sessions are revoked" : "enabled")")
                 return 0
             case ["attempts", "list"]:
@@ -215,8 +206,13 @@ public enum ServerCommand {
                 return usageError("unknown command '\(command.joined(separator: " "))'")
             }
         } catch {
-            FileHandle.standardError.write(Data("browser-login-server: \(error)\n".utf8))
-            return 1
+            return failure("\(error)")
         }
+    }
+
+    /// Prints `message` on stderr; exit status 1.
+    private static func failure(_ message: String) -> Int32 {
+        FileHandle.standardError.write(Data("browser-login-server: \(message)\n".utf8))
+        return 1
     }
 }

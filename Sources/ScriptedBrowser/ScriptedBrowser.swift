@@ -82,21 +82,17 @@ public final class ScriptedBrowser: Sendable {
     /// `GET` the hosted page (sets the binding cookie on the attempt's first load). Answers the HTML.
     @discardableResult
     public func loadPage(_ authorizeURL: String) throws -> String {
-        let answer = try send("GET", authorizeURL, json: nil, stateChanging: false)
-        guard answer.status == 200 else { throw refused(answer) }
-        return answer.text
+        try ok("GET", authorizeURL, stateChanging: false).text
     }
 
     /// `GET {base}/browser/attempts/{id}`.
     public func describe(attemptId: String, basePath: String? = nil) throws -> DescribeResponse {
-        let answer = try send("GET", url(basePath, "/browser/attempts/" + attemptId), json: nil, stateChanging: false)
-        guard answer.status == 200 else { throw refused(answer) }
-        return try answer.decode(DescribeResponse.self)
+        try ok("GET", url(basePath, "/browser/attempts/" + attemptId), stateChanging: false).decode(DescribeResponse.self)
     }
 
     /// `GET {base}/browser/session`: nil when not signed in (401 LOGIN_REQUIRED).
     public func currentSession(basePath: String? = nil) throws -> BrowserSessionInfo? {
-        let answer = try send("GET", url(basePath, "/browser/session"), json: nil, stateChanging: false)
+        let answer = try send("GET", url(basePath, "/browser/session"), body: nil, stateChanging: false)
         if answer.status == 401 && answer.errorCode == "LOGIN_REQUIRED" { return nil }
         guard answer.status == 200 else { throw refused(answer) }
         return try answer.decode(BrowserSessionInfo.self)
@@ -104,16 +100,14 @@ public final class ScriptedBrowser: Sendable {
 
     /// `POST {base}/browser/signin/start {"email"}`: the server emails a code.
     public func startSignIn(email: String, basePath: String? = nil) throws {
-        let answer = try send("POST", url(basePath, "/browser/signin/start"), json: ["email": email])
-        guard answer.status == 200 else { throw refused(answer) }
+        try ok("POST", url(basePath, "/browser/signin/start"), json: ["email": email])
     }
 
     /// `POST {base}/browser/signin/verify {"email","code"}`: sets the session cookie.
     @discardableResult
     public func verifySignIn(email: String, code: String, basePath: String? = nil) throws -> BrowserSessionInfo {
-        let answer = try send("POST", url(basePath, "/browser/signin/verify"), json: ["email": email, "code": code])
-        guard answer.status == 200 else { throw refused(answer) }
-        return try answer.decode(BrowserSessionInfo.self)
+        try ok("POST", url(basePath, "/browser/signin/verify"), json: ["email": email, "code": code])
+            .decode(BrowserSessionInfo.self)
     }
 
     /// `POST {base}/browser/attempts/{id}/authorize`: answers the callback URL.
@@ -121,23 +115,19 @@ public final class ScriptedBrowser: Sendable {
         attemptId: String, decision: AuthorizeDecision, expectedSessionId: String, basePath: String? = nil
     ) throws -> String {
         let body = try JSONEncoder().encode(AuthorizeRequest(decision: decision, expectedSessionId: expectedSessionId))
-        let answer = try send(
-            "POST", url(basePath, "/browser/attempts/" + attemptId + "/authorize"), body: [UInt8](body))
-        guard answer.status == 200 else { throw refused(answer) }
-        return try answer.decode(AuthorizeResponse.self).callbackUrl
+        return try ok("POST", url(basePath, "/browser/attempts/" + attemptId + "/authorize"), body: [UInt8](body))
+            .decode(AuthorizeResponse.self).callbackUrl
     }
 
     /// `POST {base}/browser/attempts/{id}/decline`: answers the access_denied callback URL.
     public func decline(attemptId: String, basePath: String? = nil) throws -> String {
-        let answer = try send("POST", url(basePath, "/browser/attempts/" + attemptId + "/decline"), json: [:])
-        guard answer.status == 200 else { throw refused(answer) }
-        return try answer.decode(AuthorizeResponse.self).callbackUrl
+        try ok("POST", url(basePath, "/browser/attempts/" + attemptId + "/decline"), json: [:])
+            .decode(AuthorizeResponse.self).callbackUrl
     }
 
     /// `POST {base}/browser/signout`: ends the browser session (and the native sessions issued from it).
     public func signOut(basePath: String? = nil) throws {
-        let answer = try send("POST", url(basePath, "/browser/signout"), json: [:])
-        guard answer.status == 200 else { throw refused(answer) }
+        try ok("POST", url(basePath, "/browser/signout"), json: [:])
     }
 
     /// Any request with this browser's cookies. `stateChanging` adds
@@ -160,11 +150,15 @@ public final class ScriptedBrowser: Sendable {
         serverOrigin + (basePath ?? self.basePath) + path
     }
 
-    private func send(_ method: String, _ url: String, json: [String: String]?, stateChanging: Bool = true) throws
-        -> HTTPAnswer
-    {
-        let body = try json.map { [UInt8](try JSONSerialization.data(withJSONObject: $0)) }
-        return try send(method, url, body: body, stateChanging: stateChanging)
+    /// Sends `json` (or `body`) and answers the answer when it is a 200, else throws `refused`.
+    @discardableResult
+    private func ok(
+        _ method: String, _ url: String, json: [String: String]? = nil, body: [UInt8]? = nil, stateChanging: Bool = true
+    ) throws -> HTTPAnswer {
+        let body = try json.map { [UInt8](try JSONSerialization.data(withJSONObject: $0)) } ?? body
+        let answer = try send(method, url, body: body, stateChanging: stateChanging)
+        guard answer.status == 200 else { throw refused(answer) }
+        return answer
     }
 
     private func send(_ method: String, _ url: String, body: [UInt8]?, stateChanging: Bool = true) throws -> HTTPAnswer {
@@ -174,15 +168,8 @@ public final class ScriptedBrowser: Sendable {
     }
 
     private func refused(_ answer: HTTPAnswer) -> ScriptedBrowserError {
-        struct Body: Decodable {
-            struct Detail: Decodable {
-                var code: String
-                var message: String
-            }
-            var error: Detail
-        }
-        let detail = try? JSONDecoder().decode(Body.self, from: Data(answer.body))
-        return .refused(status: answer.status, code: detail?.error.code, message: detail?.error.message ?? "")
+        let detail = answer.errorBody.flatMap { body in body.message.map { (code: body.code, message: $0) } }
+        return .refused(status: answer.status, code: detail?.code, message: detail?.message ?? "")
     }
 }
 
