@@ -431,7 +431,7 @@ final class RPCEventLog: Sendable {
     private let descriptorLimit: Int
     private let interval: UInt64 = 10_000_000_000
     private struct Kind {
-        var lastLogged: UInt64 = 0
+        var lastLogged: UInt64
         var suppressed = 0
     }
     private let kinds = Mutex<[String: Kind]>([:])
@@ -489,15 +489,12 @@ final class RPCEventLog: Sendable {
     private func limited(_ kind: String, _ level: Logger.Level, _ message: String, _ metadata: [String: String]) {
         let now = DispatchTime.now().uptimeNanoseconds
         let suppressed = kinds.withLock { kinds -> Int? in
-            var entry = kinds[kind] ?? Kind()
-            defer { kinds[kind] = entry }
-            if entry.lastLogged != 0 && now - entry.lastLogged < interval {
-                entry.suppressed += 1
+            if let entry = kinds[kind], now - entry.lastLogged < interval {
+                kinds[kind]?.suppressed += 1
                 return nil
             }
-            entry.lastLogged = now
-            defer { entry.suppressed = 0 }
-            return entry.suppressed
+            defer { kinds[kind] = Kind(lastLogged: now) }
+            return kinds[kind]?.suppressed ?? 0
         }
         guard let suppressed else { return }
         var metadata = metadata

@@ -86,14 +86,9 @@ public final class CurlTransport: HTTPTransport {
 struct TransferPlan: Sendable {
     enum Method: String, Sendable { case GET, HEAD, POST, PUT, PATCH, DELETE }
 
-    let request: HTTPRequest
-    let method: Method
+    let transfer: CurlRequest
     /// `host[:port]`, for messages (never the path: it may hold an attempt id).
     let authority: String
-    let headers: [(name: String, value: String)]
-    /// `Content-Type` for a body the caller did not label: libcurl must not invent a form type.
-    let suppressed: [String]
-    let body: [UInt8]?
 
     init(_ request: HTTPRequest) throws(HTTPTransportError) {
         guard let method = Method(rawValue: request.method) else {
@@ -116,8 +111,6 @@ struct TransferPlan: Sendable {
         if let caFile = request.caFile, caFile.isEmpty || caFile.utf8.contains(0) {
             throw .invalidRequest("the CA file name is empty or invalid")
         }
-        var headers: [(name: String, value: String)] = []
-        var hasContentType = false
         for header in request.headers {
             guard TransferPlan.isToken(header.name) else {
                 throw .invalidRequest("a header name is not an HTTP token")
@@ -125,23 +118,24 @@ struct TransferPlan: Sendable {
             guard TransferPlan.isFieldValue(header.value) else {
                 throw .invalidRequest("the value of header '\(header.name)' has a control character")
             }
-            if header.name.lowercased() == "content-type" { hasContentType = true }
-            headers.append((header.name, header.value))
         }
+        let body: [UInt8]?
         switch method {
-        case .POST, .PUT, .PATCH:
-            body = request.body ?? []
-        case .DELETE:
-            body = request.body
+        case .POST, .PUT, .PATCH: body = request.body ?? []
+        case .DELETE: body = request.body
         case .GET, .HEAD:
             guard request.body == nil else { throw .invalidRequest("a \(method.rawValue) request has no body") }
             body = nil
         }
         // No form content type invented by libcurl for a body the caller did not label.
-        self.headers = headers
-        suppressed = body != nil && !hasContentType ? ["Content-Type"] : []
-        self.request = request
-        self.method = method
+        let unlabelled = body != nil && !request.headers.contains { $0.name.lowercased() == "content-type" }
+        transfer = CurlRequest(
+            method: method.rawValue, url: request.url, headers: request.headers.map { ($0.name, $0.value) },
+            suppressedHeaders: unlabelled ? ["Content-Type"] : [], body: body,
+            timeoutMilliseconds: request.timeoutMilliseconds,
+            connectTimeoutMilliseconds: request.connectTimeoutMilliseconds,
+            maximumResponseBytes: request.maximumResponseBytes, caFile: request.caFile,
+            freshConnection: request.changesState)
         self.authority = authority
     }
 
@@ -182,15 +176,7 @@ final class Worker: @unchecked Sendable {
         if cancellation.isCancelled { return .failure(.notSent("the request was cancelled before it was sent")) }
         if session == nil { session = CurlSession(proxy: configuration.proxy, noProxy: configuration.noProxy) }
         guard let session else { return .failure(.notSent("libcurl could not start a transfer")) }
-        let request = plan.request
-        let transfer = CurlRequest(
-            method: plan.method.rawValue, url: request.url, headers: plan.headers, suppressedHeaders: plan.suppressed,
-            body: plan.body,
-            timeoutMilliseconds: request.timeoutMilliseconds,
-            connectTimeoutMilliseconds: request.connectTimeoutMilliseconds,
-            maximumResponseBytes: request.maximumResponseBytes, caFile: request.caFile,
-            freshConnection: request.changesState)
-        switch session.perform(transfer, cancellation: cancellation) {
+        switch session.perform(plan.transfer, cancellation: cancellation) {
         case .answered(let status, let headers, let body):
             return .success(HTTPResponse(status: status, headers: headers.map { HTTPHeader($0.name, $0.value) }, body: body))
         case .tooLarge:
@@ -205,26 +191,27 @@ final class Worker: @unchecked Sendable {
 
 /// Turns a failed transfer into `notSent` or `noAnswer`.
 enum TransferFailure {
-    /// Codes that are only produced before a request byte is written:
-    /// name resolution, TCP connect, proxy setup and the TLS handshake.
-    static let beforeSending: Set<UInt32> = [
-        CURLE_COULDNT_RESOLVE_PROXY, CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_CONNECT, CURLE_SSL_CONNECT_ERROR,
-        CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER, CURLE_SSL_CACERT_BADFILE,
-        CURLE_SSL_ENGINE_NOTFOUND, CURLE_SSL_ENGINE_SETFAILED, CURLE_SSL_ENGINE_INITFAILED, CURLE_SSL_CRL_BADFILE,
-        CURLE_SSL_ISSUER_ERROR, CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_INVALIDCERTSTATUS, CURLE_PROXY,
-        CURLE_SSL_CLIENTCERT, CURLE_USE_SSL_FAILED, CURLE_INTERFACE_FAILED, CURLE_FAILED_INIT,
-    ].reduce(into: []) { $0.insert($1.rawValue) }
+    /// The TLS handshake's codes: produced before a request byte is written.
+    static let tls = Set(
+        [
+            CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER,
+            CURLE_SSL_CACERT_BADFILE, CURLE_SSL_CRL_BADFILE, CURLE_SSL_ISSUER_ERROR, CURLE_SSL_PINNEDPUBKEYNOTMATCH,
+            CURLE_SSL_INVALIDCERTSTATUS, CURLE_SSL_CLIENTCERT, CURLE_USE_SSL_FAILED,
+        ].map(\.rawValue))
 
-    static let tls: Set<UInt32> = [
-        CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER,
-        CURLE_SSL_CACERT_BADFILE, CURLE_SSL_CRL_BADFILE, CURLE_SSL_ISSUER_ERROR, CURLE_SSL_PINNEDPUBKEYNOTMATCH,
-        CURLE_SSL_INVALIDCERTSTATUS, CURLE_SSL_CLIENTCERT, CURLE_USE_SSL_FAILED,
-    ].reduce(into: []) { $0.insert($1.rawValue) }
+    /// The other codes only produced before a request byte is written (proxy
+    /// and engine setup; name resolution and TCP connect are told apart first).
+    static let beforeSending = Set(
+        [
+            CURLE_COULDNT_RESOLVE_PROXY, CURLE_SSL_ENGINE_NOTFOUND, CURLE_SSL_ENGINE_SETFAILED,
+            CURLE_SSL_ENGINE_INITFAILED, CURLE_PROXY, CURLE_INTERFACE_FAILED, CURLE_FAILED_INIT,
+        ].map(\.rawValue))
 
-    static let malformedRequest: Set<UInt32> = [
-        CURLE_UNSUPPORTED_PROTOCOL, CURLE_URL_MALFORMAT, CURLE_BAD_FUNCTION_ARGUMENT, CURLE_NOT_BUILT_IN,
-        CURLE_UNKNOWN_OPTION,
-    ].reduce(into: []) { $0.insert($1.rawValue) }
+    static let malformedRequest = Set(
+        [
+            CURLE_UNSUPPORTED_PROTOCOL, CURLE_URL_MALFORMAT, CURLE_BAD_FUNCTION_ARGUMENT, CURLE_NOT_BUILT_IN,
+            CURLE_UNKNOWN_OPTION,
+        ].map(\.rawValue))
 
     /// `reachedTransfer`: libcurl got past connecting (its pre-transfer
     /// timer ran) or counted request bytes. Without either, no request

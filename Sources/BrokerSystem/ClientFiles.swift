@@ -62,8 +62,7 @@ public enum ClientFiles {
     private static func unreadable(_ path: String, _ error: UnsafeMutablePointer<GError>?) -> Result<
         [String: String], ConfigProblem
     > {
-        let message = error.map { String(cString: $0.pointee.message) } ?? "unreadable"
-        g_error_free(error)
+        let message = takeMessage(error, or: "unreadable")
         return .failure(ConfigProblem(.error, file: path, key: nil, "cannot be read as a key file: \(message)"))
     }
 
@@ -97,9 +96,7 @@ public enum ClientFiles {
                 result[key] = String(cString: value)
                 g_free(value)
             } else {
-                let message = valueError.map { String(cString: $0.pointee.message) } ?? "invalid value"
-                g_error_free(valueError)
-                return .failure(ConfigProblem(.error, file: path, key: key, message))
+                return .failure(ConfigProblem(.error, file: path, key: key, takeMessage(valueError, or: "invalid value")))
             }
         }
         return .success(result)

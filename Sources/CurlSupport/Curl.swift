@@ -305,27 +305,27 @@ extension String {
     }
 }
 
+/// The sink behind a callback's user-data pointer.
+private func transferSink(_ user: UnsafeMutableRawPointer?) -> TransferSink? {
+    user.map { Unmanaged<TransferSink>.fromOpaque($0).takeUnretainedValue() }
+}
+
+private func bytes(_ data: UnsafeMutablePointer<CChar>, _ count: Int) -> UnsafeBufferPointer<UInt8> {
+    UnsafeBufferPointer(start: UnsafeRawPointer(data).assumingMemoryBound(to: UInt8.self), count: count)
+}
+
 private let writeBodyCallback: bl_curl_write_callback = { data, size, count, user in
-    guard let user else { return 0 }
-    let sink = Unmanaged<TransferSink>.fromOpaque(user).takeUnretainedValue()
     let total = size * count
-    guard total > 0, let data else { return 0 }
-    let bytes = UnsafeBufferPointer(start: UnsafeRawPointer(data).assumingMemoryBound(to: UInt8.self), count: total)
-    return sink.receiveBody(bytes) ? total : 0
+    guard let sink = transferSink(user), total > 0, let data else { return 0 }
+    return sink.receiveBody(bytes(data, total)) ? total : 0
 }
 
 private let writeHeaderCallback: bl_curl_write_callback = { data, size, count, user in
-    guard let user else { return 0 }
-    let sink = Unmanaged<TransferSink>.fromOpaque(user).takeUnretainedValue()
-    let total = size * count
-    guard let data else { return total }
-    sink.receiveHeaderLine(
-        UnsafeBufferPointer(start: UnsafeRawPointer(data).assumingMemoryBound(to: UInt8.self), count: total))
-    return total
+    guard let sink = transferSink(user) else { return 0 }
+    if let data { sink.receiveHeaderLine(bytes(data, size * count)) }
+    return size * count
 }
 
 private let progressCallback: bl_curl_xferinfo_callback = { user, _, _, _, _ in
-    guard let user else { return 0 }
-    let sink = Unmanaged<TransferSink>.fromOpaque(user).takeUnretainedValue()
-    return sink.cancellation?.isCancelled == true ? 1 : 0
+    transferSink(user)?.cancellation?.isCancelled == true ? 1 : 0
 }

@@ -55,7 +55,7 @@ public struct HandlerInstaller: Sendable {
         updateDatabase(&report)
         for scheme in all {
             let type = DesktopEntry.mimeType(scheme: scheme)
-            record(&report, run(["xdg-mime", "default", DesktopEntry.fileName, type]), "xdg-mime default for \(type)")
+            record(&report, ["xdg-mime", "default", DesktopEntry.fileName, type], "xdg-mime default for \(type)")
         }
         return report
     }
@@ -112,21 +112,16 @@ public struct HandlerInstaller: Sendable {
             return
         }
         record(
-            &report, run(["update-desktop-database", applicationsDirectory]),
+            &report, ["update-desktop-database", applicationsDirectory],
             "update-desktop-database \(applicationsDirectory)")
     }
 
-    private func record(_ report: inout Report, _ status: Int32?, _ step: String) {
-        switch status {
+    /// Runs `argv` (output discarded) and records the step.
+    private func record(_ report: inout Report, _ argv: [String], _ step: String) {
+        switch Subprocess.run(argv, environment: environment)?.status {
         case 0?: report.steps.append("ran " + step)
         case nil: report.problems.append(step + ": the program is not installed")
         case let code?: report.problems.append(step + ": exit status \(code)")
         }
-    }
-
-    /// Runs a program found on `PATH` with output discarded; nil when it is not installed.
-    func run(_ argv: [String]) -> Int32? {
-        guard let program = Subprocess.findProgram(argv[0], environment: environment) else { return nil }
-        return Subprocess.run(program: program, arguments: Array(argv.dropFirst()), environment: environment).status
     }
 }

@@ -100,20 +100,9 @@ public final class HTTPServer: Sendable {
     ) throws(HTTPServerError) {
         var error: Int32 = 0
         let box = Unmanaged.passRetained(HandlerBox(handler: handler, maximumBody: maximumBody))
-        let started: OpaquePointer? = address.withCString { addr in
-            if let tls {
-                return tls.key.withCString { key in
-                    tls.certificate.withCString { cert in
-                        bl_mhd_start(
-                            addr, UInt16(port), key, cert, UInt32(connectionLimit), UInt32(timeoutSeconds),
-                            accessHandler, box.toOpaque(), completedHandler, nil, &error)
-                    }
-                }
-            }
-            return bl_mhd_start(
-                addr, UInt16(port), nil, nil, UInt32(connectionLimit), UInt32(timeoutSeconds), accessHandler,
-                box.toOpaque(), completedHandler, nil, &error)
-        }
+        let started = bl_mhd_start(
+            address, UInt16(port), tls?.key, tls?.certificate, UInt32(connectionLimit), UInt32(timeoutSeconds),
+            accessHandler, box.toOpaque(), completedHandler, nil, &error)
         guard let started else {
             box.release()
             switch UInt32(error) {

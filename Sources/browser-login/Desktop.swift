@@ -93,19 +93,13 @@ struct Finding: Sendable {
     }
 }
 
-/// Runs a program with output captured; nil when it is not installed.
-func runProgram(_ argv: [String], _ env: [String: String]) -> (status: Int32, output: String)? {
-    guard let program = Subprocess.findProgram(argv[0], environment: env) else { return nil }
-    return Subprocess.run(program: program, arguments: Array(argv.dropFirst()), environment: env)
-}
-
 func busNameQuery(_ method: String, _ argument: String?, _ env: [String: String]) -> String? {
     var argv = [
         "gdbus", "call", "--session", "--dest", "org.freedesktop.DBus", "--object-path", "/org/freedesktop/DBus",
         "--method", "org.freedesktop.DBus." + method,
     ]
     if let argument { argv.append(argument) }
-    guard let result = runProgram(argv, env), result.status == 0 else { return nil }
+    guard let result = Subprocess.run(argv, environment: env), result.status == 0 else { return nil }
     return result.output
 }
 
@@ -121,7 +115,8 @@ func doctorFindings(socketOption: String?) -> [Finding] {
     var broker: RPCClient?
     var info: BrokerInfo?
     let startFix =
-        env["INVOCATION_ID"] == nil && runProgram(["systemctl", "--user", "is-system-running"], env)?.status == nil
+        env["INVOCATION_ID"] == nil
+            && Subprocess.run(["systemctl", "--user", "is-system-running"], environment: env)?.status == nil
         ? "browser-login-broker &" : "systemctl --user enable --now browser-login-broker.socket"
     do {
         let path = try socketPath(socketOption)
@@ -197,7 +192,7 @@ func doctorFindings(socketOption: String?) -> [Finding] {
         let installed = Set(installer.installedSchemes())
         for (client, scheme) in schemes {
             let type = DesktopEntry.mimeType(scheme: scheme)
-            let answer = runProgram(["xdg-mime", "query", "default", type], env)
+            let answer = Subprocess.run(["xdg-mime", "query", "default", type], environment: env)
             let handler = answer?.output.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
             if !installed.contains(scheme) {
                 fail(
