@@ -149,11 +149,8 @@ public enum BrokerDaemon {
             // mimeapps.list: register through the user manager, outside the
             // sandbox, with the CLI's own install-handler.
             let arguments =
-                [
-                    "systemd-run", "--user", "--quiet", "--collect", "--no-ask-password", "--wait",
-                    handlerProgram(), "install-handler",
-                ]
-                + handlerSchemes.flatMap { ["--scheme", $0] }
+                ["systemd-run", "--user", "--quiet", "--collect", "--no-ask-password", "--wait", handlerProgram()]
+                + ["install-handler"] + handlerSchemes.flatMap { ["--scheme", $0] }
             let result = Subprocess.run(program: "/usr/bin/env", arguments: arguments, environment: environment)
             logger.log(
                 result.status == 0 ? .info : .warning, "URL handler registration through systemd-run",
@@ -174,18 +171,14 @@ public enum BrokerDaemon {
             return 73
         }
 
-        let listen: RPCServerConfiguration.Listen
-        let socketDescription: String
-        if let passed = Systemd.listenFileDescriptors().first {
-            listen = .fileDescriptor(passed.fd)
-            socketDescription = paths.brokerSocket(option: options.socketPath) ?? "fd:\(passed.fd)"
-        } else if let path = paths.brokerSocket(option: options.socketPath) {
-            listen = .path(path)
-            socketDescription = path
-        } else {
+        // A socket passed by systemd comes first; the path then only names it in logs.
+        let passed = Systemd.listenFileDescriptors().first?.fd
+        guard let socketDescription = paths.brokerSocket(option: options.socketPath) ?? passed.map({ "fd:\($0)" })
+        else {
             logger.error("XDG_RUNTIME_DIR is not set; pass --socket PATH")
             return 78
         }
+        let listen: RPCServerConfiguration.Listen = passed.map { .fileDescriptor($0) } ?? .path(socketDescription)
 
         Systemd.notify("STATUS=opening and migrating the state database")
         let transport = CurlTransport()
@@ -247,27 +240,25 @@ public enum BrokerDaemon {
         // engine's timer still runs; the watchdog pings until the end.
         var services: [ServiceGroup.Entry] = []
         if let usec = Systemd.watchdogMicroseconds() {
-            services.append(
-                .init(
-                    TimerService {
-                        Systemd.notify("WATCHDOG=1")
-                        return .microseconds(usec / 2)
-                    }))
+            let ping = TimerService {
+                Systemd.notify("WATCHDOG=1")
+                return .microseconds(usec / 2)
+            }
+            services.append(.init(ping))
         }
         // The engine's timer sleeps until its next deadline, woken early when the engine schedules
         // something sooner; never more often than every 250 ms, so failing work cannot spin.
         let engineTimer = Wakeup()
         engine.setWakeUp { engineTimer.signal() }
         let lastTick = Mutex<ContinuousClock.Instant?>(nil)
-        services.append(
-            .init(
-                TimerService(wakeup: engineTimer) {
-                    let floor = lastTick.withLock { $0 }.map { $0 + .milliseconds(BrokerEngine.minimumSleepMilliseconds) }
-                    if let floor, ContinuousClock.now < floor { try? await Task.sleep(until: floor) }
-                    lastTick.withLock { $0 = ContinuousClock.now }
-                    let deadline = await engine.tick()
-                    return .milliseconds(BrokerEngine.sleepMilliseconds(until: deadline, now: Timestamp.now()))
-                }))
+        let engineTicks = TimerService(wakeup: engineTimer) {
+            let floor = lastTick.withLock { $0 }.map { $0 + .milliseconds(BrokerEngine.minimumSleepMilliseconds) }
+            if let floor, ContinuousClock.now < floor { try? await Task.sleep(until: floor) }
+            lastTick.withLock { $0 = ContinuousClock.now }
+            let deadline = await engine.tick()
+            return .milliseconds(BrokerEngine.sleepMilliseconds(until: deadline, now: Timestamp.now()))
+        }
+        services.append(.init(engineTicks))
         services.append(.init(TrimService(server: server, activity: activity, logger: logger)))
         if options.dbus { services.append(.init(SessionBusService(engine: engine, logger: logger))) }
         services.append(.init(RPCService(server: server, logger: logger), endsGroup: true))

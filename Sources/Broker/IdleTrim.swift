@@ -81,15 +81,13 @@ final class TrimService: Service {
             guard !stopping.load(ordering: .acquiring) else { return }
             let statistics = server.statistics
             guard idle.check(messages: statistics.messages, inFlight: statistics.inFlight) else { continue }
-            guard Logger.Level.debug <= logger.minimum else {
-                IdleTrim.trimHeap()
-                continue
-            }
-            let before = ProcFS.residentKiB()
+            // The resident size is read only when it is logged.
+            let before = logger.minimum >= .debug ? ProcFS.residentKiB() ?? -1 : nil
             IdleTrim.trimHeap()
-            logger.debug(
-                "idle: heap trimmed",
-                ["rss.kib.before": "\(before ?? -1)", "rss.kib.after": "\(ProcFS.residentKiB() ?? -1)"])
+            if let before {
+                logger.debug(
+                    "idle: heap trimmed", ["rss.kib.before": "\(before)", "rss.kib.after": "\(ProcFS.residentKiB() ?? -1)"])
+            }
         }
     }
 

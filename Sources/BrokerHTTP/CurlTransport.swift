@@ -22,26 +22,12 @@ import Synchronization
 ///   second): `notSent` if no request byte had been written, else `noAnswer`.
 public final class CurlTransport: HTTPTransport {
     /// Configuration of the transport. Requests carry their own timeouts,
-    /// size limit and CA file.
+    /// size limit and CA file; proxies come from the environment (`CurlSession`).
     public struct Configuration: Sendable, Equatable {
-        public typealias Proxy = CurlProxy
-
-        /// Default `.environment`: a broker on a network that only reaches
-        /// the internet through a proxy still works, and an https login
-        /// server stays end-to-end TLS through the proxy's CONNECT tunnel.
-        /// Loopback (the only place plain http is allowed) is never proxied,
-        /// so a development server's traffic never leaves the machine.
-        public var proxy: Proxy
-        /// Host names or addresses never sent through a proxy, besides loopback.
-        public var noProxy: [String]
         /// How many transfers may run at once (one worker queue and easy handle each).
         public var maximumConcurrentTransfers: Int
 
-        public init(proxy: Proxy = .environment, noProxy: [String] = [], maximumConcurrentTransfers: Int = 8) {
-            self.proxy = proxy
-            self.noProxy = noProxy
-            self.maximumConcurrentTransfers = maximumConcurrentTransfers
-        }
+        public init(maximumConcurrentTransfers: Int = 8) { self.maximumConcurrentTransfers = maximumConcurrentTransfers }
     }
 
     public let configuration: Configuration
@@ -65,14 +51,13 @@ public final class CurlTransport: HTTPTransport {
         }
         defer { load.withLock { $0[index] -= 1 } }
         let worker = workers[index]
-        let configuration = configuration
         let cancellation = CancellationFlag()
         let result = await withTaskCancellationHandler {
             await withCheckedContinuation {
                 (continuation: CheckedContinuation<Result<HTTPResponse, HTTPTransportError>, Never>) in
                 worker.queue.async {
                     continuation.resume(
-                        returning: worker.perform(plan, configuration: configuration, cancellation: cancellation))
+                        returning: worker.perform(plan, cancellation: cancellation))
                 }
             }
         } onCancel: {
@@ -169,12 +154,10 @@ final class Worker: @unchecked Sendable {
     }
 
     /// Runs one transfer. Only on `queue`.
-    func perform(_ plan: TransferPlan, configuration: CurlTransport.Configuration, cancellation: CancellationFlag)
-        -> Result<HTTPResponse, HTTPTransportError>
-    {
+    func perform(_ plan: TransferPlan, cancellation: CancellationFlag) -> Result<HTTPResponse, HTTPTransportError> {
         dispatchPrecondition(condition: .onQueue(queue))
         if cancellation.isCancelled { return .failure(.notSent("the request was cancelled before it was sent")) }
-        if session == nil { session = CurlSession(proxy: configuration.proxy, noProxy: configuration.noProxy) }
+        if session == nil { session = CurlSession() }
         guard let session else { return .failure(.notSent("libcurl could not start a transfer")) }
         switch session.perform(plan.transfer, cancellation: cancellation) {
         case .answered(let status, let headers, let body):

@@ -18,17 +18,6 @@ public struct CurlHeader: Sendable, Equatable {
     }
 }
 
-/// Where proxies come from. Loopback addresses and a request's `noProxy`
-/// never go through a proxy (this replaces the environment's `no_proxy`).
-public enum CurlProxy: Sendable, Equatable {
-    /// Never use a proxy, whatever the environment says.
-    case none
-    /// libcurl's own reading of `https_proxy`, `http_proxy` and `all_proxy`.
-    case environment
-    /// This proxy URL (`http://host:port`).
-    case url(String)
-}
-
 /// One transfer, as libcurl is told it. Checking a request (methods,
 /// header syntax, URL shape) is the caller's business.
 public struct CurlRequest: Sendable {
@@ -104,19 +93,14 @@ public func curlText(_ code: CURLcode) -> String {
 public final class CurlSession {
     private let raw: UnsafeMutableRawPointer
     private let cookies: Bool
-    private let proxy: CurlProxy
-    private let noProxy: [String]
 
     /// nil when libcurl cannot be initialised or has no memory for a handle.
     /// `cookies`: the handle's in-memory cookie engine (`CURLOPT_COOKIEFILE ""`)
     /// keeps cookies across requests, never read from or written to a file.
-    /// `noProxy`: hosts never sent through a proxy, besides loopback.
-    public init?(cookies: Bool = false, proxy: CurlProxy = .environment, noProxy: [String] = []) {
+    public init?(cookies: Bool = false) {
         guard curlGlobalInit == CURLE_OK, let handle = curl_easy_init() else { return nil }
         raw = handle
         self.cookies = cookies
-        self.proxy = proxy
-        self.noProxy = noProxy
     }
 
     deinit { curl_easy_cleanup(raw) }
@@ -194,12 +178,13 @@ public final class CurlSession {
         if let caFile = request.caFile { ok = ok && set(CURLOPT_CAINFO, caFile) }
         if request.freshConnection { ok = ok && set(CURLOPT_FRESH_CONNECT, 1) && set(CURLOPT_FORBID_REUSE, 1) }
         if cookies { ok = ok && set(CURLOPT_COOKIEFILE, "") }
-        let noProxy = (["127.0.0.1", "localhost", "::1"] + noProxy).joined(separator: ",")
-        switch proxy {
-        case .none: ok = ok && set(CURLOPT_PROXY, "")
-        case .environment: ok = ok && set(CURLOPT_NOPROXY, noProxy)
-        case .url(let url): ok = ok && set(CURLOPT_PROXY, url) && set(CURLOPT_NOPROXY, noProxy)
-        }
+        // Proxies come from the environment (libcurl reads `https_proxy`, `http_proxy`
+        // and `all_proxy`): a broker on a network that only reaches the internet
+        // through a proxy still works, and an https login server stays end-to-end
+        // TLS through the proxy's CONNECT tunnel. Loopback (the only place plain
+        // http is allowed) is never proxied, whatever the environment's `no_proxy`
+        // says, so a development server's traffic never leaves the machine.
+        ok = ok && set(CURLOPT_NOPROXY, "127.0.0.1,localhost,::1")
         switch (request.method, request.body) {
         case ("GET", _): ok = ok && set(CURLOPT_HTTPGET, 1)
         case ("HEAD", _): ok = ok && set(CURLOPT_NOBODY, 1)

@@ -191,14 +191,9 @@ private let accessHandler: bl_mhd_access_handler = {
         bl_mhd_client_address(connection, &addressBuffer, addressBuffer.count) == 0
         ? String(decoding: addressBuffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : "unknown"
     let request = HTTPServerRequest(
-        method: method.map { String(cString: $0) } ?? "GET",
-        path: url.map { String(cString: $0) } ?? "/",
-        query: collector.query,
-        headers: collector.headers,
-        cookies: collector.cookies,
-        body: pending.body,
-        bodyTooLarge: pending.tooLarge,
-        remoteAddress: remote)
+        method: method.map { String(cString: $0) } ?? "GET", path: url.map { String(cString: $0) } ?? "/",
+        query: collector.query, headers: collector.headers, cookies: collector.cookies, body: pending.body,
+        bodyTooLarge: pending.tooLarge, remoteAddress: remote)
     let response = box.handler(request)
 
     var body = response.body
@@ -206,9 +201,7 @@ private let accessHandler: bl_mhd_access_handler = {
         MHD_create_response_from_buffer(raw.count, raw.baseAddress, .RESPMEM_MUST_COPY)
     }
     guard let mhdResponse else { return .NO }
-    for (name, value) in response.headers {
-        _ = MHD_add_response_header(mhdResponse, name, value)
-    }
+    for (name, value) in response.headers { _ = MHD_add_response_header(mhdResponse, name, value) }
     let result = MHD_queue_response(connection, UInt32(response.status), mhdResponse)
     MHD_destroy_response(mhdResponse)
     return result

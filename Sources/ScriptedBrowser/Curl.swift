@@ -8,10 +8,7 @@ public struct HTTPAnswer: Sendable {
     public var body: [UInt8]
 
     /// The first header named `name` (case-insensitive).
-    public func header(_ name: String) -> String? {
-        let lower = name.lowercased()
-        return headers.first { $0.name == lower }?.value
-    }
+    public func header(_ name: String) -> String? { headers(name).first }
 
     /// All headers named `name` (e.g. every `Set-Cookie`).
     public func headers(_ name: String) -> [String] {
