@@ -140,9 +140,7 @@ public enum BrokerDaemon {
             print("\(loaded.clients.count) client(s) valid in \(loaded.files.count) file(s)")
             return loaded.problems.contains { $0.severity == .error } ? 78 : 0
         }
-        if options.checkServers {
-            return await ServerCheck.run(clients: loaded.clients, json: options.json)
-        }
+        if options.checkServers { return await ServerCheck.run(clients: loaded.clients, json: options.json) }
         let handlerSchemes = loaded.clients.filter(\.installHandler).map(\.returnURL.scheme)
         if environment["INVOCATION_ID"] != nil, !handlerSchemes.isEmpty {
             // The hardened service cannot write ~/.local/share/applications or

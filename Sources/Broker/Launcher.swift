@@ -42,25 +42,20 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
     /// Splits a command line on blanks, honouring single and double quotes.
     static func splitCommand(_ text: String) -> [String] {
         var words: [String] = []
-        var current = ""
+        var current: String?  // nil between words
         var quote: Character?
-        var inWord = false
         for c in text {
             if let q = quote {
-                if c == q { quote = nil } else { current.append(c) }
-            } else if c == "'" || c == "\"" {
-                quote = c
-                inWord = true
+                if c == q { quote = nil } else { current?.append(c) }
             } else if c == " " || c == "\t" {
-                if inWord { words.append(current) }
-                current = ""
-                inWord = false
+                if let word = current { words.append(word) }
+                current = nil
             } else {
-                current.append(c)
-                inWord = true
+                if c == "'" || c == "\"" { quote = c }
+                current = (current ?? "") + (quote == nil ? String(c) : "")
             }
         }
-        if inWord { words.append(current) }
+        if let current { words.append(current) }
         return words
     }
 

@@ -81,25 +81,19 @@ struct TransferPlan: Sendable {
         }
         guard let parts = URLParts(splitting: request.url), ["http", "https"].contains(parts.scheme.lowercased()),
             let authority = parts.authority, !authority.isEmpty
-        else {
-            throw .invalidRequest("the URL must be an absolute http or https URL")
-        }
+        else { throw .invalidRequest("the URL must be an absolute http or https URL") }
         guard !parts.hasUserinfo, parts.fragment == nil else {
             throw .invalidRequest("the URL must have no userinfo and no fragment")
         }
         guard request.timeoutMilliseconds > 0, request.connectTimeoutMilliseconds > 0 else {
             throw .invalidRequest("timeouts must be positive")
         }
-        guard request.maximumResponseBytes > 0 else {
-            throw .invalidRequest("the response size limit must be positive")
-        }
+        guard request.maximumResponseBytes > 0 else { throw .invalidRequest("the response size limit must be positive") }
         if let caFile = request.caFile, caFile.isEmpty || caFile.utf8.contains(0) {
             throw .invalidRequest("the CA file name is empty or invalid")
         }
         for header in request.headers {
-            guard TransferPlan.isToken(header.name) else {
-                throw .invalidRequest("a header name is not an HTTP token")
-            }
+            guard TransferPlan.isToken(header.name) else { throw .invalidRequest("a header name is not an HTTP token") }
             guard TransferPlan.isFieldValue(header.value) else {
                 throw .invalidRequest("the value of header '\(header.name)' has a control character")
             }
@@ -204,9 +198,7 @@ enum TransferFailure {
         -> HTTPTransportError
     {
         let raw = code.rawValue
-        if malformedRequest.contains(raw) {
-            return .invalidRequest("libcurl refused the request (\(curlText(code)))")
-        }
+        if malformedRequest.contains(raw) { return .invalidRequest("libcurl refused the request (\(curlText(code)))") }
         if tls.contains(raw) {
             let why = detail.isEmpty ? curlText(code) : detail
             if raw == CURLE_SSL_CACERT_BADFILE.rawValue {

@@ -59,27 +59,24 @@ public enum ClientFiles {
         }
     }
 
-    private static func unreadable(_ path: String, _ error: UnsafeMutablePointer<GError>?) -> Result<
-        [String: String], ConfigProblem
-    > {
+    /// A group's keys and values, or why they could not be read.
+    typealias Keys = Result<[String: String], ConfigProblem>
+
+    private static func unreadable(_ path: String, _ error: UnsafeMutablePointer<GError>?) -> Keys {
         let message = takeMessage(error, or: "unreadable")
         return .failure(ConfigProblem(.error, file: path, key: nil, "cannot be read as a key file: \(message)"))
     }
 
     /// The keys of one group of a key file, unescaped by GKeyFile.
-    static func readGroup(path: String, group: String) -> Result<[String: String], ConfigProblem> {
+    static func readGroup(path: String, group: String) -> Keys {
         let keyFile = g_key_file_new()
         defer { g_key_file_free(keyFile) }
         var error: UnsafeMutablePointer<GError>?
-        guard g_key_file_load_from_file(keyFile, path, G_KEY_FILE_NONE, &error) != 0 else {
-            return unreadable(path, error)
-        }
+        guard g_key_file_load_from_file(keyFile, path, G_KEY_FILE_NONE, &error) != 0 else { return unreadable(path, error) }
         return readGroup(keyFile, path: path, group: group)
     }
 
-    private static func readGroup(_ keyFile: OpaquePointer?, path: String, group: String) -> Result<
-        [String: String], ConfigProblem
-    > {
+    private static func readGroup(_ keyFile: OpaquePointer?, path: String, group: String) -> Keys {
         guard g_key_file_has_group(keyFile, group) != 0 else {
             return .failure(
                 ConfigProblem(.error, file: path, key: nil, "has no [\(group)] group; client settings go under [\(group)]"))

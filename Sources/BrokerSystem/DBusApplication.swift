@@ -189,9 +189,7 @@ public final class DBusApplication: @unchecked Sendable {
 
     /// Runs the loop for `milliseconds` (or until `shutdown()`).
     private func pause(milliseconds: UInt32) {
-        guard !stopping.load(ordering: .sequentiallyConsistent), let source = g_timeout_source_new(milliseconds) else {
-            return
-        }
+        guard !stopping.load(ordering: .sequentiallyConsistent), let source = g_timeout_source_new(milliseconds) else { return }
         defer { g_source_unref(source) }
         g_source_set_callback(
             source,

@@ -127,9 +127,7 @@ public final class CurlSession {
                 return code
             }
         }
-        if code == CURLE_OK {
-            return .answered(status: info(CURLINFO_RESPONSE_CODE), headers: sink.headers, body: sink.body)
-        }
+        if code == CURLE_OK { return .answered(status: info(CURLINFO_RESPONSE_CODE), headers: sink.headers, body: sink.body) }
         if code == CURLE_FILESIZE_EXCEEDED || (code == CURLE_WRITE_ERROR && sink.tooLarge) { return .tooLarge }
         var started: curl_off_t = 0
         _ = bl_curl_getinfo_off(raw, CURLINFO_PRETRANSFER_TIME_T, &started)
@@ -166,6 +164,10 @@ public final class CurlSession {
             && bl_curl_setopt_writefn(raw, CURLOPT_HEADERFUNCTION, writeHeaderCallback) == CURLE_OK
             && bl_curl_setopt_pointer(raw, CURLOPT_HEADERDATA, sinkPointer) == CURLE_OK
             && set(CURLOPT_SUPPRESS_CONNECT_HEADERS, 1)
+            // Proxies come from the environment (libcurl reads `https_proxy`, `http_proxy`, `all_proxy`): a broker
+            // behind one still works, an https server staying end-to-end TLS through CONNECT. Loopback (the only
+            // place plain http is allowed) never goes through one, whatever `no_proxy` says.
+            && set(CURLOPT_NOPROXY, "127.0.0.1,localhost,::1")
         if let limit = request.maximumResponseBytes {
             ok = ok && bl_curl_setopt_off(raw, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(limit)) == CURLE_OK
         }
@@ -178,13 +180,6 @@ public final class CurlSession {
         if let caFile = request.caFile { ok = ok && set(CURLOPT_CAINFO, caFile) }
         if request.freshConnection { ok = ok && set(CURLOPT_FRESH_CONNECT, 1) && set(CURLOPT_FORBID_REUSE, 1) }
         if cookies { ok = ok && set(CURLOPT_COOKIEFILE, "") }
-        // Proxies come from the environment (libcurl reads `https_proxy`, `http_proxy`
-        // and `all_proxy`): a broker on a network that only reaches the internet
-        // through a proxy still works, and an https login server stays end-to-end
-        // TLS through the proxy's CONNECT tunnel. Loopback (the only place plain
-        // http is allowed) is never proxied, whatever the environment's `no_proxy`
-        // says, so a development server's traffic never leaves the machine.
-        ok = ok && set(CURLOPT_NOPROXY, "127.0.0.1,localhost,::1")
         switch (request.method, request.body) {
         case ("GET", _): ok = ok && set(CURLOPT_HTTPGET, 1)
         case ("HEAD", _): ok = ok && set(CURLOPT_NOBODY, 1)
@@ -203,9 +198,7 @@ public final class CurlSession {
 
     /// `CURLOPT_COPYPOSTFIELDS`: libcurl copies the body, so it need not outlive the call.
     private func setBody(_ body: [UInt8]) -> Bool {
-        guard bl_curl_setopt_off(raw, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count)) == CURLE_OK else {
-            return false
-        }
+        guard bl_curl_setopt_off(raw, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count)) == CURLE_OK else { return false }
         if body.isEmpty { return set(CURLOPT_COPYPOSTFIELDS, "") }
         return body.withUnsafeBytes {
             bl_curl_setopt_pointer(raw, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: $0.baseAddress))

@@ -142,9 +142,7 @@ public enum ServerCommand {
         if configuration.testExchangeDelayMillis > 0 {
             Log.warning("TEST-ONLY exchange delay is on", ["delay.ms": "\(configuration.testExchangeDelayMillis)"])
         }
-        if let readyFile {
-            _ = FileManager.default.createFile(atPath: readyFile, contents: Data((server.listenURL + "\n").utf8))
-        }
+        if let readyFile { _ = FileManager.default.createFile(atPath: readyFile, contents: Data((server.listenURL + "\n").utf8)) }
         print("browser-login-server: listening on \(server.listenURL)")
         fflush(nil)
 

@@ -136,11 +136,9 @@ public final class ScriptedBrowser: Sendable {
         _ method: String, _ url: String, headers: [(String, String)] = [], body: [UInt8]? = nil,
         stateChanging: Bool = true
     ) throws -> HTTPAnswer {
-        var all = headers
-        if stateChanging { all += [("Origin", serverOrigin), ("Sec-Fetch-Site", "same-origin")] }
-        let fixed = all
+        let all = headers + (stateChanging ? [("Origin", serverOrigin), ("Sec-Fetch-Site", "same-origin")] : [])
         return try session.withLock { session throws(ScriptedBrowserError) in
-            try session.answer(method: method, url: url, headers: fixed, body: body, caFile: caFile)
+            try session.answer(method: method, url: url, headers: all, body: body, caFile: caFile)
         }
     }
 
@@ -182,16 +180,12 @@ struct AuthorizeTarget {
     init(_ authorizeURL: String) throws {
         guard let parts = URLParts(splitting: authorizeURL), let query = parts.query,
             parts.path.hasSuffix("/browser/login")
-        else {
-            throw ScriptedBrowserError.malformedAnswer(status: 0, detail: "not an authorize URL of the reference server")
-        }
+        else { throw ScriptedBrowserError.malformedAnswer(status: 0, detail: "not an authorize URL of the reference server") }
         basePath = String(parts.path.dropLast("/browser/login".count))
         let pairs = query.split(separator: "&").map { $0.split(separator: "=", maxSplits: 1) }
         guard let pair = pairs.first(where: { $0.first == "attempt" && $0.count == 2 }),
             let id = percentDecode(pair[1])
-        else {
-            throw ScriptedBrowserError.malformedAnswer(status: 0, detail: "the authorize URL has no attempt")
-        }
+        else { throw ScriptedBrowserError.malformedAnswer(status: 0, detail: "the authorize URL has no attempt") }
         attemptId = id
     }
 }

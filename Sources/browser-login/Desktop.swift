@@ -71,9 +71,7 @@ let installHandlerCommand = Subcommand(
         }
         for step in report.steps { print(step) }
         for problem in report.problems { writeError(problem) }
-        if !args.has("uninstall") {
-            print("handles: " + report.schemes.map { $0 + ":" }.joined(separator: " "))
-        }
+        if !args.has("uninstall") { print("handles: " + report.schemes.map { $0 + ":" }.joined(separator: " ")) }
         return report.problems.isEmpty ? .ok : .failure
     })
 
