@@ -326,20 +326,17 @@ struct RPCService: Service {
 /// bus, `run()` returns at once and the daemon goes on without it.
 struct SessionBusService: Service {
     let application: DBusApplication
-    private let opened: AsyncStream<[String]>
-    private let openedInput: AsyncStream<[String]>.Continuation
+    private let opened = AsyncStream.makeStream(of: [String].self)
     let engine: BrokerEngine
     let logger: Logger
 
     init(engine: BrokerEngine, logger: Logger) {
         self.engine = engine
         self.logger = logger
-        let (opened, openedInput) = AsyncStream.makeStream(of: [String].self)
-        self.opened = opened
-        self.openedInput = openedInput
+        let input = opened.continuation
         application = DBusApplication(
             busName: DesktopEntry.applicationId, objectPath: DesktopEntry.objectPath,
-            open: { uris in openedInput.yield(uris) },
+            open: { uris in input.yield(uris) },
             events: { event in
                 switch event {
                 case .noSessionBus(let detail):
@@ -360,9 +357,9 @@ struct SessionBusService: Service {
         await withDiscardingTaskGroup { group in
             group.addTask {
                 await application.run()
-                openedInput.finish()
+                opened.continuation.finish()
             }
-            for await uris in opened {
+            for await uris in opened.stream {
                 for uri in uris { group.addTask { await deliver(uri) } }
             }
         }
@@ -398,16 +395,11 @@ struct ConnectionLimits: Equatable {
 
     init(requested: Int, descriptorLimit: Int) {
         let available = max(2, descriptorLimit - Self.descriptorReserve)
-        var reserved = RPCServerConfiguration.defaultReservedConnections
-        if requested + reserved <= available {
-            maxConnections = requested
-            lowered = false
-        } else {
-            reserved = min(reserved, available / 16)
-            maxConnections = max(1, available - reserved)
-            lowered = maxConnections < requested
-        }
-        self.reserved = reserved
+        let wanted = RPCServerConfiguration.defaultReservedConnections
+        let fits = requested + wanted <= available
+        reserved = fits ? wanted : min(wanted, available / 16)
+        maxConnections = fits ? requested : max(1, available - reserved)
+        lowered = maxConnections < requested
     }
 }
 

@@ -47,14 +47,10 @@ public struct IdleTrim: Sendable {
     /// broker's work runs on a few dispatch and cooperative-pool threads; each
     /// further arena keeps its own freed pages, which `malloc_trim` can only
     /// return when whole pages are free.
-    public static func limitArenas(_ count: Int32 = 2) {
-        _ = mallopt(M_ARENA_MAX, count)
-    }
+    public static func limitArenas(_ count: Int32 = 2) { _ = mallopt(M_ARENA_MAX, count) }
 
     /// Returns free heap pages to the system (glibc's `malloc_trim`).
-    public static func trimHeap() {
-        _ = malloc_trim(0)
-    }
+    public static func trimHeap() { _ = malloc_trim(0) }
 }
 
 /// Checks `IdleTrim` every second while there is something to trim, and

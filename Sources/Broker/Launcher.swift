@@ -29,14 +29,10 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
 
     /// The argv for `url`: `%u` (or `%s`) replaced by the URL, or the URL appended.
     static func arguments(template: String, url: String) -> [String] {
-        var words = splitCommand(template)
-        var substituted = false
-        for i in words.indices where words[i] == "%u" || words[i] == "%s" {
-            words[i] = url
-            substituted = true
-        }
-        if !substituted { words.append(url) }
-        return words
+        let words = splitCommand(template)
+        let placeholders: Set = ["%u", "%s"]
+        guard words.contains(where: placeholders.contains) else { return words + [url] }
+        return words.map { placeholders.contains($0) ? url : $0 }
     }
 
     /// Splits a command line on blanks, honouring single and double quotes.
@@ -60,9 +56,7 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
     }
 
     /// Whether the broker runs inside a Flatpak sandbox.
-    var inFlatpak: Bool {
-        environment["BROWSER_LOGIN_FLATPAK_INFO"].map { !$0.isEmpty } ?? (access("/.flatpak-info", F_OK) == 0)
-    }
+    var inFlatpak: Bool { environment["BROWSER_LOGIN_FLATPAK_INFO"].map { !$0.isEmpty } ?? (access("/.flatpak-info", F_OK) == 0) }
 
     /// The commands to try, in order, each an argv with the URL in place:
     /// the configured template alone when there is one; else the

@@ -125,9 +125,7 @@ struct TransferPlan: Sendable {
             }
     }
 
-    static func isFieldValue(_ text: String) -> Bool {
-        text.utf8.allSatisfy { $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }
-    }
+    static func isFieldValue(_ text: String) -> Bool { text.utf8.allSatisfy { $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) } }
 
     private static func isAlphaNumeric(_ b: UInt8) -> Bool {
         (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A)
@@ -143,9 +141,7 @@ final class Worker: @unchecked Sendable {
     let queue: DispatchQueue
     private var session: CurlSession?
 
-    init(index: Int) {
-        queue = DispatchQueue(label: "browser-login.http.\(index)")
-    }
+    init(index: Int) { queue = DispatchQueue(label: "browser-login.http.\(index)") }
 
     /// Runs one transfer. Only on `queue`.
     func perform(_ plan: TransferPlan, cancellation: CancellationFlag) -> Result<HTTPResponse, HTTPTransportError> {

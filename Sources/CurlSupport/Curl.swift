@@ -82,9 +82,7 @@ public final class CancellationFlag: Sendable {
 }
 
 /// libcurl's generic text for a code (static strings: no URL, no header, no body).
-public func curlText(_ code: CURLcode) -> String {
-    String(cString: curl_easy_strerror(code))
-}
+public func curlText(_ code: CURLcode) -> String { String(cString: curl_easy_strerror(code)) }
 
 /// One libcurl easy handle and its cookie jar. Not Sendable: exactly one
 /// owner uses it, one transfer at a time, and it is freed with the owner.
@@ -142,9 +140,7 @@ public final class CurlSession {
 
     private func set(_ option: CURLoption, _ value: Int) -> Bool { bl_curl_setopt_long(raw, option, value) == CURLE_OK }
     /// libcurl copies string options (since 7.17), so `value` may go away after the call.
-    private func set(_ option: CURLoption, _ value: String) -> Bool {
-        bl_curl_setopt_string(raw, option, value) == CURLE_OK
-    }
+    private func set(_ option: CURLoption, _ value: String) -> Bool { bl_curl_setopt_string(raw, option, value) == CURLE_OK }
 
     private func configure(_ request: CurlRequest, sink: TransferSink, headers: HeaderList) -> Bool {
         let sinkPointer = Unmanaged.passUnretained(sink).toOpaque()

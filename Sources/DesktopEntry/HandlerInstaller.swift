@@ -13,7 +13,6 @@ import SystemSupport
 public struct HandlerInstaller: Sendable {
     /// What was done, step by step, for people.
     public struct Report: Sendable {
-        public var path: String
         public var schemes: [String]
         public var steps: [String] = []
         /// Steps that failed (the file is written even when a tool is missing or fails).
@@ -38,7 +37,7 @@ public struct HandlerInstaller: Sendable {
     /// Writes the desktop file for `schemes` plus those it already handles, and registers them.
     public func install(schemes: [String], exec: String) -> Report {
         let all = Array(Set(schemes + installedSchemes())).sorted()
-        var report = Report(path: desktopFilePath, schemes: all)
+        var report = Report(schemes: all)
         let text = DesktopEntry.text(exec: exec, schemes: all)
         do {
             try FileManager.default.createDirectory(atPath: applicationsDirectory, withIntermediateDirectories: true)
@@ -62,7 +61,7 @@ public struct HandlerInstaller: Sendable {
 
     /// Removes the desktop file and this handler's defaults from `mimeapps.list`.
     public func uninstall() -> Report {
-        var report = Report(path: desktopFilePath, schemes: installedSchemes())
+        var report = Report(schemes: installedSchemes())
         if FileManager.default.fileExists(atPath: desktopFilePath) {
             do {
                 try FileManager.default.removeItem(atPath: desktopFilePath)
@@ -73,7 +72,7 @@ public struct HandlerInstaller: Sendable {
         } else {
             report.steps.append("\(desktopFilePath) is not installed")
         }
-        let mimeapps = mimeappsListPath
+        let mimeapps = UserPaths(environment: environment).mimeAppsList
         if let text = try? String(contentsOfFile: mimeapps, encoding: .utf8) {
             let kept = Self.removingDefaults(from: text)
             if kept != text {
@@ -88,9 +87,6 @@ public struct HandlerInstaller: Sendable {
         updateDatabase(&report)
         return report
     }
-
-    /// `$XDG_CONFIG_HOME/mimeapps.list`, where `xdg-mime default` writes.
-    public var mimeappsListPath: String { UserPaths(environment: environment).mimeAppsList }
 
     /// `mimeapps.list` without this desktop file in any `type=a;b;` list (emptied entries are dropped).
     static func removingDefaults(from text: String) -> String {

@@ -44,18 +44,15 @@ public enum ServerCommand {
             print(command.help)
             return 0
         }
-        let words: [String]
+        var words = ["serve"]
         switch args.first {
         case "users", "attempts":
             let count = args.count >= 2 && (args[1] == "disable" || args[1] == "enable") ? 3 : 2
             guard args.count >= count else { return usageError("missing arguments") }
             words = Array(args.prefix(count))
             args.removeFirst(count)
-        case "serve":
-            words = ["serve"]
-            args.removeFirst()
-        default:
-            words = ["serve"]
+        case "serve": args.removeFirst()
+        default: break
         }
         let configuration: ServerConfiguration
         let parsed: Arguments

@@ -81,9 +81,7 @@ public final class ScriptedBrowser: Sendable {
 
     /// `GET` the hosted page (sets the binding cookie on the attempt's first load). Answers the HTML.
     @discardableResult
-    public func loadPage(_ authorizeURL: String) throws -> String {
-        try ok("GET", authorizeURL, stateChanging: false).text
-    }
+    public func loadPage(_ authorizeURL: String) throws -> String { try ok("GET", authorizeURL, stateChanging: false).text }
 
     /// `GET {base}/browser/attempts/{id}`.
     public func describe(attemptId: String, basePath: String? = nil) throws -> DescribeResponse {
@@ -126,9 +124,7 @@ public final class ScriptedBrowser: Sendable {
     }
 
     /// `POST {base}/browser/signout`: ends the browser session (and the native sessions issued from it).
-    public func signOut(basePath: String? = nil) throws {
-        try ok("POST", url(basePath, "/browser/signout"), json: [:])
-    }
+    public func signOut(basePath: String? = nil) throws { try ok("POST", url(basePath, "/browser/signout"), json: [:]) }
 
     /// Any request with this browser's cookies. `stateChanging` adds
     /// `Origin` and `Sec-Fetch-Site: same-origin`, as a page's `fetch` does.
@@ -144,9 +140,7 @@ public final class ScriptedBrowser: Sendable {
 
     // MARK: Internals
 
-    private func url(_ basePath: String?, _ path: String) -> String {
-        serverOrigin + (basePath ?? self.basePath) + path
-    }
+    private func url(_ basePath: String?, _ path: String) -> String { serverOrigin + (basePath ?? self.basePath) + path }
 
     /// Sends `json` (or `body`) and answers the answer when it is a 200, else throws `refused`.
     @discardableResult

@@ -10,9 +10,7 @@ public struct UserPaths: Sendable {
 
     public init(environment: [String: String]) { self.environment = environment }
 
-    private func variable(_ name: String) -> String? {
-        environment[name].flatMap { $0.isEmpty ? nil : $0 }
-    }
+    private func variable(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
 
     /// `$HOME`, else the user database's home directory.
     public var home: String {

@@ -10,9 +10,7 @@ import SystemSupport
 #endif
 
 /// This program's absolute path (the URL handler the desktop file runs).
-func ownExecutable() -> String {
-    ProcFS.executable() ?? CommandLine.arguments[0]
-}
+func ownExecutable() -> String { ProcFS.executable() ?? CommandLine.arguments[0] }
 
 /// The daemon binary: `$BROWSER_LOGIN_BROKER`, else next to this program, else on `PATH`.
 func brokerExecutable(_ env: [String: String]) -> String? {
@@ -131,11 +129,10 @@ func doctorFindings(socketOption: String?) -> [Finding] {
     } catch {}
 
     // The session bus and the Secret Service.
-    let keyringFix = "gnome-keyring-daemon --start --components=secrets"
+    let (keyringFix, busFix) = ("gnome-keyring-daemon --start --components=secrets", "dbus-run-session -- $SHELL")
     if (env["DBUS_SESSION_BUS_ADDRESS"] ?? "").isEmpty {
-        fail(
-            "session-bus", "DBUS_SESSION_BUS_ADDRESS is not set: no session bus, so no keyring and no D-Bus activation",
-            fix: "dbus-run-session -- $SHELL")
+        let why = "DBUS_SESSION_BUS_ADDRESS is not set: no session bus, so no keyring and no D-Bus activation"
+        fail("session-bus", why, fix: busFix)
     } else if let owned = busNameQuery("NameHasOwner", "org.freedesktop.secrets", env) {
         pass("session-bus", "the session bus answers")
         let activatable = busNameQuery("ListActivatableNames", nil, env)?.contains("'org.freedesktop.secrets'") ?? false
@@ -147,9 +144,7 @@ func doctorFindings(socketOption: String?) -> [Finding] {
             fail("secret-service", "no Secret Service (org.freedesktop.secrets) on the session bus", fix: keyringFix)
         }
     } else {
-        fail(
-            "session-bus", "the session bus does not answer (or gdbus is not installed)",
-            fix: "dbus-run-session -- $SHELL")
+        fail("session-bus", "the session bus does not answer (or gdbus is not installed)", fix: busFix)
     }
     if let info {
         if info.vaultLocked {
