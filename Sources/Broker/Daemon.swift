@@ -79,28 +79,15 @@ public struct DaemonOptions: Sendable {
         synopsis: "browser-login-broker [OPTIONS]", title: "browser-login-broker — the browser-login daemon",
         optionsTitle: "Options:")
 
-    public enum Parsed: Sendable {
-        case run(DaemonOptions)
-        /// `--help` or `--version` was answered.
-        case done
-        case usage(String)
-    }
-
-    /// Parses the command line.
-    public static func parse(_ args: [String]) -> Parsed {
-        let parsed: Arguments
-        do {
-            guard case .run(let arguments) = try command.parse(args) else {
-                print(command.help)
-                return .done
-            }
-            parsed = arguments
-        } catch {
-            return .usage(error.message)
+    /// Parses the command line; nil when `--help` or `--version` was answered.
+    public static func parse(_ args: [String]) throws(UsageError) -> DaemonOptions? {
+        guard case .run(let parsed) = try command.parse(args) else {
+            print(command.help)
+            return nil
         }
         if parsed.has("version") {
             print("browser-login-broker \(BrokerVersion.string)")
-            return .done
+            return nil
         }
         var options = DaemonOptions()
         options.socketPath = parsed["socket"]
@@ -111,18 +98,18 @@ public struct DaemonOptions: Sendable {
             let levels: [String: Logger.Level] = [
                 "error": .error, "warning": .warning, "notice": .notice, "info": .info, "debug": .debug,
             ]
-            guard let level = levels[v] else { return .usage("--log-level takes error, warning, notice, info or debug") }
+            guard let level = levels[v] else { throw UsageError("--log-level takes error, warning, notice, info or debug") }
             options.logLevel = level
         }
         if let v = parsed["verify-interval"] {
             guard let seconds = Double(v), seconds >= 0.1 else {
-                return .usage("--verify-interval takes a number of seconds (at least 0.1)")
+                throw UsageError("--verify-interval takes a number of seconds (at least 0.1)")
             }
             options.verifyIntervalMilliseconds = Int64(seconds * 1000)
         }
         if let v = parsed["max-connections"] {
             guard let n = Int(v), (1...1_000_000).contains(n) else {
-                return .usage("--max-connections takes a number of connections (1 to 1000000)")
+                throw UsageError("--max-connections takes a number of connections (1 to 1000000)")
             }
             options.maxConnections = n
         }
@@ -130,7 +117,7 @@ public struct DaemonOptions: Sendable {
         options.checkServers = parsed.has("check-servers")
         options.json = parsed.has("json")
         options.dbus = !parsed.has("no-dbus")
-        return .run(options)
+        return options
     }
 }
 
@@ -141,8 +128,8 @@ public enum BrokerDaemon {
         let logger = Logger(label: "browser-login-broker", minimum: options.logLevel)
         let descriptorLimit = raiseDescriptorLimit(logger: logger)
         Systemd.notify("STATUS=reading client files")
-        let directories = options.clientDirectories ?? ClientFiles.directories(environment: environment)
-        let loaded = ClientFiles.load(directories: directories)
+        let paths = UserPaths(environment: environment)
+        let loaded = ClientFiles.load(directories: options.clientDirectories ?? paths.clientDirectories)
         for problem in loaded.problems {
             logger.log(
                 problem.severity == .error ? .error : .warning, "client file problem",
@@ -153,32 +140,26 @@ public enum BrokerDaemon {
             print("\(loaded.clients.count) client(s) valid in \(loaded.files.count) file(s)")
             return loaded.problems.contains { $0.severity == .error } ? 78 : 0
         }
-        if options.checkServers {
-            return await ServerCheck.run(clients: loaded.clients, json: options.json)
-        }
+        if options.checkServers { return await ServerCheck.run(clients: loaded.clients, json: options.json) }
         let handlerSchemes = loaded.clients.filter(\.installHandler).map(\.returnURL.scheme)
         if environment["INVOCATION_ID"] != nil, !handlerSchemes.isEmpty {
             // The hardened service cannot write ~/.local/share/applications or
             // mimeapps.list: register through the user manager, outside the
             // sandbox, with the CLI's own install-handler.
             let arguments =
-                [
-                    "systemd-run", "--user", "--quiet", "--collect", "--no-ask-password", "--wait",
-                    HandlerRegistration.handlerProgram(), "install-handler",
-                ]
-                + handlerSchemes.flatMap { ["--scheme", $0] }
+                ["systemd-run", "--user", "--quiet", "--collect", "--no-ask-password", "--wait", handlerProgram()]
+                + ["install-handler"] + handlerSchemes.flatMap { ["--scheme", $0] }
             let result = Subprocess.run(program: "/usr/bin/env", arguments: arguments, environment: environment)
             logger.log(
                 result.status == 0 ? .info : .warning, "URL handler registration through systemd-run",
                 ["status": "\(result.status)"])
-        } else if let report = HandlerRegistration.installAtStartUp(
-            clients: loaded.clients, environment: environment, handlerProgram: HandlerRegistration.handlerProgram())
-        {
+        } else if !handlerSchemes.isEmpty {
+            let report = HandlerInstaller(environment: environment).install(
+                schemes: handlerSchemes, exec: handlerProgram())
             for step in report.steps { logger.info("URL handler", ["step": step]) }
             for problem in report.problems { logger.warning("URL handler registration problem", ["problem": problem]) }
         }
 
-        let paths = UserPaths(environment: environment)
         let stateDirectory = options.stateDirectory ?? paths.brokerStateDirectory
         do {
             try FileManager.default.createDirectory(
@@ -188,18 +169,14 @@ public enum BrokerDaemon {
             return 73
         }
 
-        let listen: RPCServerConfiguration.Listen
-        let socketDescription: String
-        if let passed = Systemd.listenFileDescriptors().first {
-            listen = .fileDescriptor(passed.fd)
-            socketDescription = paths.brokerSocket(option: options.socketPath) ?? "fd:\(passed.fd)"
-        } else if let path = paths.brokerSocket(option: options.socketPath) {
-            listen = .path(path)
-            socketDescription = path
-        } else {
+        // A socket passed by systemd comes first; the path then only names it in logs.
+        let passed = Systemd.listenFileDescriptors().first?.fd
+        guard let socketDescription = paths.brokerSocket(option: options.socketPath) ?? passed.map({ "fd:\($0)" })
+        else {
             logger.error("XDG_RUNTIME_DIR is not set; pass --socket PATH")
             return 78
         }
+        let listen: RPCServerConfiguration.Listen = passed.map { .fileDescriptor($0) } ?? .path(socketDescription)
 
         Systemd.notify("STATUS=opening and migrating the state database")
         let transport = CurlTransport()
@@ -261,27 +238,25 @@ public enum BrokerDaemon {
         // engine's timer still runs; the watchdog pings until the end.
         var services: [ServiceGroup.Entry] = []
         if let usec = Systemd.watchdogMicroseconds() {
-            services.append(
-                .init(
-                    TimerService {
-                        Systemd.notify("WATCHDOG=1")
-                        return .microseconds(usec / 2)
-                    }))
+            let ping = TimerService {
+                Systemd.notify("WATCHDOG=1")
+                return .microseconds(usec / 2)
+            }
+            services.append(.init(ping))
         }
         // The engine's timer sleeps until its next deadline, woken early when the engine schedules
         // something sooner; never more often than every 250 ms, so failing work cannot spin.
         let engineTimer = Wakeup()
         engine.setWakeUp { engineTimer.signal() }
         let lastTick = Mutex<ContinuousClock.Instant?>(nil)
-        services.append(
-            .init(
-                TimerService(wakeup: engineTimer) {
-                    let floor = lastTick.withLock { $0 }.map { $0 + .milliseconds(BrokerEngine.minimumSleepMilliseconds) }
-                    if let floor, ContinuousClock.now < floor { try? await Task.sleep(until: floor) }
-                    lastTick.withLock { $0 = ContinuousClock.now }
-                    let deadline = await engine.tick()
-                    return .milliseconds(BrokerEngine.sleepMilliseconds(until: deadline, now: Timestamp.now()))
-                }))
+        let engineTicks = TimerService(wakeup: engineTimer) {
+            let floor = lastTick.withLock { $0 }.map { $0 + .milliseconds(BrokerEngine.minimumSleepMilliseconds) }
+            if let floor, ContinuousClock.now < floor { try? await Task.sleep(until: floor) }
+            lastTick.withLock { $0 = ContinuousClock.now }
+            let deadline = await engine.tick()
+            return .milliseconds(BrokerEngine.sleepMilliseconds(until: deadline, now: Timestamp.now()))
+        }
+        services.append(.init(engineTicks))
         services.append(.init(TrimService(server: server, activity: activity, logger: logger)))
         if options.dbus { services.append(.init(SessionBusService(engine: engine, logger: logger))) }
         services.append(.init(RPCService(server: server, logger: logger), endsGroup: true))
@@ -299,6 +274,14 @@ public enum BrokerDaemon {
         return 0
     }
 
+    /// The CLI installed next to this executable (`browser-login`), else the name on `PATH`:
+    /// the URL handler registered at start-up for clients whose file says `InstallHandler=true`.
+    static func handlerProgram() -> String {
+        let exe = ProcFS.executable() ?? ""
+        let sibling = URL(fileURLWithPath: exe).deletingLastPathComponent().appendingPathComponent("browser-login").path
+        return !exe.isEmpty && FileManager.default.isExecutableFile(atPath: sibling) ? sibling : "browser-login"
+    }
+
     /// Raises the soft `RLIMIT_NOFILE` to the hard limit; answers the soft limit now in force.
     static func raiseDescriptorLimit(logger: Logger) -> Int {
         var limit = rlimit()
@@ -310,20 +293,17 @@ public enum BrokerDaemon {
         if limit.rlim_cur < limit.rlim_max {
             var raised = limit
             raised.rlim_cur = limit.rlim_max
-            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 {
-                limit = raised
-            } else {
+            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) != 0 {
                 logger.warning(
                     "cannot raise the descriptor limit (RLIMIT_NOFILE)", ["errno": "\(errno)", "soft": "\(before)"])
             }
         }
-        let current = Int(min(UInt64(limit.rlim_cur), UInt64(Int32.max)))
+        let current = RPCEventLog.currentDescriptorLimit() ?? Int(min(UInt64(before), UInt64(Int32.max)))
         logger.debug(
             "descriptor limit (RLIMIT_NOFILE)",
             ["nofile.soft": "\(current)", "nofile.before": "\(before)", "nofile.hard": "\(limit.rlim_max)"])
         return current
     }
-
 }
 
 /// The RPC server as a service: when it stops (or fails), the daemon stops.
@@ -346,20 +326,17 @@ struct RPCService: Service {
 /// bus, `run()` returns at once and the daemon goes on without it.
 struct SessionBusService: Service {
     let application: DBusApplication
-    private let opened: AsyncStream<[String]>
-    private let openedInput: AsyncStream<[String]>.Continuation
+    private let opened = AsyncStream.makeStream(of: [String].self)
     let engine: BrokerEngine
     let logger: Logger
 
     init(engine: BrokerEngine, logger: Logger) {
         self.engine = engine
         self.logger = logger
-        let (opened, openedInput) = AsyncStream.makeStream(of: [String].self)
-        self.opened = opened
-        self.openedInput = openedInput
+        let input = opened.continuation
         application = DBusApplication(
             busName: DesktopEntry.applicationId, objectPath: DesktopEntry.objectPath,
-            open: { uris in openedInput.yield(uris) },
+            open: { uris in input.yield(uris) },
             events: { event in
                 switch event {
                 case .noSessionBus(let detail):
@@ -380,9 +357,9 @@ struct SessionBusService: Service {
         await withDiscardingTaskGroup { group in
             group.addTask {
                 await application.run()
-                openedInput.finish()
+                opened.continuation.finish()
             }
-            for await uris in opened {
+            for await uris in opened.stream {
                 for uri in uris { group.addTask { await deliver(uri) } }
             }
         }
@@ -418,16 +395,11 @@ struct ConnectionLimits: Equatable {
 
     init(requested: Int, descriptorLimit: Int) {
         let available = max(2, descriptorLimit - Self.descriptorReserve)
-        var reserved = RPCServerConfiguration.defaultReservedConnections
-        if requested + reserved <= available {
-            maxConnections = requested
-            lowered = false
-        } else {
-            reserved = min(reserved, available / 16)
-            maxConnections = max(1, available - reserved)
-            lowered = maxConnections < requested
-        }
-        self.reserved = reserved
+        let wanted = RPCServerConfiguration.defaultReservedConnections
+        let fits = requested + wanted <= available
+        reserved = fits ? wanted : min(wanted, available / 16)
+        maxConnections = fits ? requested : max(1, available - reserved)
+        lowered = maxConnections < requested
     }
 }
 
@@ -440,7 +412,7 @@ final class RPCEventLog: Sendable {
     private let descriptorLimit: Int
     private let interval: UInt64 = 10_000_000_000
     private struct Kind {
-        var lastLogged: UInt64 = 0
+        var lastLogged: UInt64
         var suppressed = 0
     }
     private let kinds = Mutex<[String: Kind]>([:])
@@ -498,15 +470,12 @@ final class RPCEventLog: Sendable {
     private func limited(_ kind: String, _ level: Logger.Level, _ message: String, _ metadata: [String: String]) {
         let now = DispatchTime.now().uptimeNanoseconds
         let suppressed = kinds.withLock { kinds -> Int? in
-            var entry = kinds[kind] ?? Kind()
-            defer { kinds[kind] = entry }
-            if entry.lastLogged != 0 && now - entry.lastLogged < interval {
-                entry.suppressed += 1
+            if let entry = kinds[kind], now - entry.lastLogged < interval {
+                kinds[kind]?.suppressed += 1
                 return nil
             }
-            entry.lastLogged = now
-            defer { entry.suppressed = 0 }
-            return entry.suppressed
+            defer { kinds[kind] = Kind(lastLogged: now) }
+            return kinds[kind]?.suppressed ?? 0
         }
         guard let suppressed else { return }
         var metadata = metadata

@@ -47,14 +47,10 @@ public struct IdleTrim: Sendable {
     /// broker's work runs on a few dispatch and cooperative-pool threads; each
     /// further arena keeps its own freed pages, which `malloc_trim` can only
     /// return when whole pages are free.
-    public static func limitArenas(_ count: Int32 = 2) {
-        _ = mallopt(M_ARENA_MAX, count)
-    }
+    public static func limitArenas(_ count: Int32 = 2) { _ = mallopt(M_ARENA_MAX, count) }
 
     /// Returns free heap pages to the system (glibc's `malloc_trim`).
-    public static func trimHeap() {
-        _ = malloc_trim(0)
-    }
+    public static func trimHeap() { _ = malloc_trim(0) }
 }
 
 /// Checks `IdleTrim` every second while there is something to trim, and
@@ -81,15 +77,13 @@ final class TrimService: Service {
             guard !stopping.load(ordering: .acquiring) else { return }
             let statistics = server.statistics
             guard idle.check(messages: statistics.messages, inFlight: statistics.inFlight) else { continue }
-            guard Logger.Level.debug <= logger.minimum else {
-                IdleTrim.trimHeap()
-                continue
-            }
-            let before = ProcFS.residentKiB()
+            // The resident size is read only when it is logged.
+            let before = logger.minimum >= .debug ? ProcFS.residentKiB() ?? -1 : nil
             IdleTrim.trimHeap()
-            logger.debug(
-                "idle: heap trimmed",
-                ["rss.kib.before": "\(before ?? -1)", "rss.kib.after": "\(ProcFS.residentKiB() ?? -1)"])
+            if let before {
+                logger.debug(
+                    "idle: heap trimmed", ["rss.kib.before": "\(before)", "rss.kib.after": "\(ProcFS.residentKiB() ?? -1)"])
+            }
         }
     }
 

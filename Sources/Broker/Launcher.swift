@@ -29,45 +29,34 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
 
     /// The argv for `url`: `%u` (or `%s`) replaced by the URL, or the URL appended.
     static func arguments(template: String, url: String) -> [String] {
-        var words = splitCommand(template)
-        var substituted = false
-        for i in words.indices where words[i] == "%u" || words[i] == "%s" {
-            words[i] = url
-            substituted = true
-        }
-        if !substituted { words.append(url) }
-        return words
+        let words = splitCommand(template)
+        let placeholders: Set = ["%u", "%s"]
+        guard words.contains(where: placeholders.contains) else { return words + [url] }
+        return words.map { placeholders.contains($0) ? url : $0 }
     }
 
     /// Splits a command line on blanks, honouring single and double quotes.
     static func splitCommand(_ text: String) -> [String] {
         var words: [String] = []
-        var current = ""
+        var current: String?  // nil between words
         var quote: Character?
-        var inWord = false
         for c in text {
             if let q = quote {
-                if c == q { quote = nil } else { current.append(c) }
-            } else if c == "'" || c == "\"" {
-                quote = c
-                inWord = true
+                if c == q { quote = nil } else { current?.append(c) }
             } else if c == " " || c == "\t" {
-                if inWord { words.append(current) }
-                current = ""
-                inWord = false
+                if let word = current { words.append(word) }
+                current = nil
             } else {
-                current.append(c)
-                inWord = true
+                if c == "'" || c == "\"" { quote = c }
+                current = (current ?? "") + (quote == nil ? String(c) : "")
             }
         }
-        if inWord { words.append(current) }
+        if let current { words.append(current) }
         return words
     }
 
     /// Whether the broker runs inside a Flatpak sandbox.
-    var inFlatpak: Bool { environment["BROWSER_LOGIN_FLATPAK_INFO"].map { !$0.isEmpty } ?? fileExists("/.flatpak-info") }
-
-    private func fileExists(_ path: String) -> Bool { access(path, F_OK) == 0 }
+    var inFlatpak: Bool { environment["BROWSER_LOGIN_FLATPAK_INFO"].map { !$0.isEmpty } ?? (access("/.flatpak-info", F_OK) == 0) }
 
     /// The commands to try, in order, each an argv with the URL in place:
     /// the configured template alone when there is one; else the
@@ -118,14 +107,12 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
             guard let program = argv.first else { continue }
             // Logged by name only: the argv holds the authorize URL.
             let name = program == "systemd-run" ? "systemd-run " + (argv.dropFirst(7).first ?? "") : program
-            switch await Self.run(argv, environment: environment) {
-            case .success:
+            guard let problem = await Self.run(argv, environment: environment) else {
                 logger.info("browser opened", ["browser.program": name])
                 return
-            case .failure(let problem):
-                lastProblem = "\(name): \(problem)"
-                logger.warning("browser failed to open", ["browser.program": name, "error": problem])
             }
+            lastProblem = "\(name): \(problem)"
+            logger.warning("browser failed to open", ["browser.program": name, "error": problem])
         }
         throw BrokerError(
             .browserFailed,
@@ -133,17 +120,13 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
         )
     }
 
-    enum RunResult: Sendable {
-        case success
-        case failure(String)
-    }
-
-    static func run(_ argv: [String], environment: [String: String]) async -> RunResult {
+    /// Starts `argv`: nil on success, else what went wrong.
+    static func run(_ argv: [String], environment: [String: String]) async -> String? {
         // A program name is looked up on the environment's PATH by env(1), which exits 127 when it is not there.
         let program = argv[0].hasPrefix("/") ? argv[0] : "/usr/bin/env"
         let arguments = argv[0].hasPrefix("/") ? Array(argv.dropFirst()) : argv
         guard let child = Subprocess.spawn(program: program, arguments: arguments, environment: environment) else {
-            return .failure("cannot start")
+            return "cannot start"
         }
         let deadline = ContinuousClock.now + .seconds(2)
         var status = child.poll()
@@ -154,10 +137,10 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
         switch status {
         case nil:
             child.reapInBackground()
-            return .success
-        case 127?: return .failure("not found")
-        case 0?: return .success
-        case let code?: return .failure("exit status \(code)")
+            return nil
+        case 127?: return "not found"
+        case 0?: return nil
+        case let code?: return "exit status \(code)"
         }
     }
 }

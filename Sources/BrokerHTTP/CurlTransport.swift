@@ -22,26 +22,12 @@ import Synchronization
 ///   second): `notSent` if no request byte had been written, else `noAnswer`.
 public final class CurlTransport: HTTPTransport {
     /// Configuration of the transport. Requests carry their own timeouts,
-    /// size limit and CA file.
+    /// size limit and CA file; proxies come from the environment (`CurlSession`).
     public struct Configuration: Sendable, Equatable {
-        public typealias Proxy = CurlProxy
-
-        /// Default `.environment`: a broker on a network that only reaches
-        /// the internet through a proxy still works, and an https login
-        /// server stays end-to-end TLS through the proxy's CONNECT tunnel.
-        /// Loopback (the only place plain http is allowed) is never proxied,
-        /// so a development server's traffic never leaves the machine.
-        public var proxy: Proxy
-        /// Host names or addresses never sent through a proxy, besides loopback.
-        public var noProxy: [String]
         /// How many transfers may run at once (one worker queue and easy handle each).
         public var maximumConcurrentTransfers: Int
 
-        public init(proxy: Proxy = .environment, noProxy: [String] = [], maximumConcurrentTransfers: Int = 8) {
-            self.proxy = proxy
-            self.noProxy = noProxy
-            self.maximumConcurrentTransfers = maximumConcurrentTransfers
-        }
+        public init(maximumConcurrentTransfers: Int = 8) { self.maximumConcurrentTransfers = maximumConcurrentTransfers }
     }
 
     public let configuration: Configuration
@@ -65,14 +51,13 @@ public final class CurlTransport: HTTPTransport {
         }
         defer { load.withLock { $0[index] -= 1 } }
         let worker = workers[index]
-        let configuration = configuration
         let cancellation = CancellationFlag()
         let result = await withTaskCancellationHandler {
             await withCheckedContinuation {
                 (continuation: CheckedContinuation<Result<HTTPResponse, HTTPTransportError>, Never>) in
                 worker.queue.async {
                     continuation.resume(
-                        returning: worker.perform(plan, configuration: configuration, cancellation: cancellation))
+                        returning: worker.perform(plan, cancellation: cancellation))
                 }
             }
         } onCancel: {
@@ -86,14 +71,9 @@ public final class CurlTransport: HTTPTransport {
 struct TransferPlan: Sendable {
     enum Method: String, Sendable { case GET, HEAD, POST, PUT, PATCH, DELETE }
 
-    let request: HTTPRequest
-    let method: Method
+    let transfer: CurlRequest
     /// `host[:port]`, for messages (never the path: it may hold an attempt id).
     let authority: String
-    let headers: [(name: String, value: String)]
-    /// `Content-Type` for a body the caller did not label: libcurl must not invent a form type.
-    let suppressed: [String]
-    let body: [UInt8]?
 
     init(_ request: HTTPRequest) throws(HTTPTransportError) {
         guard let method = Method(rawValue: request.method) else {
@@ -101,47 +81,40 @@ struct TransferPlan: Sendable {
         }
         guard let parts = URLParts(splitting: request.url), ["http", "https"].contains(parts.scheme.lowercased()),
             let authority = parts.authority, !authority.isEmpty
-        else {
-            throw .invalidRequest("the URL must be an absolute http or https URL")
-        }
+        else { throw .invalidRequest("the URL must be an absolute http or https URL") }
         guard !parts.hasUserinfo, parts.fragment == nil else {
             throw .invalidRequest("the URL must have no userinfo and no fragment")
         }
         guard request.timeoutMilliseconds > 0, request.connectTimeoutMilliseconds > 0 else {
             throw .invalidRequest("timeouts must be positive")
         }
-        guard request.maximumResponseBytes > 0 else {
-            throw .invalidRequest("the response size limit must be positive")
-        }
+        guard request.maximumResponseBytes > 0 else { throw .invalidRequest("the response size limit must be positive") }
         if let caFile = request.caFile, caFile.isEmpty || caFile.utf8.contains(0) {
             throw .invalidRequest("the CA file name is empty or invalid")
         }
-        var headers: [(name: String, value: String)] = []
-        var hasContentType = false
         for header in request.headers {
-            guard TransferPlan.isToken(header.name) else {
-                throw .invalidRequest("a header name is not an HTTP token")
-            }
+            guard TransferPlan.isToken(header.name) else { throw .invalidRequest("a header name is not an HTTP token") }
             guard TransferPlan.isFieldValue(header.value) else {
                 throw .invalidRequest("the value of header '\(header.name)' has a control character")
             }
-            if header.name.lowercased() == "content-type" { hasContentType = true }
-            headers.append((header.name, header.value))
         }
+        let body: [UInt8]?
         switch method {
-        case .POST, .PUT, .PATCH:
-            body = request.body ?? []
-        case .DELETE:
-            body = request.body
+        case .POST, .PUT, .PATCH: body = request.body ?? []
+        case .DELETE: body = request.body
         case .GET, .HEAD:
             guard request.body == nil else { throw .invalidRequest("a \(method.rawValue) request has no body") }
             body = nil
         }
         // No form content type invented by libcurl for a body the caller did not label.
-        self.headers = headers
-        suppressed = body != nil && !hasContentType ? ["Content-Type"] : []
-        self.request = request
-        self.method = method
+        let unlabelled = body != nil && !request.headers.contains { $0.name.lowercased() == "content-type" }
+        transfer = CurlRequest(
+            method: method.rawValue, url: request.url, headers: request.headers.map { ($0.name, $0.value) },
+            suppressedHeaders: unlabelled ? ["Content-Type"] : [], body: body,
+            timeoutMilliseconds: request.timeoutMilliseconds,
+            connectTimeoutMilliseconds: request.connectTimeoutMilliseconds,
+            maximumResponseBytes: request.maximumResponseBytes, caFile: request.caFile,
+            freshConnection: request.changesState)
         self.authority = authority
     }
 
@@ -152,9 +125,7 @@ struct TransferPlan: Sendable {
             }
     }
 
-    static func isFieldValue(_ text: String) -> Bool {
-        text.utf8.allSatisfy { $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }
-    }
+    static func isFieldValue(_ text: String) -> Bool { text.utf8.allSatisfy { $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) } }
 
     private static func isAlphaNumeric(_ b: UInt8) -> Bool {
         (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A)
@@ -170,27 +141,15 @@ final class Worker: @unchecked Sendable {
     let queue: DispatchQueue
     private var session: CurlSession?
 
-    init(index: Int) {
-        queue = DispatchQueue(label: "browser-login.http.\(index)")
-    }
+    init(index: Int) { queue = DispatchQueue(label: "browser-login.http.\(index)") }
 
     /// Runs one transfer. Only on `queue`.
-    func perform(_ plan: TransferPlan, configuration: CurlTransport.Configuration, cancellation: CancellationFlag)
-        -> Result<HTTPResponse, HTTPTransportError>
-    {
+    func perform(_ plan: TransferPlan, cancellation: CancellationFlag) -> Result<HTTPResponse, HTTPTransportError> {
         dispatchPrecondition(condition: .onQueue(queue))
         if cancellation.isCancelled { return .failure(.notSent("the request was cancelled before it was sent")) }
-        if session == nil { session = CurlSession(proxy: configuration.proxy, noProxy: configuration.noProxy) }
+        if session == nil { session = CurlSession() }
         guard let session else { return .failure(.notSent("libcurl could not start a transfer")) }
-        let request = plan.request
-        let transfer = CurlRequest(
-            method: plan.method.rawValue, url: request.url, headers: plan.headers, suppressedHeaders: plan.suppressed,
-            body: plan.body,
-            timeoutMilliseconds: request.timeoutMilliseconds,
-            connectTimeoutMilliseconds: request.connectTimeoutMilliseconds,
-            maximumResponseBytes: request.maximumResponseBytes, caFile: request.caFile,
-            freshConnection: request.changesState)
-        switch session.perform(transfer, cancellation: cancellation) {
+        switch session.perform(plan.transfer, cancellation: cancellation) {
         case .answered(let status, let headers, let body):
             return .success(HTTPResponse(status: status, headers: headers.map { HTTPHeader($0.name, $0.value) }, body: body))
         case .tooLarge:
@@ -205,26 +164,27 @@ final class Worker: @unchecked Sendable {
 
 /// Turns a failed transfer into `notSent` or `noAnswer`.
 enum TransferFailure {
-    /// Codes that are only produced before a request byte is written:
-    /// name resolution, TCP connect, proxy setup and the TLS handshake.
-    static let beforeSending: Set<UInt32> = [
-        CURLE_COULDNT_RESOLVE_PROXY, CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_CONNECT, CURLE_SSL_CONNECT_ERROR,
-        CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER, CURLE_SSL_CACERT_BADFILE,
-        CURLE_SSL_ENGINE_NOTFOUND, CURLE_SSL_ENGINE_SETFAILED, CURLE_SSL_ENGINE_INITFAILED, CURLE_SSL_CRL_BADFILE,
-        CURLE_SSL_ISSUER_ERROR, CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_INVALIDCERTSTATUS, CURLE_PROXY,
-        CURLE_SSL_CLIENTCERT, CURLE_USE_SSL_FAILED, CURLE_INTERFACE_FAILED, CURLE_FAILED_INIT,
-    ].reduce(into: []) { $0.insert($1.rawValue) }
+    /// The TLS handshake's codes: produced before a request byte is written.
+    static let tls = Set(
+        [
+            CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER,
+            CURLE_SSL_CACERT_BADFILE, CURLE_SSL_CRL_BADFILE, CURLE_SSL_ISSUER_ERROR, CURLE_SSL_PINNEDPUBKEYNOTMATCH,
+            CURLE_SSL_INVALIDCERTSTATUS, CURLE_SSL_CLIENTCERT, CURLE_USE_SSL_FAILED,
+        ].map(\.rawValue))
 
-    static let tls: Set<UInt32> = [
-        CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER,
-        CURLE_SSL_CACERT_BADFILE, CURLE_SSL_CRL_BADFILE, CURLE_SSL_ISSUER_ERROR, CURLE_SSL_PINNEDPUBKEYNOTMATCH,
-        CURLE_SSL_INVALIDCERTSTATUS, CURLE_SSL_CLIENTCERT, CURLE_USE_SSL_FAILED,
-    ].reduce(into: []) { $0.insert($1.rawValue) }
+    /// The other codes only produced before a request byte is written (proxy
+    /// and engine setup; name resolution and TCP connect are told apart first).
+    static let beforeSending = Set(
+        [
+            CURLE_COULDNT_RESOLVE_PROXY, CURLE_SSL_ENGINE_NOTFOUND, CURLE_SSL_ENGINE_SETFAILED,
+            CURLE_SSL_ENGINE_INITFAILED, CURLE_PROXY, CURLE_INTERFACE_FAILED, CURLE_FAILED_INIT,
+        ].map(\.rawValue))
 
-    static let malformedRequest: Set<UInt32> = [
-        CURLE_UNSUPPORTED_PROTOCOL, CURLE_URL_MALFORMAT, CURLE_BAD_FUNCTION_ARGUMENT, CURLE_NOT_BUILT_IN,
-        CURLE_UNKNOWN_OPTION,
-    ].reduce(into: []) { $0.insert($1.rawValue) }
+    static let malformedRequest = Set(
+        [
+            CURLE_UNSUPPORTED_PROTOCOL, CURLE_URL_MALFORMAT, CURLE_BAD_FUNCTION_ARGUMENT, CURLE_NOT_BUILT_IN,
+            CURLE_UNKNOWN_OPTION,
+        ].map(\.rawValue))
 
     /// `reachedTransfer`: libcurl got past connecting (its pre-transfer
     /// timer ran) or counted request bytes. Without either, no request
@@ -234,9 +194,7 @@ enum TransferFailure {
         -> HTTPTransportError
     {
         let raw = code.rawValue
-        if malformedRequest.contains(raw) {
-            return .invalidRequest("libcurl refused the request (\(curlText(code)))")
-        }
+        if malformedRequest.contains(raw) { return .invalidRequest("libcurl refused the request (\(curlText(code)))") }
         if tls.contains(raw) {
             let why = detail.isEmpty ? curlText(code) : detail
             if raw == CURLE_SSL_CACERT_BADFILE.rawValue {

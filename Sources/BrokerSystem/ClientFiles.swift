@@ -1,7 +1,6 @@
 import BrokerCore
 import CGIO
 import Foundation
-import SystemSupport
 
 /// Reads client drop-in files: `*.conf` in `$XDG_CONFIG_HOME/browser-login/clients.d/`,
 /// then in each `$XDG_DATA_DIRS/browser-login/clients.d/`. A file name found
@@ -13,11 +12,6 @@ public enum ClientFiles {
         public var clients: [ClientConfig]
         public var problems: [ConfigProblem]
         public var files: [String]
-    }
-
-    /// The directories searched, in order of precedence.
-    public static func directories(environment: [String: String]) -> [String] {
-        UserPaths(environment: environment).clientDirectories
     }
 
     public static func load(directories: [String]) -> Loaded {
@@ -65,28 +59,24 @@ public enum ClientFiles {
         }
     }
 
-    private static func unreadable(_ path: String, _ error: UnsafeMutablePointer<GError>?) -> Result<
-        [String: String], ConfigProblem
-    > {
-        let message = error.map { String(cString: $0.pointee.message) } ?? "unreadable"
-        g_error_free(error)
+    /// A group's keys and values, or why they could not be read.
+    typealias Keys = Result<[String: String], ConfigProblem>
+
+    private static func unreadable(_ path: String, _ error: UnsafeMutablePointer<GError>?) -> Keys {
+        let message = takeMessage(error, or: "unreadable")
         return .failure(ConfigProblem(.error, file: path, key: nil, "cannot be read as a key file: \(message)"))
     }
 
     /// The keys of one group of a key file, unescaped by GKeyFile.
-    static func readGroup(path: String, group: String) -> Result<[String: String], ConfigProblem> {
+    static func readGroup(path: String, group: String) -> Keys {
         let keyFile = g_key_file_new()
         defer { g_key_file_free(keyFile) }
         var error: UnsafeMutablePointer<GError>?
-        guard g_key_file_load_from_file(keyFile, path, G_KEY_FILE_NONE, &error) != 0 else {
-            return unreadable(path, error)
-        }
+        guard g_key_file_load_from_file(keyFile, path, G_KEY_FILE_NONE, &error) != 0 else { return unreadable(path, error) }
         return readGroup(keyFile, path: path, group: group)
     }
 
-    private static func readGroup(_ keyFile: OpaquePointer?, path: String, group: String) -> Result<
-        [String: String], ConfigProblem
-    > {
+    private static func readGroup(_ keyFile: OpaquePointer?, path: String, group: String) -> Keys {
         guard g_key_file_has_group(keyFile, group) != 0 else {
             return .failure(
                 ConfigProblem(.error, file: path, key: nil, "has no [\(group)] group; client settings go under [\(group)]"))
@@ -103,9 +93,7 @@ public enum ClientFiles {
                 result[key] = String(cString: value)
                 g_free(value)
             } else {
-                let message = valueError.map { String(cString: $0.pointee.message) } ?? "invalid value"
-                g_error_free(valueError)
-                return .failure(ConfigProblem(.error, file: path, key: key, message))
+                return .failure(ConfigProblem(.error, file: path, key: key, takeMessage(valueError, or: "invalid value")))
             }
         }
         return .success(result)

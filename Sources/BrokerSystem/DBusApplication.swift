@@ -27,23 +27,15 @@ public enum DBusApplicationEvent: Sendable, Equatable {
 public final class DBusApplication: @unchecked Sendable {
     // Safe: `context` and `loop` are created in init and never replaced; GLib
     // allows `g_main_loop_quit` from any thread. Every other GLib call happens
-    // on the loop thread. `callbacks` is immutable; the flags are atomics.
+    // on the loop thread. The callbacks are immutable; the flags are atomics.
     private let context: OpaquePointer
     private let loop: OpaquePointer
     private let stopping = Atomic<Bool>(false)
     private let busClosed = Atomic<Bool>(false)
-    private let callbacks: Callbacks
+    private let open: @Sendable ([String]) -> Void
+    private let events: @Sendable (DBusApplicationEvent) -> Void
     public let busName: String
     public let objectPath: String
-
-    final class Callbacks: Sendable {
-        let open: @Sendable ([String]) -> Void
-        let events: @Sendable (DBusApplicationEvent) -> Void
-        init(open: @escaping @Sendable ([String]) -> Void, events: @escaping @Sendable (DBusApplicationEvent) -> Void) {
-            self.open = open
-            self.events = events
-        }
-    }
 
     public static let interfaceXML = """
         <node>
@@ -68,7 +60,8 @@ public final class DBusApplication: @unchecked Sendable {
     ) {
         self.busName = busName
         self.objectPath = objectPath
-        callbacks = Callbacks(open: open, events: events)
+        self.open = open
+        self.events = events
         context = g_main_context_new()
         loop = g_main_loop_new(context, 0)
         // Register GDBusConnection's type here, on the caller's thread, not
@@ -128,8 +121,8 @@ public final class DBusApplication: @unchecked Sendable {
     private func serveOnce(reconnecting: Bool) -> Ended {
         var error: UnsafeMutablePointer<GError>?
         guard let connection = g_bus_get_sync(G_BUS_TYPE_SESSION, nil, &error) else {
-            let detail = Self.take(error)
-            if !reconnecting { callbacks.events(.noSessionBus(detail)) }
+            let detail = takeMessage(error)
+            if !reconnecting { events(.noSessionBus(detail)) }
             return .noBus
         }
         defer { g_object_unref(UnsafeMutableRawPointer(connection)) }
@@ -138,12 +131,12 @@ public final class DBusApplication: @unchecked Sendable {
         if g_dbus_connection_is_closed(connection) != 0 { return .noBus }
 
         guard let node = g_dbus_node_info_new_for_xml(Self.interfaceXML, &error) else {
-            callbacks.events(.registrationFailed(Self.take(error)))
+            events(.registrationFailed(takeMessage(error)))
             return .stopped
         }
         defer { g_dbus_node_info_unref(node) }
         guard let interface = g_dbus_node_info_lookup_interface(node, "org.freedesktop.Application") else {
-            callbacks.events(.registrationFailed("the interface XML has no org.freedesktop.Application"))
+            events(.registrationFailed("the interface XML has no org.freedesktop.Application"))
             return .stopped
         }
         let userData = Unmanaged.passUnretained(self).toOpaque()
@@ -152,10 +145,10 @@ public final class DBusApplication: @unchecked Sendable {
             { _, _, _, _, method, parameters, invocation, userData in
                 guard let userData, let method, let invocation else { return }
                 let app = Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue()
-                DBusApplication.handle(String(cString: method), parameters, invocation, app.callbacks)
+                app.handle(String(cString: method), parameters, invocation)
             }, userData, &error)
         guard registration != 0 else {
-            callbacks.events(.registrationFailed(Self.take(error)))
+            events(.registrationFailed(takeMessage(error)))
             return .stopped
         }
         defer { g_dbus_connection_unregister_object(connection, registration) }
@@ -165,12 +158,12 @@ public final class DBusApplication: @unchecked Sendable {
             { _, name, userData in
                 guard let userData, let name else { return }
                 let app = Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue()
-                app.callbacks.events(.nameAcquired(String(cString: name)))
+                app.events(.nameAcquired(String(cString: name)))
             },
             { _, name, userData in
                 guard let userData, let name else { return }
                 let app = Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue()
-                app.callbacks.events(.nameLost(String(cString: name)))
+                app.events(.nameLost(String(cString: name)))
             }, userData, nil)
         defer { g_bus_unown_name(owner) }
         // The bus went away: serve a new one once it is back.
@@ -186,7 +179,7 @@ public final class DBusApplication: @unchecked Sendable {
         busClosed.store(false, ordering: .sequentiallyConsistent)
         if !stopping.load(ordering: .sequentiallyConsistent) { g_main_loop_run(loop) }
         if busClosed.load(ordering: .sequentiallyConsistent) && !stopping.load(ordering: .sequentiallyConsistent) {
-            callbacks.events(.busClosed)
+            events(.busClosed)
             return .busClosed
         }
         // Let the unown and unregister reach the bus before the connection goes.
@@ -196,9 +189,7 @@ public final class DBusApplication: @unchecked Sendable {
 
     /// Runs the loop for `milliseconds` (or until `shutdown()`).
     private func pause(milliseconds: UInt32) {
-        guard !stopping.load(ordering: .sequentiallyConsistent), let source = g_timeout_source_new(milliseconds) else {
-            return
-        }
+        guard !stopping.load(ordering: .sequentiallyConsistent), let source = g_timeout_source_new(milliseconds) else { return }
         defer { g_source_unref(source) }
         g_source_set_callback(
             source,
@@ -211,9 +202,7 @@ public final class DBusApplication: @unchecked Sendable {
         g_source_destroy(source)
     }
 
-    static func handle(
-        _ method: String, _ parameters: OpaquePointer?, _ invocation: OpaquePointer, _ callbacks: Callbacks
-    ) {
+    private func handle(_ method: String, _ parameters: OpaquePointer?, _ invocation: OpaquePointer) {
         switch method {
         case "Open":
             var uris: [String] = []
@@ -226,12 +215,12 @@ public final class DBusApplication: @unchecked Sendable {
                 g_variant_unref(list)
             }
             g_dbus_method_invocation_return_value(invocation, nil)
-            callbacks.open(uris)
+            open(uris)
         case "Activate":
             g_dbus_method_invocation_return_value(invocation, nil)
-            callbacks.events(.activated)
+            events(.activated)
         case "ActivateAction":
-            callbacks.events(.actionRefused)
+            events(.actionRefused)
             g_dbus_method_invocation_return_dbus_error(
                 invocation, "org.freedesktop.DBus.Error.InvalidArgs", "the browser-login broker has no actions")
         default:
@@ -239,10 +228,11 @@ public final class DBusApplication: @unchecked Sendable {
                 invocation, "org.freedesktop.DBus.Error.UnknownMethod", "no such method")
         }
     }
+}
 
-    private static func take(_ error: UnsafeMutablePointer<GError>?) -> String {
-        guard let error else { return "unknown error" }
-        defer { g_error_free(error) }
-        return String(cString: error.pointee.message)
-    }
+/// A GError's message (freeing the error), or `fallback` when there is none.
+func takeMessage(_ error: UnsafeMutablePointer<GError>?, or fallback: String = "unknown error") -> String {
+    guard let error else { return fallback }
+    defer { g_error_free(error) }
+    return String(cString: error.pointee.message)
 }

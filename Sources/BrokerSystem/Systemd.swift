@@ -9,9 +9,7 @@ import CSystemd
 public enum Systemd {
     /// Sends `state` (`READY=1`, `STATUS=…`, `WATCHDOG=1`, `STOPPING=1`).
     @discardableResult
-    public static func notify(_ state: String) -> Bool {
-        sd_notify(0, state) > 0
-    }
+    public static func notify(_ state: String) -> Bool { sd_notify(0, state) > 0 }
 
     /// The watchdog interval in microseconds, when systemd asks for pings.
     public static func watchdogMicroseconds() -> UInt64? {

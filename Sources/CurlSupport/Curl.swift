@@ -18,17 +18,6 @@ public struct CurlHeader: Sendable, Equatable {
     }
 }
 
-/// Where proxies come from. Loopback addresses and a request's `noProxy`
-/// never go through a proxy (this replaces the environment's `no_proxy`).
-public enum CurlProxy: Sendable, Equatable {
-    /// Never use a proxy, whatever the environment says.
-    case none
-    /// libcurl's own reading of `https_proxy`, `http_proxy` and `all_proxy`.
-    case environment
-    /// This proxy URL (`http://host:port`).
-    case url(String)
-}
-
 /// One transfer, as libcurl is told it. Checking a request (methods,
 /// header syntax, URL shape) is the caller's business.
 public struct CurlRequest: Sendable {
@@ -93,9 +82,7 @@ public final class CancellationFlag: Sendable {
 }
 
 /// libcurl's generic text for a code (static strings: no URL, no header, no body).
-public func curlText(_ code: CURLcode) -> String {
-    String(cString: curl_easy_strerror(code))
-}
+public func curlText(_ code: CURLcode) -> String { String(cString: curl_easy_strerror(code)) }
 
 /// One libcurl easy handle and its cookie jar. Not Sendable: exactly one
 /// owner uses it, one transfer at a time, and it is freed with the owner.
@@ -104,19 +91,14 @@ public func curlText(_ code: CURLcode) -> String {
 public final class CurlSession {
     private let raw: UnsafeMutableRawPointer
     private let cookies: Bool
-    private let proxy: CurlProxy
-    private let noProxy: [String]
 
     /// nil when libcurl cannot be initialised or has no memory for a handle.
     /// `cookies`: the handle's in-memory cookie engine (`CURLOPT_COOKIEFILE ""`)
     /// keeps cookies across requests, never read from or written to a file.
-    /// `noProxy`: hosts never sent through a proxy, besides loopback.
-    public init?(cookies: Bool = false, proxy: CurlProxy = .environment, noProxy: [String] = []) {
+    public init?(cookies: Bool = false) {
         guard curlGlobalInit == CURLE_OK, let handle = curl_easy_init() else { return nil }
         raw = handle
         self.cookies = cookies
-        self.proxy = proxy
-        self.noProxy = noProxy
     }
 
     deinit { curl_easy_cleanup(raw) }
@@ -143,9 +125,7 @@ public final class CurlSession {
                 return code
             }
         }
-        if code == CURLE_OK {
-            return .answered(status: info(CURLINFO_RESPONSE_CODE), headers: sink.headers, body: sink.body)
-        }
+        if code == CURLE_OK { return .answered(status: info(CURLINFO_RESPONSE_CODE), headers: sink.headers, body: sink.body) }
         if code == CURLE_FILESIZE_EXCEEDED || (code == CURLE_WRITE_ERROR && sink.tooLarge) { return .tooLarge }
         var started: curl_off_t = 0
         _ = bl_curl_getinfo_off(raw, CURLINFO_PRETRANSFER_TIME_T, &started)
@@ -160,9 +140,7 @@ public final class CurlSession {
 
     private func set(_ option: CURLoption, _ value: Int) -> Bool { bl_curl_setopt_long(raw, option, value) == CURLE_OK }
     /// libcurl copies string options (since 7.17), so `value` may go away after the call.
-    private func set(_ option: CURLoption, _ value: String) -> Bool {
-        bl_curl_setopt_string(raw, option, value) == CURLE_OK
-    }
+    private func set(_ option: CURLoption, _ value: String) -> Bool { bl_curl_setopt_string(raw, option, value) == CURLE_OK }
 
     private func configure(_ request: CurlRequest, sink: TransferSink, headers: HeaderList) -> Bool {
         let sinkPointer = Unmanaged.passUnretained(sink).toOpaque()
@@ -182,6 +160,10 @@ public final class CurlSession {
             && bl_curl_setopt_writefn(raw, CURLOPT_HEADERFUNCTION, writeHeaderCallback) == CURLE_OK
             && bl_curl_setopt_pointer(raw, CURLOPT_HEADERDATA, sinkPointer) == CURLE_OK
             && set(CURLOPT_SUPPRESS_CONNECT_HEADERS, 1)
+            // Proxies come from the environment (libcurl reads `https_proxy`, `http_proxy`, `all_proxy`): a broker
+            // behind one still works, an https server staying end-to-end TLS through CONNECT. Loopback (the only
+            // place plain http is allowed) never goes through one, whatever `no_proxy` says.
+            && set(CURLOPT_NOPROXY, "127.0.0.1,localhost,::1")
         if let limit = request.maximumResponseBytes {
             ok = ok && bl_curl_setopt_off(raw, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(limit)) == CURLE_OK
         }
@@ -194,12 +176,6 @@ public final class CurlSession {
         if let caFile = request.caFile { ok = ok && set(CURLOPT_CAINFO, caFile) }
         if request.freshConnection { ok = ok && set(CURLOPT_FRESH_CONNECT, 1) && set(CURLOPT_FORBID_REUSE, 1) }
         if cookies { ok = ok && set(CURLOPT_COOKIEFILE, "") }
-        let noProxy = (["127.0.0.1", "localhost", "::1"] + noProxy).joined(separator: ",")
-        switch proxy {
-        case .none: ok = ok && set(CURLOPT_PROXY, "")
-        case .environment: ok = ok && set(CURLOPT_NOPROXY, noProxy)
-        case .url(let url): ok = ok && set(CURLOPT_PROXY, url) && set(CURLOPT_NOPROXY, noProxy)
-        }
         switch (request.method, request.body) {
         case ("GET", _): ok = ok && set(CURLOPT_HTTPGET, 1)
         case ("HEAD", _): ok = ok && set(CURLOPT_NOBODY, 1)
@@ -218,9 +194,7 @@ public final class CurlSession {
 
     /// `CURLOPT_COPYPOSTFIELDS`: libcurl copies the body, so it need not outlive the call.
     private func setBody(_ body: [UInt8]) -> Bool {
-        guard bl_curl_setopt_off(raw, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count)) == CURLE_OK else {
-            return false
-        }
+        guard bl_curl_setopt_off(raw, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count)) == CURLE_OK else { return false }
         if body.isEmpty { return set(CURLOPT_COPYPOSTFIELDS, "") }
         return body.withUnsafeBytes {
             bl_curl_setopt_pointer(raw, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: $0.baseAddress))
@@ -305,27 +279,27 @@ extension String {
     }
 }
 
+/// The sink behind a callback's user-data pointer.
+private func transferSink(_ user: UnsafeMutableRawPointer?) -> TransferSink? {
+    user.map { Unmanaged<TransferSink>.fromOpaque($0).takeUnretainedValue() }
+}
+
+private func bytes(_ data: UnsafeMutablePointer<CChar>, _ count: Int) -> UnsafeBufferPointer<UInt8> {
+    UnsafeBufferPointer(start: UnsafeRawPointer(data).assumingMemoryBound(to: UInt8.self), count: count)
+}
+
 private let writeBodyCallback: bl_curl_write_callback = { data, size, count, user in
-    guard let user else { return 0 }
-    let sink = Unmanaged<TransferSink>.fromOpaque(user).takeUnretainedValue()
     let total = size * count
-    guard total > 0, let data else { return 0 }
-    let bytes = UnsafeBufferPointer(start: UnsafeRawPointer(data).assumingMemoryBound(to: UInt8.self), count: total)
-    return sink.receiveBody(bytes) ? total : 0
+    guard let sink = transferSink(user), total > 0, let data else { return 0 }
+    return sink.receiveBody(bytes(data, total)) ? total : 0
 }
 
 private let writeHeaderCallback: bl_curl_write_callback = { data, size, count, user in
-    guard let user else { return 0 }
-    let sink = Unmanaged<TransferSink>.fromOpaque(user).takeUnretainedValue()
-    let total = size * count
-    guard let data else { return total }
-    sink.receiveHeaderLine(
-        UnsafeBufferPointer(start: UnsafeRawPointer(data).assumingMemoryBound(to: UInt8.self), count: total))
-    return total
+    guard let sink = transferSink(user) else { return 0 }
+    if let data { sink.receiveHeaderLine(bytes(data, size * count)) }
+    return size * count
 }
 
 private let progressCallback: bl_curl_xferinfo_callback = { user, _, _, _, _ in
-    guard let user else { return 0 }
-    let sink = Unmanaged<TransferSink>.fromOpaque(user).takeUnretainedValue()
-    return sink.cancellation?.isCancelled == true ? 1 : 0
+    transferSink(user)?.cancellation?.isCancelled == true ? 1 : 0
 }

@@ -61,12 +61,10 @@ public enum DesktopEntry {
 
     /// The schemes an existing desktop file handles (its `MimeType=` key).
     public static func schemes(inDesktopFile text: String) -> [String] {
-        for line in text.split(separator: "\n") where line.hasPrefix("MimeType=") {
-            return line.dropFirst("MimeType=".count).split(separator: ";").compactMap { type in
-                type.hasPrefix("x-scheme-handler/") ? String(type.dropFirst("x-scheme-handler/".count)) : nil
-            }
+        let line = text.split(separator: "\n").first { $0.hasPrefix("MimeType=") } ?? ""
+        return line.dropFirst("MimeType=".count).split(separator: ";").compactMap { type in
+            type.hasPrefix("x-scheme-handler/") ? String(type.dropFirst("x-scheme-handler/".count)) : nil
         }
-        return []
     }
 
     /// Quotes an `Exec=` argument when it has characters the specification reserves.

@@ -13,7 +13,6 @@ import SystemSupport
 public struct HandlerInstaller: Sendable {
     /// What was done, step by step, for people.
     public struct Report: Sendable {
-        public var path: String
         public var schemes: [String]
         public var steps: [String] = []
         /// Steps that failed (the file is written even when a tool is missing or fails).
@@ -38,7 +37,7 @@ public struct HandlerInstaller: Sendable {
     /// Writes the desktop file for `schemes` plus those it already handles, and registers them.
     public func install(schemes: [String], exec: String) -> Report {
         let all = Array(Set(schemes + installedSchemes())).sorted()
-        var report = Report(path: desktopFilePath, schemes: all)
+        var report = Report(schemes: all)
         let text = DesktopEntry.text(exec: exec, schemes: all)
         do {
             try FileManager.default.createDirectory(atPath: applicationsDirectory, withIntermediateDirectories: true)
@@ -55,14 +54,14 @@ public struct HandlerInstaller: Sendable {
         updateDatabase(&report)
         for scheme in all {
             let type = DesktopEntry.mimeType(scheme: scheme)
-            record(&report, run(["xdg-mime", "default", DesktopEntry.fileName, type]), "xdg-mime default for \(type)")
+            record(&report, ["xdg-mime", "default", DesktopEntry.fileName, type], "xdg-mime default for \(type)")
         }
         return report
     }
 
     /// Removes the desktop file and this handler's defaults from `mimeapps.list`.
     public func uninstall() -> Report {
-        var report = Report(path: desktopFilePath, schemes: installedSchemes())
+        var report = Report(schemes: installedSchemes())
         if FileManager.default.fileExists(atPath: desktopFilePath) {
             do {
                 try FileManager.default.removeItem(atPath: desktopFilePath)
@@ -73,7 +72,7 @@ public struct HandlerInstaller: Sendable {
         } else {
             report.steps.append("\(desktopFilePath) is not installed")
         }
-        let mimeapps = mimeappsListPath
+        let mimeapps = UserPaths(environment: environment).mimeAppsList
         if let text = try? String(contentsOfFile: mimeapps, encoding: .utf8) {
             let kept = Self.removingDefaults(from: text)
             if kept != text {
@@ -88,9 +87,6 @@ public struct HandlerInstaller: Sendable {
         updateDatabase(&report)
         return report
     }
-
-    /// `$XDG_CONFIG_HOME/mimeapps.list`, where `xdg-mime default` writes.
-    public var mimeappsListPath: String { UserPaths(environment: environment).mimeAppsList }
 
     /// `mimeapps.list` without this desktop file in any `type=a;b;` list (emptied entries are dropped).
     static func removingDefaults(from text: String) -> String {
@@ -112,21 +108,16 @@ public struct HandlerInstaller: Sendable {
             return
         }
         record(
-            &report, run(["update-desktop-database", applicationsDirectory]),
+            &report, ["update-desktop-database", applicationsDirectory],
             "update-desktop-database \(applicationsDirectory)")
     }
 
-    private func record(_ report: inout Report, _ status: Int32?, _ step: String) {
-        switch status {
+    /// Runs `argv` (output discarded) and records the step.
+    private func record(_ report: inout Report, _ argv: [String], _ step: String) {
+        switch Subprocess.run(argv, environment: environment)?.status {
         case 0?: report.steps.append("ran " + step)
         case nil: report.problems.append(step + ": the program is not installed")
         case let code?: report.problems.append(step + ": exit status \(code)")
         }
-    }
-
-    /// Runs a program found on `PATH` with output discarded; nil when it is not installed.
-    func run(_ argv: [String]) -> Int32? {
-        guard let program = Subprocess.findProgram(argv[0], environment: environment) else { return nil }
-        return Subprocess.run(program: program, arguments: Array(argv.dropFirst()), environment: environment).status
     }
 }

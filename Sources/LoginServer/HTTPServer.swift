@@ -90,9 +90,7 @@ public final class HTTPServer: Sendable {
     public typealias Handler = @Sendable (HTTPServerRequest) -> HTTPServerResponse
 
     /// The daemon pointer's bit pattern, set once in `init` and cleared by `stop()`.
-    private let daemon: Mutex<Int>
-    private let handler: Handler
-    private let maximumBody: Int
+    private let daemon = Atomic<Int>(0)
     public let port: Int
 
     /// Starts listening. `tls` is (key PEM, certificate PEM).
@@ -100,25 +98,11 @@ public final class HTTPServer: Sendable {
         address: String, port: Int, tls: (key: String, certificate: String)?, maximumBody: Int,
         connectionLimit: Int = 256, timeoutSeconds: Int = 30, handler: @escaping Handler
     ) throws(HTTPServerError) {
-        self.handler = handler
-        self.maximumBody = maximumBody
-        self.daemon = Mutex(0)
         var error: Int32 = 0
         let box = Unmanaged.passRetained(HandlerBox(handler: handler, maximumBody: maximumBody))
-        let started: OpaquePointer? = address.withCString { addr in
-            if let tls {
-                return tls.key.withCString { key in
-                    tls.certificate.withCString { cert in
-                        bl_mhd_start(
-                            addr, UInt16(port), key, cert, UInt32(connectionLimit), UInt32(timeoutSeconds),
-                            accessHandler, box.toOpaque(), completedHandler, nil, &error)
-                    }
-                }
-            }
-            return bl_mhd_start(
-                addr, UInt16(port), nil, nil, UInt32(connectionLimit), UInt32(timeoutSeconds), accessHandler,
-                box.toOpaque(), completedHandler, nil, &error)
-        }
+        let started = bl_mhd_start(
+            address, UInt16(port), tls?.key, tls?.certificate, UInt32(connectionLimit), UInt32(timeoutSeconds),
+            accessHandler, box.toOpaque(), completedHandler, nil, &error)
         guard let started else {
             box.release()
             switch UInt32(error) {
@@ -129,8 +113,7 @@ public final class HTTPServer: Sendable {
         }
         self.box = box.takeUnretainedValue()
         self.port = Int(bl_mhd_bound_port(started))
-        let bits = Int(bitPattern: started)
-        daemon.withLock { $0 = bits }
+        daemon.store(Int(bitPattern: started), ordering: .releasing)
     }
 
     /// What the C callbacks reach through `cls`; retained once for the
@@ -139,12 +122,7 @@ public final class HTTPServer: Sendable {
 
     /// Stops listening and waits for the connection threads to finish.
     public func stop() {
-        let bits = daemon.withLock { d -> Int in
-            let old = d
-            d = 0
-            return old
-        }
-        guard let running = OpaquePointer(bitPattern: bits) else { return }
+        guard let running = OpaquePointer(bitPattern: daemon.exchange(0, ordering: .acquiringAndReleasing)) else { return }
         MHD_stop_daemon(running)
         Unmanaged.passUnretained(box).release()
     }
@@ -213,14 +191,9 @@ private let accessHandler: bl_mhd_access_handler = {
         bl_mhd_client_address(connection, &addressBuffer, addressBuffer.count) == 0
         ? String(decoding: addressBuffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : "unknown"
     let request = HTTPServerRequest(
-        method: method.map { String(cString: $0) } ?? "GET",
-        path: url.map { String(cString: $0) } ?? "/",
-        query: collector.query,
-        headers: collector.headers,
-        cookies: collector.cookies,
-        body: pending.body,
-        bodyTooLarge: pending.tooLarge,
-        remoteAddress: remote)
+        method: method.map { String(cString: $0) } ?? "GET", path: url.map { String(cString: $0) } ?? "/",
+        query: collector.query, headers: collector.headers, cookies: collector.cookies, body: pending.body,
+        bodyTooLarge: pending.tooLarge, remoteAddress: remote)
     let response = box.handler(request)
 
     var body = response.body
@@ -228,9 +201,7 @@ private let accessHandler: bl_mhd_access_handler = {
         MHD_create_response_from_buffer(raw.count, raw.baseAddress, .RESPMEM_MUST_COPY)
     }
     guard let mhdResponse else { return .NO }
-    for (name, value) in response.headers {
-        _ = MHD_add_response_header(mhdResponse, name, value)
-    }
+    for (name, value) in response.headers { _ = MHD_add_response_header(mhdResponse, name, value) }
     let result = MHD_queue_response(connection, UInt32(response.status), mhdResponse)
     MHD_destroy_response(mhdResponse)
     return result

@@ -81,11 +81,7 @@ public final class LoginServer: Sendable {
 
     /// Stops listening (waiting for requests in flight) and closes the database.
     public func stop() {
-        if let timer = sweeper.withLock({ t -> DispatchSourceTimer? in
-            let old = t
-            t = nil
-            return old
-        }) {
+        if let timer = sweeper.withLock({ $0.take() }) {
             timer.cancel()
             http.stop()
             store.close()

@@ -44,18 +44,15 @@ public enum ServerCommand {
             print(command.help)
             return 0
         }
-        let words: [String]
+        var words = ["serve"]
         switch args.first {
         case "users", "attempts":
             let count = args.count >= 2 && (args[1] == "disable" || args[1] == "enable") ? 3 : 2
             guard args.count >= count else { return usageError("missing arguments") }
             words = Array(args.prefix(count))
             args.removeFirst(count)
-        case "serve":
-            words = ["serve"]
-            args.removeFirst()
-        default:
-            words = ["serve"]
+        case "serve": args.removeFirst()
+        default: break
         }
         let configuration: ServerConfiguration
         let parsed: Arguments
@@ -142,9 +139,7 @@ public enum ServerCommand {
         if configuration.testExchangeDelayMillis > 0 {
             Log.warning("TEST-ONLY exchange delay is on", ["delay.ms": "\(configuration.testExchangeDelayMillis)"])
         }
-        if let readyFile {
-            _ = FileManager.default.createFile(atPath: readyFile, contents: Data((server.listenURL + "\n").utf8))
-        }
+        if let readyFile { _ = FileManager.default.createFile(atPath: readyFile, contents: Data((server.listenURL + "\n").utf8)) }
         print("browser-login-server: listening on \(server.listenURL)")
         fflush(nil)
 
@@ -161,10 +156,7 @@ public enum ServerCommand {
 
     private static func admin(_ command: [String], databasePath: String) -> Int32 {
         do {
-            guard FileManager.default.fileExists(atPath: databasePath) else {
-                FileHandle.standardError.write(Data("browser-login-server: no database at \(databasePath)\n".utf8))
-                return 1
-            }
+            guard FileManager.default.fileExists(atPath: databasePath) else { return failure("no database at \(databasePath)") }
             let db = try Database(path: databasePath)
             try db.migrate(Schema.migrations)
             let now = Timestamp.now().millisecondsSince1970
@@ -186,16 +178,10 @@ public enum ServerCommand {
                 }
                 return 0
             case let c where c.count == 3 && c[0] == "users":
-                guard let email = EmailAddress(c[2]) else {
-                    FileHandle.standardError.write(Data("browser-login-server: '\(c[2])' is not an email address\n".utf8))
-                    return 1
-                }
+                guard let email = EmailAddress(c[2]) else { return failure("'\(c[2])' is not an email address") }
                 let disable = c[1] == "disable"
                 let found = try db.transaction { try Records.setDisabled(db, email: email.text, disabled: disable, now: now) }
-                guard found else {
-                    FileHandle.standardError.write(Data("browser-login-server: no user \(email.text)\n".utf8))
-                    return 1
-                }
+                guard found else { return failure("no user \(email.text)") }
                 print("\(email.text): \(disable ? "disabled; their sessions are revoked" : "enabled")")
                 return 0
             case ["attempts", "list"]:
@@ -215,8 +201,13 @@ public enum ServerCommand {
                 return usageError("unknown command '\(command.joined(separator: " "))'")
             }
         } catch {
-            FileHandle.standardError.write(Data("browser-login-server: \(error)\n".utf8))
-            return 1
+            return failure("\(error)")
         }
+    }
+
+    /// Prints `message` on stderr; exit status 1.
+    private static func failure(_ message: String) -> Int32 {
+        FileHandle.standardError.write(Data("browser-login-server: \(message)\n".utf8))
+        return 1
     }
 }

@@ -44,12 +44,10 @@ final class RateLimiter: Sendable {
             var bucket = all[key] ?? Bucket(tokens: Double(limit.burst), updated: now)
             bucket.tokens = min(Double(limit.burst), bucket.tokens + Double(max(0, now - bucket.updated)) * perMilli)
             bucket.updated = now
-            if bucket.tokens >= 1 {
-                bucket.tokens -= 1
-                all[key] = bucket
-                return nil
-            }
+            let allowed = bucket.tokens >= 1
+            if allowed { bucket.tokens -= 1 }
             all[key] = bucket
+            guard !allowed else { return nil }
             let wait = (1 - bucket.tokens) / perMilli
             return max(1, Int((wait / 1000).rounded(.up)))
         }

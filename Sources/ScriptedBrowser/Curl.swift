@@ -8,10 +8,7 @@ public struct HTTPAnswer: Sendable {
     public var body: [UInt8]
 
     /// The first header named `name` (case-insensitive).
-    public func header(_ name: String) -> String? {
-        let lower = name.lowercased()
-        return headers.first { $0.name == lower }?.value
-    }
+    public func header(_ name: String) -> String? { headers(name).first }
 
     /// All headers named `name` (e.g. every `Set-Cookie`).
     public func headers(_ name: String) -> [String] {
@@ -29,12 +26,18 @@ public struct HTTPAnswer: Sendable {
     }
 
     /// The protocol error code of an error body, if it is one.
-    public var errorCode: String? {
+    public var errorCode: String? { errorBody?.code }
+
+    /// The `error` object of a protocol error body (docs/protocol.md).
+    var errorBody: (code: String, message: String?)? {
         struct Body: Decodable {
-            struct Detail: Decodable { var code: String }
+            struct Detail: Decodable {
+                var code: String
+                var message: String?
+            }
             var error: Detail
         }
-        return (try? JSONDecoder().decode(Body.self, from: Data(body)))?.error.code
+        return (try? JSONDecoder().decode(Body.self, from: Data(body))).map { ($0.error.code, $0.error.message) }
     }
 }
 
@@ -73,9 +76,8 @@ extension CurlSession {
     func answer(method: String, url: String, headers: [(String, String)], body: [UInt8]?, caFile: String?)
         throws(ScriptedBrowserError) -> HTTPAnswer
     {
-        let request = CurlRequest(
-            method: method, url: url, headers: headers.map { (name: $0.0, value: $0.1) }, body: body, caFile: caFile)
-        switch perform(request) {
+        let headers = headers.map { (name: $0.0, value: $0.1) }
+        switch perform(CurlRequest(method: method, url: url, headers: headers, body: body, caFile: caFile)) {
         case .answered(let status, let headers, let body):
             return HTTPAnswer(status: status, headers: headers.map { ($0.name.lowercased(), $0.value) }, body: body)
         case .tooLarge: throw .transport("the answer is too large")

@@ -81,22 +81,16 @@ public final class ScriptedBrowser: Sendable {
 
     /// `GET` the hosted page (sets the binding cookie on the attempt's first load). Answers the HTML.
     @discardableResult
-    public func loadPage(_ authorizeURL: String) throws -> String {
-        let answer = try send("GET", authorizeURL, json: nil, stateChanging: false)
-        guard answer.status == 200 else { throw refused(answer) }
-        return answer.text
-    }
+    public func loadPage(_ authorizeURL: String) throws -> String { try ok("GET", authorizeURL, stateChanging: false).text }
 
     /// `GET {base}/browser/attempts/{id}`.
     public func describe(attemptId: String, basePath: String? = nil) throws -> DescribeResponse {
-        let answer = try send("GET", url(basePath, "/browser/attempts/" + attemptId), json: nil, stateChanging: false)
-        guard answer.status == 200 else { throw refused(answer) }
-        return try answer.decode(DescribeResponse.self)
+        try ok("GET", url(basePath, "/browser/attempts/" + attemptId), stateChanging: false).decode(DescribeResponse.self)
     }
 
     /// `GET {base}/browser/session`: nil when not signed in (401 LOGIN_REQUIRED).
     public func currentSession(basePath: String? = nil) throws -> BrowserSessionInfo? {
-        let answer = try send("GET", url(basePath, "/browser/session"), json: nil, stateChanging: false)
+        let answer = try send("GET", url(basePath, "/browser/session"), body: nil, stateChanging: false)
         if answer.status == 401 && answer.errorCode == "LOGIN_REQUIRED" { return nil }
         guard answer.status == 200 else { throw refused(answer) }
         return try answer.decode(BrowserSessionInfo.self)
@@ -104,16 +98,14 @@ public final class ScriptedBrowser: Sendable {
 
     /// `POST {base}/browser/signin/start {"email"}`: the server emails a code.
     public func startSignIn(email: String, basePath: String? = nil) throws {
-        let answer = try send("POST", url(basePath, "/browser/signin/start"), json: ["email": email])
-        guard answer.status == 200 else { throw refused(answer) }
+        try ok("POST", url(basePath, "/browser/signin/start"), json: ["email": email])
     }
 
     /// `POST {base}/browser/signin/verify {"email","code"}`: sets the session cookie.
     @discardableResult
     public func verifySignIn(email: String, code: String, basePath: String? = nil) throws -> BrowserSessionInfo {
-        let answer = try send("POST", url(basePath, "/browser/signin/verify"), json: ["email": email, "code": code])
-        guard answer.status == 200 else { throw refused(answer) }
-        return try answer.decode(BrowserSessionInfo.self)
+        try ok("POST", url(basePath, "/browser/signin/verify"), json: ["email": email, "code": code])
+            .decode(BrowserSessionInfo.self)
     }
 
     /// `POST {base}/browser/attempts/{id}/authorize`: answers the callback URL.
@@ -121,24 +113,18 @@ public final class ScriptedBrowser: Sendable {
         attemptId: String, decision: AuthorizeDecision, expectedSessionId: String, basePath: String? = nil
     ) throws -> String {
         let body = try JSONEncoder().encode(AuthorizeRequest(decision: decision, expectedSessionId: expectedSessionId))
-        let answer = try send(
-            "POST", url(basePath, "/browser/attempts/" + attemptId + "/authorize"), body: [UInt8](body))
-        guard answer.status == 200 else { throw refused(answer) }
-        return try answer.decode(AuthorizeResponse.self).callbackUrl
+        return try ok("POST", url(basePath, "/browser/attempts/" + attemptId + "/authorize"), body: [UInt8](body))
+            .decode(AuthorizeResponse.self).callbackUrl
     }
 
     /// `POST {base}/browser/attempts/{id}/decline`: answers the access_denied callback URL.
     public func decline(attemptId: String, basePath: String? = nil) throws -> String {
-        let answer = try send("POST", url(basePath, "/browser/attempts/" + attemptId + "/decline"), json: [:])
-        guard answer.status == 200 else { throw refused(answer) }
-        return try answer.decode(AuthorizeResponse.self).callbackUrl
+        try ok("POST", url(basePath, "/browser/attempts/" + attemptId + "/decline"), json: [:])
+            .decode(AuthorizeResponse.self).callbackUrl
     }
 
     /// `POST {base}/browser/signout`: ends the browser session (and the native sessions issued from it).
-    public func signOut(basePath: String? = nil) throws {
-        let answer = try send("POST", url(basePath, "/browser/signout"), json: [:])
-        guard answer.status == 200 else { throw refused(answer) }
-    }
+    public func signOut(basePath: String? = nil) throws { try ok("POST", url(basePath, "/browser/signout"), json: [:]) }
 
     /// Any request with this browser's cookies. `stateChanging` adds
     /// `Origin` and `Sec-Fetch-Site: same-origin`, as a page's `fetch` does.
@@ -146,25 +132,25 @@ public final class ScriptedBrowser: Sendable {
         _ method: String, _ url: String, headers: [(String, String)] = [], body: [UInt8]? = nil,
         stateChanging: Bool = true
     ) throws -> HTTPAnswer {
-        var all = headers
-        if stateChanging { all += [("Origin", serverOrigin), ("Sec-Fetch-Site", "same-origin")] }
-        let fixed = all
+        let all = headers + (stateChanging ? [("Origin", serverOrigin), ("Sec-Fetch-Site", "same-origin")] : [])
         return try session.withLock { session throws(ScriptedBrowserError) in
-            try session.answer(method: method, url: url, headers: fixed, body: body, caFile: caFile)
+            try session.answer(method: method, url: url, headers: all, body: body, caFile: caFile)
         }
     }
 
     // MARK: Internals
 
-    private func url(_ basePath: String?, _ path: String) -> String {
-        serverOrigin + (basePath ?? self.basePath) + path
-    }
+    private func url(_ basePath: String?, _ path: String) -> String { serverOrigin + (basePath ?? self.basePath) + path }
 
-    private func send(_ method: String, _ url: String, json: [String: String]?, stateChanging: Bool = true) throws
-        -> HTTPAnswer
-    {
-        let body = try json.map { [UInt8](try JSONSerialization.data(withJSONObject: $0)) }
-        return try send(method, url, body: body, stateChanging: stateChanging)
+    /// Sends `json` (or `body`) and answers the answer when it is a 200, else throws `refused`.
+    @discardableResult
+    private func ok(
+        _ method: String, _ url: String, json: [String: String]? = nil, body: [UInt8]? = nil, stateChanging: Bool = true
+    ) throws -> HTTPAnswer {
+        let body = try json.map { [UInt8](try JSONSerialization.data(withJSONObject: $0)) } ?? body
+        let answer = try send(method, url, body: body, stateChanging: stateChanging)
+        guard answer.status == 200 else { throw refused(answer) }
+        return answer
     }
 
     private func send(_ method: String, _ url: String, body: [UInt8]?, stateChanging: Bool = true) throws -> HTTPAnswer {
@@ -174,15 +160,8 @@ public final class ScriptedBrowser: Sendable {
     }
 
     private func refused(_ answer: HTTPAnswer) -> ScriptedBrowserError {
-        struct Body: Decodable {
-            struct Detail: Decodable {
-                var code: String
-                var message: String
-            }
-            var error: Detail
-        }
-        let detail = try? JSONDecoder().decode(Body.self, from: Data(answer.body))
-        return .refused(status: answer.status, code: detail?.error.code, message: detail?.error.message ?? "")
+        let detail = answer.errorBody.flatMap { body in body.message.map { (code: body.code, message: $0) } }
+        return .refused(status: answer.status, code: detail?.code, message: detail?.message ?? "")
     }
 }
 
@@ -195,16 +174,12 @@ struct AuthorizeTarget {
     init(_ authorizeURL: String) throws {
         guard let parts = URLParts(splitting: authorizeURL), let query = parts.query,
             parts.path.hasSuffix("/browser/login")
-        else {
-            throw ScriptedBrowserError.malformedAnswer(status: 0, detail: "not an authorize URL of the reference server")
-        }
+        else { throw ScriptedBrowserError.malformedAnswer(status: 0, detail: "not an authorize URL of the reference server") }
         basePath = String(parts.path.dropLast("/browser/login".count))
         let pairs = query.split(separator: "&").map { $0.split(separator: "=", maxSplits: 1) }
         guard let pair = pairs.first(where: { $0.first == "attempt" && $0.count == 2 }),
             let id = percentDecode(pair[1])
-        else {
-            throw ScriptedBrowserError.malformedAnswer(status: 0, detail: "the authorize URL has no attempt")
-        }
+        else { throw ScriptedBrowserError.malformedAnswer(status: 0, detail: "the authorize URL has no attempt") }
         attemptId = id
     }
 }

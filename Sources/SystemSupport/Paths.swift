@@ -10,9 +10,7 @@ public struct UserPaths: Sendable {
 
     public init(environment: [String: String]) { self.environment = environment }
 
-    private func variable(_ name: String) -> String? {
-        environment[name].flatMap { $0.isEmpty ? nil : $0 }
-    }
+    private func variable(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
 
     /// `$HOME`, else the user database's home directory.
     public var home: String {
@@ -27,12 +25,6 @@ public struct UserPaths: Sendable {
     public var dataHome: String { variable("XDG_DATA_HOME") ?? home + "/.local/share" }
     /// `$XDG_STATE_HOME`, default `~/.local/state`.
     public var stateHome: String { variable("XDG_STATE_HOME") ?? home + "/.local/state" }
-    /// `$XDG_DATA_DIRS`, default `/usr/local/share:/usr/share`.
-    public var dataDirectories: [String] {
-        (variable("XDG_DATA_DIRS") ?? "/usr/local/share:/usr/share").split(separator: ":").map(String.init)
-    }
-    /// `$XDG_RUNTIME_DIR`; it has no default.
-    public var runtimeDirectory: String? { variable("XDG_RUNTIME_DIR") }
 
     /// The broker's socket (docs/rpc.md, Connecting), the same rule for the
     /// daemon, the CLI and the URL handler: `--socket PATH` (`option`), else
@@ -41,7 +33,7 @@ public struct UserPaths: Sendable {
     public func brokerSocket(option: String? = nil) -> String? {
         if let option { return option }
         if let path = variable("BROWSER_LOGIN_SOCKET") { return path }
-        return runtimeDirectory.map { $0 + "/browser-login/broker.sock" }
+        return variable("XDG_RUNTIME_DIR").map { $0 + "/browser-login/broker.sock" }
     }
 
     /// The broker's state directory: `$STATE_DIRECTORY` (systemd's
@@ -49,9 +41,11 @@ public struct UserPaths: Sendable {
     public var brokerStateDirectory: String { variable("STATE_DIRECTORY") ?? stateHome + "/browser-login" }
 
     /// The client drop-in directories, most important first:
-    /// `$XDG_CONFIG_HOME/browser-login/clients.d`, then each `$XDG_DATA_DIRS/browser-login/clients.d`.
+    /// `$XDG_CONFIG_HOME/browser-login/clients.d`, then each `$XDG_DATA_DIRS/browser-login/clients.d`
+    /// (default `/usr/local/share:/usr/share`).
     public var clientDirectories: [String] {
-        ([configHome] + dataDirectories).map { $0 + "/browser-login/clients.d" }
+        let dataDirectories = (variable("XDG_DATA_DIRS") ?? "/usr/local/share:/usr/share").split(separator: ":")
+        return ([configHome] + dataDirectories.map(String.init)).map { $0 + "/browser-login/clients.d" }
     }
 
     /// `$XDG_DATA_HOME/applications`, where user desktop files go.

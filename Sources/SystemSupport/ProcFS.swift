@@ -10,11 +10,8 @@ public enum ProcFS {
 
     /// A field of `/proc/PID/status` (`VmRSS`, `RssAnon`, `Threads`, `voluntary_ctxt_switches`), trimmed.
     public static func statusField(_ field: String, pid: Int32? = nil) -> String? {
-        guard let text = read("status", pid: pid) else { return nil }
-        for line in text.split(separator: "\n") where line.hasPrefix(field + ":") {
-            return line.dropFirst(field.count + 1).trimmingCharacters(in: .whitespaces)
-        }
-        return nil
+        let line = read("status", pid: pid)?.split(separator: "\n").first { $0.hasPrefix(field + ":") }
+        return line?.dropFirst(field.count + 1).trimmingCharacters(in: .whitespaces)
     }
 
     /// The leading number of a status field: KiB for `VmRSS` (resident size) and `RssAnon` (heap and stacks).

@@ -107,15 +107,10 @@ public final class Wakeup: Sendable {
     public init() {}
 
     public func signal() {
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            guard let waiter = state.waiter else {
-                state.pending = true
-                return nil
-            }
-            state.waiter = nil
-            return waiter
-        }
-        waiter?.resume()
+        state.withLock { state -> CheckedContinuation<Void, Never>? in
+            if state.waiter == nil { state.pending = true }
+            return state.waiter.take()
+        }?.resume()
     }
 
     /// Returns when signalled (or at once if a signal is pending), or when the task is cancelled.
@@ -133,10 +128,7 @@ public final class Wakeup: Sendable {
                 if now { continuation.resume() }
             }
         } onCancel: {
-            state.withLock { state -> CheckedContinuation<Void, Never>? in
-                defer { state.waiter = nil }
-                return state.waiter
-            }?.resume()
+            state.withLock { $0.waiter.take() }?.resume()
         }
     }
 

@@ -43,7 +43,6 @@ public final class SignalWatcher: @unchecked Sendable {
         switch signal {
         case SIGTERM: "SIGTERM"
         case SIGINT: "SIGINT"
-        case SIGHUP: "SIGHUP"
         default: "signal \(signal)"
         }
     }

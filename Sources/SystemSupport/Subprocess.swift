@@ -71,6 +71,12 @@ public struct Subprocess: Sendable {
         return (child.wait(), String(decoding: output, as: UTF8.self))
     }
 
+    /// Runs `argv` (its program found on `PATH`) to completion; nil when the program is not installed.
+    public static func run(_ argv: [String], environment: [String: String]) -> (status: Int32, output: String)? {
+        guard let program = findProgram(argv[0], environment: environment) else { return nil }
+        return run(program: program, arguments: Array(argv.dropFirst()), environment: environment)
+    }
+
     /// Waits for the child and reaps it: its exit status, or 128+N when killed by signal N.
     public func wait() -> Int32 {
         var status: Int32 = 0

@@ -4,12 +4,10 @@ import Foundation
 // Before any thread allocates: see IdleTrim.limitArenas.
 IdleTrim.limitArenas()
 
-switch DaemonOptions.parse(Array(CommandLine.arguments.dropFirst())) {
-case .usage(let message):
-    FileHandle.standardError.write(Data("browser-login-broker: \(message)\n".utf8))
-    exit(64)
-case .done:
-    exit(0)
-case .run(let options):
+do {
+    guard let options = try DaemonOptions.parse(Array(CommandLine.arguments.dropFirst())) else { exit(0) }
     exit(await BrokerDaemon.run(options, environment: ProcessInfo.processInfo.environment))
+} catch {
+    FileHandle.standardError.write(Data("browser-login-broker: \(error.message)\n".utf8))
+    exit(64)
 }

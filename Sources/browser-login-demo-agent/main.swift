@@ -35,12 +35,10 @@ do {
 }
 
 func note(_ line: String) {
-    guard let path = environment["DEMO_LOG"] else { return }
-    if let handle = FileHandle(forWritingAtPath: path) {
-        handle.seekToEndOfFile()
-        handle.write(Data((line + "\n").utf8))
-        try? handle.close()
-    }
+    guard let path = environment["DEMO_LOG"], let handle = FileHandle(forWritingAtPath: path) else { return }
+    handle.seekToEndOfFile()
+    handle.write(Data((line + "\n").utf8))
+    try? handle.close()
 }
 
 do {

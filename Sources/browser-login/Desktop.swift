@@ -10,9 +10,7 @@ import SystemSupport
 #endif
 
 /// This program's absolute path (the URL handler the desktop file runs).
-func ownExecutable() -> String {
-    ProcFS.executable() ?? CommandLine.arguments[0]
-}
+func ownExecutable() -> String { ProcFS.executable() ?? CommandLine.arguments[0] }
 
 /// The daemon binary: `$BROWSER_LOGIN_BROKER`, else next to this program, else on `PATH`.
 func brokerExecutable(_ env: [String: String]) -> String? {
@@ -71,9 +69,7 @@ let installHandlerCommand = Subcommand(
         }
         for step in report.steps { print(step) }
         for problem in report.problems { writeError(problem) }
-        if !args.has("uninstall") {
-            print("handles: " + report.schemes.map { $0 + ":" }.joined(separator: " "))
-        }
+        if !args.has("uninstall") { print("handles: " + report.schemes.map { $0 + ":" }.joined(separator: " ")) }
         return report.problems.isEmpty ? .ok : .failure
     })
 
@@ -93,31 +89,30 @@ struct Finding: Sendable {
     }
 }
 
-/// Runs a program with output captured; nil when it is not installed.
-func runProgram(_ argv: [String], _ env: [String: String]) -> (status: Int32, output: String)? {
-    guard let program = Subprocess.findProgram(argv[0], environment: env) else { return nil }
-    return Subprocess.run(program: program, arguments: Array(argv.dropFirst()), environment: env)
-}
-
 func busNameQuery(_ method: String, _ argument: String?, _ env: [String: String]) -> String? {
     var argv = [
         "gdbus", "call", "--session", "--dest", "org.freedesktop.DBus", "--object-path", "/org/freedesktop/DBus",
         "--method", "org.freedesktop.DBus." + method,
     ]
     if let argument { argv.append(argument) }
-    guard let result = runProgram(argv, env), result.status == 0 else { return nil }
+    guard let result = Subprocess.run(argv, environment: env), result.status == 0 else { return nil }
     return result.output
 }
 
 func doctorFindings(socketOption: String?) -> [Finding] {
     let env = ProcessInfo.processInfo.environment
     var findings: [Finding] = []
+    func pass(_ check: String, _ detail: String) { findings.append(Finding(check: check, ok: true, detail: detail)) }
+    func fail(_ check: String, _ detail: String, fix: String) {
+        findings.append(Finding(check: check, ok: false, detail: detail, fix: fix))
+    }
 
     // The socket and the daemon.
     var broker: RPCClient?
     var info: BrokerInfo?
     let startFix =
-        env["INVOCATION_ID"] == nil && runProgram(["systemctl", "--user", "is-system-running"], env)?.status == nil
+        env["INVOCATION_ID"] == nil
+            && Subprocess.run(["systemctl", "--user", "is-system-running"], environment: env)?.status == nil
         ? "browser-login-broker &" : "systemctl --user enable --now browser-login-broker.socket"
     do {
         let path = try socketPath(socketOption)
@@ -125,65 +120,43 @@ func doctorFindings(socketOption: String?) -> [Finding] {
             let client = try RPCClient(socketPath: path, timeout: .seconds(10))
             info = try decode(try call(client, .brokerInfo))
             broker = client
-            findings.append(
-                Finding(
-                    check: "daemon", ok: true,
-                    detail: "browser-login-broker \(info?.version ?? "?") answers at \(path)"))
+            pass("daemon", "browser-login-broker \(info?.version ?? "?") answers at \(path)")
         } catch {
-            findings.append(
-                Finding(
-                    check: "daemon", ok: false, detail: "nothing answers at \(path): the broker is not running", fix: startFix))
+            fail("daemon", "nothing answers at \(path): the broker is not running", fix: startFix)
         }
     } catch let error as CLIError {
-        findings.append(
-            Finding(check: "socket", ok: false, detail: error.message, fix: "export XDG_RUNTIME_DIR=/run/user/$(id -u)"))
+        fail("socket", error.message, fix: "export XDG_RUNTIME_DIR=/run/user/$(id -u)")
     } catch {}
 
     // The session bus and the Secret Service.
+    let (keyringFix, busFix) = ("gnome-keyring-daemon --start --components=secrets", "dbus-run-session -- $SHELL")
     if (env["DBUS_SESSION_BUS_ADDRESS"] ?? "").isEmpty {
-        findings.append(
-            Finding(
-                check: "session-bus", ok: false,
-                detail: "DBUS_SESSION_BUS_ADDRESS is not set: no session bus, so no keyring and no D-Bus activation",
-                fix: "dbus-run-session -- $SHELL"))
+        let why = "DBUS_SESSION_BUS_ADDRESS is not set: no session bus, so no keyring and no D-Bus activation"
+        fail("session-bus", why, fix: busFix)
     } else if let owned = busNameQuery("NameHasOwner", "org.freedesktop.secrets", env) {
-        findings.append(Finding(check: "session-bus", ok: true, detail: "the session bus answers"))
+        pass("session-bus", "the session bus answers")
         let activatable = busNameQuery("ListActivatableNames", nil, env)?.contains("'org.freedesktop.secrets'") ?? false
         if owned.contains("true") || activatable {
-            findings.append(
-                Finding(
-                    check: "secret-service", ok: true,
-                    detail: owned.contains("true")
-                        ? "org.freedesktop.secrets is running" : "org.freedesktop.secrets is activatable"
-                ))
+            pass(
+                "secret-service",
+                owned.contains("true") ? "org.freedesktop.secrets is running" : "org.freedesktop.secrets is activatable")
         } else {
-            findings.append(
-                Finding(
-                    check: "secret-service", ok: false, detail: "no Secret Service (org.freedesktop.secrets) on the session bus",
-                    fix: "gnome-keyring-daemon --start --components=secrets"))
+            fail("secret-service", "no Secret Service (org.freedesktop.secrets) on the session bus", fix: keyringFix)
         }
     } else {
-        findings.append(
-            Finding(
-                check: "session-bus", ok: false, detail: "the session bus does not answer (or gdbus is not installed)",
-                fix: "dbus-run-session -- $SHELL"))
+        fail("session-bus", "the session bus does not answer (or gdbus is not installed)", fix: busFix)
     }
     if let info {
         if info.vaultLocked {
-            findings.append(
-                Finding(
-                    check: "keyring-unlocked", ok: false, detail: "the keyring is locked",
-                    fix:
-                        "gdbus call --session --dest org.freedesktop.secrets --object-path /org/freedesktop/secrets --method org.freedesktop.Secret.Service.Unlock \"['/org/freedesktop/secrets/collection/login']\""
-                ))
+            fail(
+                "keyring-unlocked", "the keyring is locked",
+                fix:
+                    "gdbus call --session --dest org.freedesktop.secrets --object-path /org/freedesktop/secrets --method org.freedesktop.Secret.Service.Unlock \"['/org/freedesktop/secrets/collection/login']\""
+            )
         } else if info.vaultAvailable {
-            findings.append(Finding(check: "keyring-unlocked", ok: true, detail: "the broker can use the keyring"))
+            pass("keyring-unlocked", "the broker can use the keyring")
         } else {
-            findings.append(
-                Finding(
-                    check: "keyring-unlocked", ok: false,
-                    detail: "the broker cannot use the keyring: \(info.vaultDetail)",
-                    fix: "gnome-keyring-daemon --start --components=secrets"))
+            fail("keyring-unlocked", "the broker cannot use the keyring: \(info.vaultDetail)", fix: keyringFix)
         }
     }
 
@@ -194,20 +167,16 @@ func doctorFindings(socketOption: String?) -> [Finding] {
         let lines = result.output.split(separator: "\n").map(String.init)
         let errors = lines.filter { $0.contains(": error: ") }
         if result.status == 0 {
-            findings.append(Finding(check: "client-files", ok: true, detail: lines.last ?? "valid"))
+            pass("client-files", lines.last ?? "valid")
         } else {
             let files = Set(errors.compactMap { $0.split(separator: ":").first.map(String.init) }).sorted()
-            findings.append(
-                Finding(
-                    check: "client-files", ok: false, detail: errors.joined(separator: "\n"),
-                    fix: "${EDITOR:-vi} \(files.joined(separator: " ")) && browser-login-broker --check-config"))
+            fail(
+                "client-files", errors.joined(separator: "\n"),
+                fix: "${EDITOR:-vi} \(files.joined(separator: " ")) && browser-login-broker --check-config")
         }
     } else {
-        findings.append(
-            Finding(
-                check: "client-files", ok: false,
-                detail: "browser-login-broker is not installed next to browser-login or on PATH",
-                fix: "make install"))
+        fail(
+            "client-files", "browser-login-broker is not installed next to browser-login or on PATH", fix: "make install")
     }
 
     // The URL handler of each client's scheme.
@@ -216,36 +185,28 @@ func doctorFindings(socketOption: String?) -> [Finding] {
         let installed = Set(installer.installedSchemes())
         for (client, scheme) in schemes {
             let type = DesktopEntry.mimeType(scheme: scheme)
-            let answer = runProgram(["xdg-mime", "query", "default", type], env)
+            let answer = Subprocess.run(["xdg-mime", "query", "default", type], environment: env)
             let handler = answer?.output.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
             if !installed.contains(scheme) {
-                findings.append(
-                    Finding(
-                        check: "handler:\(scheme)", ok: false,
-                        detail: "\(installer.desktopFilePath) does not handle \(type) (client \(client))",
-                        fix: "browser-login install-handler"))
+                fail(
+                    "handler:\(scheme)", "\(installer.desktopFilePath) does not handle \(type) (client \(client))",
+                    fix: "browser-login install-handler")
             } else if answer != nil && handler != DesktopEntry.fileName {
-                findings.append(
-                    Finding(
-                        check: "handler:\(scheme)", ok: false,
-                        detail:
-                            "the default handler of \(type) is '\(handler.isEmpty ? "none" : handler)', not \(DesktopEntry.fileName)",
-                        fix: "xdg-mime default \(DesktopEntry.fileName) \(type)"))
+                fail(
+                    "handler:\(scheme)",
+                    "the default handler of \(type) is '\(handler.isEmpty ? "none" : handler)', not \(DesktopEntry.fileName)",
+                    fix: "xdg-mime default \(DesktopEntry.fileName) \(type)")
             } else {
-                findings.append(Finding(check: "handler:\(scheme)", ok: true, detail: "\(type) opens \(DesktopEntry.fileName)"))
+                pass("handler:\(scheme)", "\(type) opens \(DesktopEntry.fileName)")
             }
         }
     } else if broker == nil {
-        findings.append(
-            Finding(
-                check: "handlers", ok: false, detail: "not checked: the clients' schemes come from the running broker",
-                fix: startFix))
+        fail("handlers", "not checked: the clients' schemes come from the running broker", fix: startFix)
     }
 
     // Each server's reachability (probed by the daemon binary, which has the HTTP client).
     if let brokerProgram {
-        let result = Subprocess.run(
-            program: brokerProgram, arguments: ["--check-servers", "--json"], environment: env)
+        let result = Subprocess.run(program: brokerProgram, arguments: ["--check-servers", "--json"], environment: env)
         if let data = result.output.data(using: .utf8),
             let list = try? JSONSerialization.jsonObject(with: data) as? [[String: Any]]
         {
@@ -253,15 +214,13 @@ func doctorFindings(socketOption: String?) -> [Finding] {
                 let client = r["client"] as? String ?? "?"
                 let server = r["server"] as? String ?? "?"
                 if r["ok"] as? Bool == true {
-                    findings.append(Finding(check: "server:\(client)", ok: true, detail: "\(server) speaks the protocol"))
+                    pass("server:\(client)", "\(server) speaks the protocol")
                 } else {
-                    findings.append(
-                        Finding(
-                            check: "server:\(client)", ok: false,
-                            detail: "\(server): \(r["problem"] as? String ?? "no answer")",
-                            fix:
-                                "curl -sS -X POST -H 'Content-Type: application/json' -d '{}' \(server)/native/attempts/probe/status  # then fix Server= in \(r["file"] as? String ?? "the client file")"
-                        ))
+                    fail(
+                        "server:\(client)", "\(server): \(r["problem"] as? String ?? "no answer")",
+                        fix:
+                            "curl -sS -X POST -H 'Content-Type: application/json' -d '{}' \(server)/native/attempts/probe/status  # then fix Server= in \(r["file"] as? String ?? "the client file")"
+                    )
                 }
             }
         }
