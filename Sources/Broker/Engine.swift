@@ -119,7 +119,7 @@ public actor BrokerEngine {
 
     public func subscribe(
         connection: UInt64, clients: [String]?, mayUse: @escaping @Sendable (String) -> Bool,
-        send: @escaping @Sendable (BrokerEvent) -> Void
+        send: @escaping @Sendable (PublishedChange) -> Void
     ) throws -> String {
         if let clients { for c in clients { _ = try client(c) } }
         return hub.subscribe(connection: connection, clients: clients.map(Set.init), mayUse: mayUse, send: send)

@@ -15,6 +15,28 @@ public enum BrokerEvent: Sendable, Equatable {
     }
 }
 
+/// One published change, handed to every subscriber: the RPC side encodes
+/// it once (`encoded`), whichever subscriber asks first, and the others reuse that.
+public final class PublishedChange: Sendable {
+    public let event: BrokerEvent
+    private let memo = Mutex<(any Sendable)?>(nil)
+
+    init(_ event: BrokerEvent) { self.event = event }
+
+    /// `encode(event)`, computed on the first call only (`encode` is the same for every caller).
+    public func encoded<T: Sendable>(_ encode: (BrokerEvent) -> T) -> T {
+        memo.withLock { memo in
+            if let done = memo as? Encoded<T> { return done.value }
+            let value = encode(event)
+            memo = Encoded(value: value)
+            return value
+        }
+    }
+
+    /// A box, so that an optional encoding (nil: not encodable) is told from "not encoded yet".
+    private struct Encoded<T: Sendable>: Sendable { let value: T }
+}
+
 /// Subscriptions to the engine's changes. Changes are published right after
 /// they are committed, from the engine actor, so every subscriber sees them
 /// in commit order.
@@ -24,14 +46,14 @@ final class EventHub: Sendable {
         let connection: UInt64
         let clients: Set<String>?
         let mayUse: @Sendable (String) -> Bool
-        let send: @Sendable (BrokerEvent) -> Void
+        let send: @Sendable (PublishedChange) -> Void
     }
 
     private let state = Mutex<(subscriptions: [String: Subscription], counter: UInt64)>(([:], 0))
 
     func subscribe(
         connection: UInt64, clients: Set<String>?, mayUse: @escaping @Sendable (String) -> Bool,
-        send: @escaping @Sendable (BrokerEvent) -> Void
+        send: @escaping @Sendable (PublishedChange) -> Void
     ) -> String {
         state.withLock { state in
             state.counter += 1
@@ -57,10 +79,11 @@ final class EventHub: Sendable {
 
     func publish(_ event: BrokerEvent) {
         let client = event.client
+        let change = PublishedChange(event)
         for subscription in state.withLock({ $0.subscriptions.values }).sorted(by: { $0.id < $1.id }) {
             if let clients = subscription.clients, !clients.contains(client) { continue }
             guard subscription.mayUse(client) else { continue }
-            subscription.send(event)
+            subscription.send(change)
         }
     }
 }

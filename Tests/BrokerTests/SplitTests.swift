@@ -44,7 +44,7 @@ final class Owners {
         attempts = AttemptLedger(
             store: store, clock: SystemClock(), logger: quietLogger(), hub: hub, sessions: sessions, timer: timer)
         let events = self.events
-        _ = hub.subscribe(connection: 1, clients: nil, mayUse: { _ in true }, send: { events.append($0) })
+        _ = hub.subscribe(connection: 1, clients: nil, mayUse: { _ in true }, send: { events.append($0.event) })
     }
 
     func waitingRecord(expiresIn: Int64 = 120_000) throws -> AttemptRecord {

@@ -20,8 +20,11 @@ extension MethodTable {
             let engine = call.engine
             let id = try await engine.subscribe(
                 connection: connection.id, clients: params.clients, mayUse: call.clientFilter(),
-                send: { event in
-                    if let (method, params) = event.notification { connection.notify(method: method, params: params) }
+                send: { change in
+                    // Encoded once per change, for every subscriber.
+                    if let (method, params) = change.encoded(\.notification) {
+                        connection.notify(method: method, params: params)
+                    }
                 })
             // Held: a subscribed connection is never closed to make room for others.
             connection.hold()
