@@ -262,3 +262,29 @@ final class Owners {
         #expect(transport.state.withLock { $0.sent.isEmpty })
     }
 }
+
+@Suite struct EventHubTests {
+    @Test func aChangeIsEncodedOnceForAllItsSubscribers() {
+        let hub = EventHub()
+        let encodings = Mutex(0)
+        let received = Mutex<[String?]>([])
+        for connection in UInt64(1)...3 {
+            _ = hub.subscribe(
+                connection: connection, clients: nil, mayUse: { _ in true },
+                send: { change in
+                    let encoded = change.encoded { event -> String? in
+                        encodings.withLock { $0 += 1 }
+                        return event.client
+                    }
+                    received.withLock { $0.append(encoded) }
+                })
+        }
+        hub.publish(.sessionChanged(.signedOut("com.example.notes")))
+        #expect(encodings.withLock { $0 } == 1)
+        #expect(received.withLock { $0 } == ["com.example.notes", "com.example.notes", "com.example.notes"])
+        // A nil encoding (not encodable) is remembered too, not mistaken for "not encoded yet".
+        let change = PublishedChange(.sessionChanged(.signedOut("a")))
+        #expect(change.encoded { _ -> String? in nil } == nil)
+        #expect(change.encoded { _ -> String? in "again" } == nil)
+    }
+}
