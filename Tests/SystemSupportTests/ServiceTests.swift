@@ -56,10 +56,17 @@ struct ServiceTests {
         let journal = Journal()
         let a = ProbeService("a", journal: journal)
         let group = ServiceGroup([.init(a)], signals: [SIGUSR1])
-        async let trigger = group.run()
-        try? await Task.sleep(for: .milliseconds(200))
-        kill(getpid(), SIGUSR1)
-        guard case .signal(SIGUSR1) = await trigger else {
+        // Sent until the group stops: one sent before its watcher is installed is lost (ignored), not fatal.
+        signal(SIGUSR1, SIG_IGN)
+        let sender = Task {
+            while !Task.isCancelled {
+                kill(getpid(), SIGUSR1)
+                try? await Task.sleep(for: .milliseconds(100))
+            }
+        }
+        let trigger = await group.run()
+        sender.cancel()
+        guard case .signal(SIGUSR1) = trigger else {
             Issue.record("not stopped by the signal")
             return
         }
@@ -67,6 +74,14 @@ struct ServiceTests {
     }
 
     @Test func theTimerSleepsUntilItsDeadlineOrAWake() async {
+        /// Polls `condition` for up to 10 s (the machine may be busy: no test of speed here).
+        func eventually(_ condition: () -> Bool) async -> Bool {
+            for _ in 0..<1000 {
+                if condition() { return true }
+                try? await Task.sleep(for: .milliseconds(10))
+            }
+            return condition()
+        }
         let ticks = Mutex(0)
         let timer = TimerService {
             ticks.withLock { $0 += 1 }
@@ -74,11 +89,11 @@ struct ServiceTests {
         }
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await timer.run() }
+            #expect(await eventually { ticks.withLock { $0 } == 1 })
             try? await Task.sleep(for: .milliseconds(300))
             #expect(ticks.withLock { $0 } == 1)  // nothing due: no further tick
             timer.wake()
-            try? await Task.sleep(for: .milliseconds(100))
-            #expect(ticks.withLock { $0 } == 2)
+            #expect(await eventually { ticks.withLock { $0 } == 2 })
             timer.shutdown()
         }
         let fast = Mutex(0)
@@ -88,9 +103,8 @@ struct ServiceTests {
         }
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await periodic.run() }
-            try? await Task.sleep(for: .milliseconds(300))
+            #expect(await eventually { fast.withLock { $0 } >= 5 })
             periodic.shutdown()
         }
-        #expect(fast.withLock { $0 } >= 5)
     }
 }
