@@ -264,7 +264,7 @@ struct TestPKI {
 /// An https server (Python's http.server over ssl) answering `GET` with 200 "tls ok".
 final class TestTLSServer {
     let port: Int
-    private let process: Process
+    private let process: SpawnedProcess
 
     init(pki: TestPKI) throws {
         let script = pki.directory.appendingPathComponent("tls_server.py")
@@ -288,22 +288,18 @@ final class TestTLSServer {
         print(server.server_address[1], flush=True)
         server.serve_forever()
         """.write(to: script, atomically: true, encoding: .utf8)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", script.path, pki.certificateFile, pki.keyFile]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        var line: [UInt8] = []
-        while true {
-            let byte = output.fileHandleForReading.readData(ofLength: 1)
-            guard let b = byte.first else { break }
-            if b == 10 { break }
-            line.append(b)
+        // Standard output to a pipe (the port), standard error to /dev/null.
+        let pipe = try closeOnExecPipe()
+        defer { close(pipe.read) }
+        let process: SpawnedProcess
+        do {
+            defer { close(pipe.write) }
+            process = try SpawnedProcess(
+                ["/usr/bin/env", "python3", script.path, pki.certificateFile, pki.keyFile],
+                environment: ProcessInfo.processInfo.environment, log: "/dev/null", dup2: [(pipe.write, 1)])
         }
-        guard let port = Int(String(decoding: line, as: UTF8.self)) else {
-            process.terminate()
+        guard let port = Int(readLine(pipe.read)) else {
+            process.stop()
             throw TestServerError.process("the python3 TLS test server did not start")
         }
         self.port = port
@@ -312,7 +308,6 @@ final class TestTLSServer {
 
     /// SIGKILL: a child of the test runner may inherit a blocked SIGTERM.
     func stop() {
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
+        process.stop(SIGKILL)
     }
 }

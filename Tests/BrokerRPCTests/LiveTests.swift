@@ -500,18 +500,14 @@ final class LiveServer: Sendable {
             except BrokenPipeError:
                 print("EOF")
             """
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-        process.arguments = ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script, live.path]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        try process.run()
+        let path = live.path
         let output = try await onThread {
-            let data = pipe.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            return data
+            try runProgram(
+                "/usr/bin/setpriv",
+                ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script, path]
+            ).out
         }
-        #expect(String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) == "EOF")
+        #expect(output.trimmingCharacters(in: .whitespacesAndNewlines) == "EOF")
         #expect(
             await live.log.wait {
                 $0.contains(where: { if case .peerRefused(let peer) = $0 { peer.uid == 65534 } else { false } })

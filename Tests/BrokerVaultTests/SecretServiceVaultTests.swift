@@ -202,14 +202,6 @@ func uniqueClient() -> String { "test.\(UUID().uuidString.lowercased())" }
 
 /// Runs `secret-tool` against the same session bus.
 func secretTool(_ arguments: [String]) throws -> String {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/secret-tool")
-    process.arguments = arguments
-    let output = Pipe()
-    process.standardOutput = output
-    process.standardError = output
-    try process.run()
-    let data = output.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return String(decoding: data, as: UTF8.self)
+    // Standard error with standard output.
+    try spawnAndWait(["/usr/bin/secret-tool"] + arguments, errors: nil).stdout
 }

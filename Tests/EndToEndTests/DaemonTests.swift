@@ -66,17 +66,9 @@ struct DaemonTests {
         h.writeClient(file: "good.conf")
         h.writeClient(
             file: "bad.conf", id: "com.example.bad", returnURL: "https://app.example.com/cb", extra: "Colour=blue")
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: binDirectory + "/browser-login-broker")
-        process.arguments = ["--check-config"]
-        process.environment = h.environment()
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 78)
+        let check = try runProgram(binDirectory + "/browser-login-broker", ["--check-config"], environment: h.environment())
+        let text = check.out
+        #expect(check.status == 78)
         #expect(text.contains("bad.conf: ReturnUrl: error: https return URLs cannot be used on Linux"))
         #expect(text.contains("bad.conf: Colour: warning: unknown key"))
         #expect(text.contains("1 client(s) valid"))

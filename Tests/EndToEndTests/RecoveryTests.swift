@@ -19,18 +19,17 @@ struct RecoveryTests {
     func crashWhileExchanging(_ h: Harness) throws -> String {
         let (attempt, callback) = try h.startAndAuthorize()
         let id = try #require(attempt["attemptId"]?.stringValue)
-        let finisher = Process()
-        finisher.executableURL = URL(fileURLWithPath: binDirectory + "/browser-login")
-        finisher.arguments = ["--socket", h.socketPath, "finish", callback]
-        finisher.standardOutput = FileHandle.nullDevice
-        finisher.standardError = FileHandle.nullDevice
-        try finisher.run()
+        let finisher = try SpawnedProcess(
+            [binDirectory + "/browser-login", "--socket", h.socketPath, "finish", callback],
+            environment: ProcessInfo.processInfo.environment, log: "/dev/null")
+        // Reaped below; killed only when the test fails before that.
+        defer { finisher.stop(SIGKILL) }
         let rpc = try h.rpc()
         try waitUntil(10, "the attempt to be exchanging") {
             try rpc.call("login.status", params: ["attemptId": .string(id), "reconcile": false])["state"] == "exchanging"
         }
         h.broker?.stop(SIGKILL)
-        finisher.waitUntilExit()
+        finisher.reap()
         return id
     }
 
@@ -165,15 +164,10 @@ struct KeyringAndPeerTests {
                 data = b''
             print("GOT:" + data.decode())
             """
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-        process.arguments = ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script, h.socketPath]
-        let out = Pipe()
-        process.standardOutput = out
-        try process.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        let text = String(decoding: data, as: UTF8.self)
+        let text = try runProgram(
+            "/usr/bin/setpriv",
+            ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script, h.socketPath]
+        ).out
         #expect(text.contains("GOT:"))
         #expect(!text.contains("protocol"))
         #expect(h.broker?.output.contains("peerRefused") == true)

@@ -197,7 +197,7 @@ struct SessionTests {
 /// `/redirect` and sets a cookie on every answer.
 final class PythonAPI: @unchecked Sendable {
     // Safe: used by one test from one task.
-    let process: Process
+    let process: SpawnedProcess
     let port: Int
     let logPath: String
 
@@ -225,14 +225,17 @@ final class PythonAPI: @unchecked Sendable {
             s.serve_forever()
             """
         let portFile = dir + "/api.port"
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        process.arguments = ["-c", script, logPath, portFile]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        try waitUntil(10, "the Python API") {
-            ((try? String(contentsOfFile: portFile, encoding: .utf8)).flatMap { Int($0) } ?? 0) > 0
+        let process = try SpawnedProcess(
+            ["/usr/bin/python3", "-c", script, logPath, portFile], environment: ProcessInfo.processInfo.environment,
+            log: "/dev/null")
+        self.process = process
+        do {
+            try waitUntil(10, "the Python API") {
+                ((try? String(contentsOfFile: portFile, encoding: .utf8)).flatMap { Int($0) } ?? 0) > 0
+            }
+        } catch {
+            process.stop(SIGKILL)
+            throw error
         }
         port = Int(try String(contentsOfFile: portFile, encoding: .utf8)) ?? 0
     }
@@ -240,8 +243,7 @@ final class PythonAPI: @unchecked Sendable {
     func requests() -> String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
 
     func stop() {
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
+        process.stop(SIGKILL)
     }
 }
 

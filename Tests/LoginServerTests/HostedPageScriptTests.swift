@@ -1,4 +1,5 @@
 import BrowserLoginProtocol
+import BrowserLoginTestSupport
 import BrowserLoginTestTraits
 import Foundation
 import LoginServer
@@ -15,18 +16,10 @@ import Testing
     {
         let script = directory + "/drive-page.js"
         try Data(Self.driver.utf8).write(to: URL(fileURLWithPath: script))
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Self.node)
-        process.arguments = [script, authorizeURL, email, code, action]
-        let out = Pipe()
-        let err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        let errors = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "\(errors)")
+        let run = try runProgram(Self.node, [script, authorizeURL, email, code, action])
+        let data = Data(run.out.utf8)
+        let errors = run.err
+        #expect(run.status == 0, "\(errors)")
         return (try JSONSerialization.jsonObject(with: data) as? [String: Any]) ?? [:]
     }
 

@@ -322,16 +322,11 @@ import Testing
         let directory = try TemporaryDirectory()
         let key = directory.path + "/key.pem"
         let certificate = directory.path + "/cert.pem"
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Self.openssl)
-        process.arguments = [
-            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key,
+        let openssl = try spawnAndWait([
+            Self.openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key,
             "-out", certificate, "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-        ]
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0)
+        ])
+        #expect(openssl.status == 0)
         let server = try TestServer {
             $0.tlsCertificatePath = certificate
             $0.tlsKeyPath = key

@@ -164,36 +164,41 @@ enum ServerBinary {
 
 /// A `browser-login-server` process; reads the ready line to find its URL.
 final class ServerProcess {
-    let process = Process()
+    let process: SpawnedProcess
     let listenURL: String
+    /// The read end of its standard output (kept open while it runs, as a write to a closed pipe would kill it).
+    private let output: Int32
 
     init(_ arguments: [String]) throws {
-        process.executableURL = URL(fileURLWithPath: ServerBinary.path)
-        process.arguments = arguments
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        var line = Data()
-        while true {
-            let byte = out.fileHandleForReading.readData(ofLength: 1)
-            if byte.isEmpty || byte == Data("\n".utf8) { break }
-            line.append(byte)
+        // Standard output to a pipe (the ready line), standard error to /dev/null.
+        let pipe = try closeOnExecPipe()
+        do {
+            defer { close(pipe.write) }
+            process = try SpawnedProcess(
+                [ServerBinary.path] + arguments, environment: ProcessInfo.processInfo.environment, log: "/dev/null",
+                dup2: [(pipe.write, 1)])
+        } catch {
+            close(pipe.read)
+            throw error
         }
-        let text = String(decoding: line, as: UTF8.self)
+        output = pipe.read
+        let text = readLine(pipe.read)
         let prefix = "browser-login-server: listening on "
-        guard text.hasPrefix(prefix) else { throw ScriptedBrowserError.transport("no ready line: \(text)") }
+        guard text.hasPrefix(prefix) else {
+            process.stop()
+            close(pipe.read)
+            throw ScriptedBrowserError.transport("no ready line: \(text)")
+        }
         listenURL = String(text.dropFirst(prefix.count))
     }
 
-    /// SIGTERM, then waits.
+    /// SIGTERM, then waits; answers the exit status.
     func stop() -> Int32 {
-        if process.isRunning {
-            process.terminate()
-            process.waitUntilExit()
-        }
-        return process.terminationStatus
+        exitStatus(process.stop())
     }
 
-    deinit { _ = stop() }
+    deinit {
+        _ = stop()
+        close(output)
+    }
 }

@@ -236,6 +236,31 @@ public func runProgram(
     return (exitStatus(status), read(base + ".out"), read(base + ".err"))
 }
 
+/// A pipe whose two ends are close-on-exec, so that a program another test
+/// starts later inherits neither; a child gets the write end through
+/// `spawn`'s `dup2`. (`pipe2` is not visible to Swift: a program spawned on
+/// another thread between `pipe` and `fcntl` can still inherit them, as with
+/// Foundation's `Pipe`, so read a line, not to the end, through one.)
+public func closeOnExecPipe() throws -> (read: Int32, write: Int32) {
+    var fds: [Int32] = [0, 0]
+    guard pipe(&fds) == 0 else { throw HarnessError("pipe: \(errno)") }
+    for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+    return (fds[0], fds[1])
+}
+
+/// Reads `fd` up to a newline (not included) or its end.
+public func readLine(_ fd: Int32) -> String {
+    var line: [UInt8] = []
+    var byte: UInt8 = 0
+    while true {
+        let count = read(fd, &byte, 1)
+        if count < 0 && errno == EINTR { continue }
+        if count <= 0 || byte == 10 { break }
+        line.append(byte)
+    }
+    return String(decoding: line, as: UTF8.self)
+}
+
 /// Whether `pid` is gone: no such process, or a zombie (a daemon that forked
 /// away is reaped by whoever adopted it, not by the test).
 public func processIsGone(_ pid: pid_t) -> Bool {
