@@ -248,11 +248,9 @@ public enum BrokerDaemon {
         // something sooner; never more often than every 250 ms, so failing work cannot spin.
         let engineTimer = Wakeup()
         engine.setWakeUp { engineTimer.signal() }
-        let lastTick = Mutex<ContinuousClock.Instant?>(nil)
-        let engineTicks = TimerService(wakeup: engineTimer) {
-            let floor = lastTick.withLock { $0 }.map { $0 + .milliseconds(BrokerEngine.minimumSleepMilliseconds) }
-            if let floor, ContinuousClock.now < floor { try? await Task.sleep(until: floor) }
-            lastTick.withLock { $0 = ContinuousClock.now }
+        let engineTicks = TimerService(
+            wakeup: engineTimer, minimumInterval: .milliseconds(BrokerEngine.minimumSleepMilliseconds)
+        ) {
             let deadline = await engine.tick()
             return .milliseconds(BrokerEngine.sleepMilliseconds(until: deadline, now: Timestamp.now()))
         }

@@ -543,8 +543,9 @@ public final class RPCServer: Sendable {
             return (state.nextConnectionID, victim, open)
         }
         guard let id = admitted else {
-            refuseBusy(fd, open: open)
+            // Recorded before the answer: whoever has the BUSY answer finds it logged.
             events(.connectionRefusedBusy(peer: peer, open: open))
+            refuseBusy(fd, open: open)
             return
         }
         if let victim { evict(victim) }

@@ -150,12 +150,18 @@ public final class Wakeup: Sendable {
 public final class TimerService: Service {
     private let tick: @Sendable () async -> Duration?
     private let wakeup: Wakeup
+    private let minimumInterval: Duration
     private let stopping = Atomic<Bool>(false)
 
     /// `wakeup`: signalled by whoever schedules new work (e.g. made before the
     /// engine that signals it, and handed to both).
-    public init(wakeup: Wakeup = Wakeup(), tick: @escaping @Sendable () async -> Duration?) {
+    /// `minimumInterval`: ticks never come closer than this, however often it is woken (work that keeps
+    /// failing fast cannot spin).
+    public init(
+        wakeup: Wakeup = Wakeup(), minimumInterval: Duration = .zero, tick: @escaping @Sendable () async -> Duration?
+    ) {
         self.wakeup = wakeup
+        self.minimumInterval = minimumInterval
         self.tick = tick
     }
 
@@ -164,9 +170,11 @@ public final class TimerService: Service {
 
     public func run() async {
         while !stopping.load(ordering: .acquiring) && !Task.isCancelled {
+            let ticked = ContinuousClock.now
             let next = await tick()
             guard !stopping.load(ordering: .acquiring) else { return }
             await wakeup.wait(timeout: next.map { max($0, .zero) })
+            try? await Task.sleep(until: ticked + minimumInterval)
         }
     }
 

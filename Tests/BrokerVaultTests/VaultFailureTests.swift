@@ -104,20 +104,8 @@ import Testing
         // A bus of its own with no service directories, so nothing can be
         // activated as org.freedesktop.secrets.
         let configuration = directory.appendingPathComponent("bus.conf")
-        try """
-        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-          "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-        <busconfig>
-          <type>session</type>
-          <listen>unix:dir=\(directory.appendingPathComponent("run").path)</listen>
-          <auth>EXTERNAL</auth>
-          <policy context="default">
-            <allow send_destination="*" eavesdrop="true"/>
-            <allow eavesdrop="true"/>
-            <allow own="*"/>
-          </policy>
-        </busconfig>
-        """.write(to: configuration, atomically: true, encoding: .utf8)
+        try writeSessionBusConfiguration(
+            at: configuration.path, socketDirectory: directory.appendingPathComponent("run").path, services: false)
         let lines = try Self.shell(
             "exec dbus-run-session --config-file='\(configuration.path)' -- sh -c '\"\(probe)\" store c1 a1 s; \"\(probe)\" health'",
             environment: Self.baseEnvironment(directory), in: directory)

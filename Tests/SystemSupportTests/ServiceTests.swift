@@ -73,6 +73,24 @@ struct ServiceTests {
         #expect(journal.lines.withLock { $0 } == ["shutdown a", "stopped a"])
     }
 
+    @Test func ticksNeverComeCloserThanTheMinimumInterval() async {
+        let ticks = Mutex(0)
+        let timer = TimerService(minimumInterval: .milliseconds(100)) {
+            ticks.withLock { $0 += 1 }
+            return .zero  // always due again at once
+        }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await timer.run() }
+            for _ in 0..<10 {
+                timer.wake()
+                try? await Task.sleep(for: .milliseconds(35))
+            }
+            timer.shutdown()
+        }
+        // 350 ms of wake-ups: at most one tick per 100 ms (a busy machine only makes it fewer).
+        #expect(ticks.withLock { $0 } <= 5)
+    }
+
     @Test func theTimerSleepsUntilItsDeadlineOrAWake() async {
         /// Polls `condition` for up to 10 s (the machine may be busy: no test of speed here).
         func eventually(_ condition: () -> Bool) async -> Bool {
