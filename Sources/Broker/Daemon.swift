@@ -141,7 +141,7 @@ public enum BrokerDaemon {
             return loaded.problems.contains { $0.severity == .error } ? 78 : 0
         }
         if options.checkServers { return await ServerCheck.run(clients: loaded.clients, json: options.json) }
-        let handlerSchemes = loaded.clients.filter(\.installHandler).map(\.returnURL.scheme)
+        let handlerSchemes = loaded.clients.filter(\.installHandler).compactMap(\.returnURL?.scheme)
         if environment["INVOCATION_ID"] != nil, !handlerSchemes.isEmpty {
             // The hardened service cannot write ~/.local/share/applications or
             // mimeapps.list: register through the user manager, outside the

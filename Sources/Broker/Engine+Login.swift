@@ -54,7 +54,7 @@ extension BrokerEngine {
         // a vault item that nothing names.
         let createdAt = now()
         var record = AttemptRecord(
-            id: id, client: client.id, state: .starting, returnURL: client.returnURL.text,
+            id: id, client: client.id, state: .starting, returnURL: client.redirectText,
             issuer: client.server.serialized, ephemeral: ephemeral, createdAt: createdAt)
         try store.insert(record)
         sessions.refreshBoard(client.id)
@@ -73,7 +73,7 @@ extension BrokerEngine {
         do {
             created = try await server(client.id).create(
                 CreateAttemptRequest(
-                    clientId: client.id, returnUrl: client.returnURL.text, codeChallenge: codeVerifier.challenge,
+                    clientId: client.id, returnUrl: client.redirectText, codeChallenge: codeVerifier.challenge,
                     recoveryChallenge: recoveryKey.challenge, ephemeral: ephemeral))
         } catch {
             let brokerError = error.brokerError(attemptId: id)
@@ -191,7 +191,7 @@ extension BrokerEngine {
         }
         var candidates = try store.attempts(serverAttemptId: callback.attempt)
         if candidates.isEmpty {
-            let knownTarget = clients.values.contains { $0.returnURL.matches(callback.target) }
+            let knownTarget = clients.values.contains { $0.returnURL?.matches(callback.target) ?? false }
             if !knownTarget {
                 throw BrokerError(
                     .callbackMismatch, "the callback URL matches no configured client's return URL; nothing was changed")

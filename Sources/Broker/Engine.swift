@@ -98,7 +98,7 @@ public actor BrokerEngine {
     public func clientList(mayUse: (ClientConfig) -> Bool) -> [ClientSummary] {
         clients.values.sorted { $0.id < $1.id }.filter(mayUse).map {
             ClientSummary(
-                id: $0.id, appName: $0.appName, server: $0.server.serialized, returnUrl: $0.returnURL.text,
+                id: $0.id, appName: $0.appName, server: $0.server.serialized, returnUrl: $0.redirectText,
                 policy: $0.policy.rawValue)
         }
     }

@@ -8,7 +8,12 @@ public struct ClientConfig: Sendable, Equatable {
     /// The login server's origin, also the expected issuer.
     public var server: Origin
     public var basePath: String
-    public var returnURL: ReturnURL
+    /// The private-use scheme (or https) return URL; nil for a loopback redirect.
+    public var returnURL: ReturnURL?
+    /// The loopback redirect of an OAuth client (RFC 8252 §7.3); nil otherwise.
+    public var loopback: LoopbackRedirect?
+    /// The OAuth 2.0 / OpenID Connect settings; nil for a Browser Login client.
+    public var provider: ProviderSettings?
     public var policy: ClientPolicy
     /// The origin `http.request` may reach; the server origin by default.
     public var apiOrigin: Origin
@@ -27,9 +32,19 @@ public struct ClientConfig: Sendable, Equatable {
     /// `{server origin}{basePath}`.
     public var base: String { server.serialized + basePath }
 
+    /// The protocol this client signs in with.
+    public var kind: SignInKind { provider?.kind ?? .browserLogin }
+
+    /// The redirect as configured, for people and listings.
+    public var redirectText: String { returnURL?.text ?? loopback?.configured ?? "" }
+
+    /// The issuer its attempts and sessions belong to: the provider's, or the login server's origin.
+    public var issuer: String { provider?.issuer ?? server.serialized }
+
     public init(
-        id: String, appName: String, server: Origin, basePath: String = "/browser-login", returnURL: ReturnURL,
-        policy: ClientPolicy = .confirm, apiOrigin: Origin? = nil, caFile: String? = nil,
+        id: String, appName: String, server: Origin, basePath: String = "/browser-login", returnURL: ReturnURL?,
+        loopback: LoopbackRedirect? = nil, provider: ProviderSettings? = nil, policy: ClientPolicy = .confirm,
+        apiOrigin: Origin? = nil, caFile: String? = nil,
         browserCommand: String? = nil, privateBrowserCommand: String? = nil, peers: [String] = [],
         installHandler: Bool = false, file: String = ""
     ) {
@@ -38,6 +53,8 @@ public struct ClientConfig: Sendable, Equatable {
         self.server = server
         self.basePath = basePath
         self.returnURL = returnURL
+        self.loopback = loopback
+        self.provider = provider
         self.policy = policy
         self.apiOrigin = apiOrigin ?? server
         self.caFile = caFile
@@ -172,7 +189,7 @@ public enum ClientConfigValidator {
         var refused = Set<String>()
         for (i, a) in clients.enumerated() {
             for b in clients[(i + 1)...] {
-                if a.returnURL.parts.matchKey == b.returnURL.parts.matchKey {
+                if let ar = a.returnURL, let br = b.returnURL, ar.parts.matchKey == br.parts.matchKey {
                     refused.formUnion([a.file, b.file])
                     for (file, other) in [(a.file, b.file), (b.file, a.file)] {
                         problems.append(

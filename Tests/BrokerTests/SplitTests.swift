@@ -50,7 +50,7 @@ final class Owners {
     func waitingRecord(expiresIn: Int64 = 120_000) throws -> AttemptRecord {
         let now = Timestamp.now()
         var record = AttemptRecord(
-            id: "at_1", client: notesClient.id, state: .starting, returnURL: notesClient.returnURL.text,
+            id: "at_1", client: notesClient.id, state: .starting, returnURL: notesClient.redirectText,
             issuer: notesClient.server.serialized, createdAt: now)
         try store.insert(record)
         try attempts.commit(&record, .created) {
@@ -200,7 +200,7 @@ final class Owners {
         server.state.withLock { $0.exchange = [.success(issued)] }
         _ = try await engine.finish(
             url: Callback.url(
-                returnURL: notesClient.returnURL.text, outcome: .code("c"), attempt: serverId,
+                returnURL: notesClient.redirectText, outcome: .code("c"), attempt: serverId,
                 issuer: notesClient.server.serialized))
         let engine = self.engine
         let attemptId = view.attemptId
