@@ -8,16 +8,19 @@ public struct BrokerError: Error, Sendable, Equatable, CustomStringConvertible {
     public var serverCode: String?
     /// Seconds to wait, for a server's `RATE_LIMITED`.
     public var retryAfterSeconds: Int?
+    /// An OAuth provider's `error` (`invalid_grant` …), for `PROVIDER_ERROR`.
+    public var providerError: String?
 
     public init(
         _ code: BrokerErrorCode, _ message: String, attemptId: String? = nil, serverCode: String? = nil,
-        retryAfterSeconds: Int? = nil
+        retryAfterSeconds: Int? = nil, providerError: String? = nil
     ) {
         self.code = code
         self.message = message
         self.attemptId = attemptId
         self.serverCode = serverCode
         self.retryAfterSeconds = retryAfterSeconds
+        self.providerError = providerError
     }
 
     public var description: String { "\(code.rawValue): \(message)" }

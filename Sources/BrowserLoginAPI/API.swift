@@ -71,4 +71,12 @@ public enum BrokerErrorCode: String, Codable, Sendable, CaseIterable {
     case storageUnavailable = "STORAGE_UNAVAILABLE"
     /// The broker's connection, subscription or memory budget is spent; try again.
     case busy = "BUSY"
+    /// An OAuth 2.0 / OpenID Connect provider could not be reached (docs/providers.md).
+    case providerUnreachable = "PROVIDER_UNREACHABLE"
+    /// The provider refused; its `error` is in `data.providerError`.
+    case providerError = "PROVIDER_ERROR"
+    /// The provider's ID token failed a check of OpenID Connect Core §3.1.3.7.
+    case idTokenInvalid = "ID_TOKEN_INVALID"
+    /// A device sign-in was asked of a client whose provider has no device authorization endpoint.
+    case deviceFlowUnsupported = "DEVICE_FLOW_UNSUPPORTED"
 }

@@ -8,11 +8,17 @@ public struct LoginStartParams: Codable, Sendable, Equatable {
     public var ephemeral: Bool?
     public var openBrowser: Bool?
     public var switchAccount: Bool?
-    public init(client: String, ephemeral: Bool? = nil, openBrowser: Bool? = nil, switchAccount: Bool? = nil) {
+    /// `"browser"` or `"device"` (docs/providers.md); absent: the client's `Flow=`.
+    public var flow: String?
+    public init(
+        client: String, ephemeral: Bool? = nil, openBrowser: Bool? = nil, switchAccount: Bool? = nil,
+        flow: String? = nil
+    ) {
         self.client = client
         self.ephemeral = ephemeral
         self.openBrowser = openBrowser
         self.switchAccount = switchAccount
+        self.flow = flow
     }
 }
 

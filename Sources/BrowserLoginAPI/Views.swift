@@ -99,6 +99,22 @@ public struct AttemptView: Codable, Sendable, Equatable {
         }
     }
 
+    /// What a device sign-in (RFC 8628) shows the user: meant to cross the
+    /// socket, unlike the device code, which never does.
+    public struct DeviceView: Codable, Sendable, Equatable {
+        public var userCode: String
+        public var verificationUri: String
+        public var verificationUriComplete: String?
+        /// Seconds between polls.
+        public var interval: Int
+        public init(userCode: String, verificationUri: String, verificationUriComplete: String?, interval: Int) {
+            self.userCode = userCode
+            self.verificationUri = verificationUri
+            self.verificationUriComplete = verificationUriComplete
+            self.interval = interval
+        }
+    }
+
     public var attemptId: String
     public var client: String
     public var state: AttemptState
@@ -113,6 +129,8 @@ public struct AttemptView: Codable, Sendable, Equatable {
     public var authorizeUrl: String?
     public var session: SessionView?
     public var serverState: String?
+    /// Only for a waiting device sign-in.
+    public var device: DeviceView?
 
     public init(
         attemptId: String, client: String, state: AttemptState, createdAt: Timestamp, expiresAt: Timestamp?,
@@ -143,5 +161,6 @@ public struct AttemptView: Codable, Sendable, Equatable {
         try c.encodeIfPresent(authorizeUrl, forKey: .authorizeUrl)
         try c.encodeIfPresent(session, forKey: .session)
         try c.encodeIfPresent(serverState, forKey: .serverState)
+        try c.encodeIfPresent(device, forKey: .device)
     }
 }

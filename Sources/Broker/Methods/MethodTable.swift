@@ -106,6 +106,7 @@ public struct MethodTable: Sendable {
         if let id = error.attemptId { data["attemptId"] = .string(id) }
         if let code = error.serverCode { data["serverCode"] = .string(code) }
         if let retry = error.retryAfterSeconds { data["retryAfterSeconds"] = .integer(Int64(retry)) }
+        if let providerError = error.providerError { data["providerError"] = .string(providerError) }
         return RPCError(code: .applicationError, message: error.message, data: .object(data))
     }
 }
