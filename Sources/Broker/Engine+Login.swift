@@ -354,7 +354,7 @@ extension BrokerEngine {
 
         if record.state == .cancelled {
             // Cancelled while the exchange was in flight: revoke, never adopt.
-            _ = try? await server(record.client).revokeByToken(accessToken: answer.session.accessToken)
+            _ = try? await server(record.client).revoke(answer.session)
             record.followUp = .acknowledge
             try attempts.save(&record)
             scheduleFollowUp(record.id)

@@ -159,7 +159,11 @@ final class SessionKeeper {
     /// successor). The new pair is in the vault before either token is used.
     nonisolated(nonsending) func refreshNow(_ clientId: String, current: SessionSecrets) async throws -> SessionSecrets {
         let server = servers[clientId]!
-        let token = current.session.refreshToken
+        guard let token = current.session.refreshToken else {
+            // A provider that gave no refresh token: the session ends with its access token.
+            try await end(clientId, status: .expired, reason: "TOKEN_EXPIRED")
+            throw BrokerError(.notSignedIn, "the session's access token expired and cannot be refreshed; sign in again")
+        }
         var answer: RefreshResponse?
         var lastFailure: LoginServerError?
         for attempt in 0..<2 {
@@ -168,12 +172,18 @@ final class SessionKeeper {
                 break
             } catch {
                 lastFailure = error
-                if case .noAnswer = error, attempt == 0 { continue }
+                if case .noAnswer = error, attempt == 0, server.repeatsLostRefresh { continue }
                 break
             }
         }
         guard let answer else {
-            let failure = lastFailure ?? .noAnswer("no answer")
+            let failure: LoginServerError = lastFailure ?? .noAnswer("no answer")
+            if case .providerRefused(_, "invalid_grant", _) = failure {
+                try await end(clientId, status: .expired, reason: "REFRESH_REJECTED")
+                throw BrokerError(
+                    .notSignedIn, "the identity provider refused the refresh token (invalid_grant); sign in again",
+                    providerError: "invalid_grant")
+            }
             if case .refused(_, let code, _, _) = failure,
                 code == .sessionRevoked || code == .sessionExpired || code == .authUserDisabled
             {
@@ -225,7 +235,9 @@ final class SessionKeeper {
     /// Whether the client's access token is to be refreshed before it is used for a request.
     func tokenNeedsRefresh(_ clientId: String, _ secrets: SessionSecrets) throws -> Bool {
         let now = now()
-        guard now.adding(milliseconds: 15_000) >= secrets.session.accessTokenExpiresAt else { return false }
+        guard let expiry = secrets.session.accessTokenExpiresAt, now.adding(milliseconds: 15_000) >= expiry else {
+            return false
+        }
         return !((try store.session(client: clientId)).map { clockAheadOfServer($0, now: now) } ?? false)
     }
 
@@ -357,7 +369,7 @@ final class SessionKeeper {
         if let secrets {
             do {
                 TestFaults.hit("before-signout-revoke")
-                _ = try await servers[clientId]!.revokeByToken(accessToken: secrets.session.accessToken)
+                _ = try await servers[clientId]!.revoke(secrets.session)
                 TestFaults.hit("after-signout-revoke")
                 logger.info("signed-out session revoked at the server", ["client": clientId])
             } catch {

@@ -90,6 +90,8 @@ struct FaultingLoginServer: SignInProtocol, ServerAttemptControl {
     }
 
     var attemptControl: (any ServerAttemptControl)? { base.attemptControl == nil ? nil : self }
+    var repeatsLostRefresh: Bool { base.repeatsLostRefresh }
+    var checksSessions: Bool { base.checksSessions }
     private var control: any ServerAttemptControl { base.attemptControl! }
 
     func create(_ request: CreateAttemptRequest) async throws(LoginServerError) -> CreateAttemptResponse {
@@ -110,8 +112,8 @@ struct FaultingLoginServer: SignInProtocol, ServerAttemptControl {
     func revokeByProof(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> RevokeResponse {
         try await after("revoke-proof", await control.revokeByProof(attemptId: attemptId, recoveryKey: recoveryKey))
     }
-    func revokeByToken(accessToken: String) async throws(LoginServerError) -> RevokeResponse {
-        try await after("revoke-token", await base.revokeByToken(accessToken: accessToken))
+    func revoke(_ session: IssuedSession) async throws(LoginServerError) -> RevokeResponse {
+        try await after("revoke-token", await base.revoke(session))
     }
     func session(accessToken: String) async throws(LoginServerError) -> SessionInfoResponse {
         try await after("session", await base.session(accessToken: accessToken))

@@ -18,12 +18,18 @@ public enum LoginServerError: Error, Sendable, Equatable, CustomStringConvertibl
     case refused(status: Int, code: ServerErrorCode, message: String, retryAfterSeconds: Int?)
     /// The answer was larger than allowed.
     case responseTooLarge
+    /// A well-formed OAuth 2.0 error body (RFC 6749 §5.2) from a standard
+    /// provider: `error` is its code (`invalid_grant` …), `description` its
+    /// `error_description`, already reduced to plain text.
+    case providerRefused(status: Int, error: String, description: String?)
 
     /// docs/protocol.md §7: only a success or a well-formed 4xx error body is
     /// a definite answer; anything else may hide a processed request.
     public var isDefinite: Bool {
-        if case .refused = self { return true }
-        return false
+        switch self {
+        case .refused, .providerRefused: true
+        default: false
+        }
     }
 
     /// True when the request certainly did not reach the server.
@@ -47,6 +53,7 @@ public enum LoginServerError: Error, Sendable, Equatable, CustomStringConvertibl
         case .serverFailure(let s): "the server failed (\(s))"
         case .refused(let s, let code, _, _): "the server refused (\(s) \(code))"
         case .responseTooLarge: "the server's answer is too large"
+        case .providerRefused(let s, let error, _): "the provider refused (\(s) \(error))"
         }
     }
 
@@ -70,6 +77,11 @@ public enum LoginServerError: Error, Sendable, Equatable, CustomStringConvertibl
                 .serverProtocolError,
                 "the login server's answer broke the protocol (\(self)); check the client's Server= and BasePath=",
                 attemptId: attemptId)
+        case .providerRefused(_, let error, let description):
+            return BrokerError(
+                .providerError,
+                "the identity provider refused: \(error)\(description.map { " (\($0))" } ?? ""); sign in again, and check the client file if it persists",
+                attemptId: attemptId, providerError: error)
         case .refused(_, let code, let message, let retryAfter):
             let safeMessage = message.count <= 200 ? message : String(message.prefix(200))
             return BrokerError(
@@ -94,13 +106,25 @@ public protocol SignInProtocol: Sendable {
     /// Rotates the session's tokens (§5.7).
     func refresh(refreshToken: String) async throws(LoginServerError) -> RefreshResponse
     /// Revokes the session of a signed-out client (§5.8, RFC 7009).
-    func revokeByToken(accessToken: String) async throws(LoginServerError) -> RevokeResponse
+    func revoke(_ session: IssuedSession) async throws(LoginServerError) -> RevokeResponse
     /// Checks the session with the server (§5.6).
     func session(accessToken: String) async throws(LoginServerError) -> SessionInfoResponse
     /// The server's routes for one attempt (status, cancel, acknowledge,
     /// revoke by proof), which reconciliation and follow-ups use; nil for a
     /// protocol whose server keeps no attempt a client can ask about.
     var attemptControl: (any ServerAttemptControl)? { get }
+    /// True when a refresh whose answer was lost may be sent once more at
+    /// once (Browser Login's grace window gives the same successor); false
+    /// for a standard provider, whose next refresh waits for the next need.
+    var repeatsLostRefresh: Bool { get }
+    /// False for a protocol without a session check (standard providers):
+    /// their sessions are not verified on the slow interval.
+    var checksSessions: Bool { get }
+}
+
+extension SignInProtocol {
+    public var repeatsLostRefresh: Bool { true }
+    public var checksSessions: Bool { true }
 }
 
 /// The optional capability of a sign-in protocol whose server keeps each

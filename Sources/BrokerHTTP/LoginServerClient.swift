@@ -79,6 +79,11 @@ public struct LoginServerClient: SignInProtocol, ServerAttemptControl {
         else {
             throw .malformed(status: 200, "the receipt does not match the attempt or the issued session")
         }
+        guard answer.session.refreshToken != nil, answer.session.expiresAt != nil,
+            answer.session.accessTokenExpiresAt != nil
+        else {
+            throw .malformed(status: 200, "the session lacks its refresh token or an expiry")
+        }
         return answer
     }
 
@@ -122,6 +127,10 @@ public struct LoginServerClient: SignInProtocol, ServerAttemptControl {
         try await post(
             path: "/sessions/revoke", body: RevokeByProofRequest(attemptId: attemptId, recoveryKey: recoveryKey),
             expect: 200, as: RevokeResponse.self)
+    }
+
+    public func revoke(_ session: IssuedSession) async throws(LoginServerError) -> RevokeResponse {
+        try await revokeByToken(accessToken: session.accessToken)
     }
 
     /// §5.8, sign-out form: `Authorization: Bearer` and body `{}`.

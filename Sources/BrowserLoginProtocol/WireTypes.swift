@@ -82,19 +82,24 @@ public struct Account: Codable, Sendable, Equatable, Hashable {
 }
 
 /// S: the native session an exchange issues. Holds secrets: never log it.
+///
+/// A Browser Login server always gives every member (the client checks it);
+/// an OAuth provider may give no refresh token (GitHub's OAuth apps), no
+/// access token lifetime and no session lifetime (docs/providers.md), which
+/// are then nil.
 public struct IssuedSession: Codable, Sendable, Equatable {
     public var sessionId: String
     public var accessToken: String
-    public var accessTokenExpiresAt: Timestamp
-    public var refreshToken: String
-    public var expiresAt: Timestamp
+    public var accessTokenExpiresAt: Timestamp?
+    public var refreshToken: String?
+    public var expiresAt: Timestamp?
     public var authenticatedAt: Timestamp
     public var authMethod: String
     public var account: Account
 
     public init(
-        sessionId: String, accessToken: String, accessTokenExpiresAt: Timestamp, refreshToken: String,
-        expiresAt: Timestamp, authenticatedAt: Timestamp, authMethod: String, account: Account
+        sessionId: String, accessToken: String, accessTokenExpiresAt: Timestamp?, refreshToken: String?,
+        expiresAt: Timestamp?, authenticatedAt: Timestamp, authMethod: String, account: Account
     ) {
         self.sessionId = sessionId
         self.accessToken = accessToken

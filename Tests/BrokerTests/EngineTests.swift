@@ -68,7 +68,7 @@ final class FakeServer: SignInProtocol, ServerAttemptControl {
         called("revokeByProof")
         return RevokeResponse(revoked: true)
     }
-    func revokeByToken(accessToken: String) async throws(LoginServerError) -> RevokeResponse {
+    func revoke(_ session: IssuedSession) async throws(LoginServerError) -> RevokeResponse {
         called("revokeByToken")
         if let gate = state.withLock({ $0.revokeGate }) { await gate() }
         let next = state.withLock { $0.revokeByToken.isEmpty ? nil : $0.revokeByToken.removeFirst() }
@@ -318,7 +318,7 @@ final class ScratchDirectory: Sendable {
         let current = try await engine.currentSession("com.example.notes")
         let successor = RefreshResponse(
             accessToken: "access-2", accessTokenExpiresAt: Timestamp.now().adding(milliseconds: 600_000),
-            refreshToken: "refresh-2", expiresAt: current.session.expiresAt)
+            refreshToken: "refresh-2", expiresAt: current.session.expiresAt!)
         server.state.withLock { $0.refresh = [.failure(.noAnswer("lost")), .success(successor)] }
         let next = try await engine.refreshSession("com.example.notes", current: current)
         #expect(next.session.accessToken == "access-2")

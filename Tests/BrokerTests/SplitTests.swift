@@ -132,7 +132,7 @@ final class Owners {
         #expect(work.refresh.isEmpty && work.verify.isEmpty)
         let due = try #require(work.due)
         let record = try #require(try owners.store.session(client: notesClient.id))
-        let life = session.accessTokenExpiresAt.millisecondsSince1970 - record.updatedAt.millisecondsSince1970
+        let life = session.accessTokenExpiresAt!.millisecondsSince1970 - record.updatedAt.millisecondsSince1970
         let offset = due.millisecondsSince1970 - record.updatedAt.millisecondsSince1970
         #expect(offset >= life * 3 / 4 - 1 && offset <= life * 9 / 10 + 1)
         #expect(owners.sessions.nextRefresh[notesClient.id] == due)
@@ -209,7 +209,7 @@ final class Owners {
             try await Task.sleep(nanoseconds: 10_000_000)
         }
         let due = try #require(await engine.tick())
-        #expect(due < issued.session.accessTokenExpiresAt)
+        #expect(due < issued.session.accessTokenExpiresAt!)
         #expect(due > Timestamp.now().adding(milliseconds: 400_000))
     }
 

@@ -124,7 +124,7 @@ import Testing
         #expect(logs.contains("http.route=native.exchange"))
         for secret in [
             attempt.id, attempt.verifier.value, attempt.recovery.value, code, callback, attempt.created.authorizeUrl,
-            issued.session.accessToken, issued.session.refreshToken, refreshed.accessToken, refreshed.refreshToken,
+            issued.session.accessToken, issued.session.refreshToken!, refreshed.accessToken, refreshed.refreshToken,
             "code is \(otp)", email,
         ] {
             #expect(!logs.contains(secret))

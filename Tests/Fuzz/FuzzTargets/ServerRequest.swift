@@ -203,7 +203,7 @@ public enum ServerRequestFuzzing {
                     ("@A", pending.id), ("@K", pending.recovery.value), ("@V", pending.verifier.value),
                     ("@C", pendingCookie), ("@S", String(sessionCookie.split(separator: "=", maxSplits: 1)[1])),
                     ("@B", done.id), ("@Q", done.recovery.value), ("@T", issued.session.accessToken),
-                    ("@R", issued.session.refreshToken),
+                    ("@R", issued.session.refreshToken ?? ""),
                 ])
         }
     }
