@@ -119,15 +119,16 @@ public final class OAuthProvider: Sendable {
             let wantsDevice =
                 metadata.deviceAuthorizationEndpoint == nil && settings.endpoints.deviceAuthorization == nil
             if wantsRevocation || wantsDevice, let rfc8414 {
-                // A supplement only: a provider without one (any 4xx) or with
-                // an unusable one is fine; an unreachable provider is not.
+                // A supplement only: a provider without one (any 4xx), with an
+                // unusable one or failing on the path is fine; an unreachable
+                // provider is not (the request is worth trying again).
                 var extra: ProviderMetadata.Document?
                 do {
                     extra = try await fetchDocument(
                         rfc8414, what: "authorization server metadata", optional: true)
                 } catch {
                     switch error {
-                    case .malformed, .issuerMismatch: extra = nil
+                    case .malformed, .issuerMismatch, .serverFailure, .responseTooLarge: extra = nil
                     default: throw error
                     }
                 }

@@ -118,6 +118,13 @@ import Testing
         #expect(plain.revocationEndpoint == nil && plain.deviceAuthorizationEndpoint == nil)
         #expect(without.requests.count == 2)
 
+        // One failing on the path is not used; an unreachable provider is an error.
+        let failing = Fixture.oidc(Fixture.oidcDocument(revocation: false, device: false))
+        failing.set(rfc8414, .raw(500, []))
+        #expect(try await Fixture.provider(failing).metadata().revocationEndpoint == nil)
+        failing.set(rfc8414, .fail(.noAnswer("timed out")))
+        await #expect(throws: ProviderError.noAnswer("timed out")) { try await Fixture.provider(failing).metadata() }
+
         // One for another issuer is not used.
         let foreign = Fixture.oidc(Fixture.oidcDocument(revocation: false, device: false))
         foreign.set(
