@@ -62,6 +62,8 @@ let package = Package(
         .target(name: "BrokerStore", dependencies: ["BrokerCore", "SQLiteSupport"]),
         .target(name: "BrokerHTTP", dependencies: ["BrokerCore", "BrowserLoginProtocol", "CurlSupport", "CCurl"]),
         .target(name: "BrokerVault", dependencies: ["BrokerCore", "CSecret"]),
+        // The OAuth 2.0 / OpenID Connect provider's wire (docs/providers.md), over BrokerCore's HTTPTransport.
+        .target(name: "BrokerOAuth", dependencies: ["BrokerCore", "BrowserLoginProtocol"]),
         // Test support: runs one vault operation in a child process (private bus, locked keyring).
         .executableTarget(
             name: "vault-probe", dependencies: ["BrokerVault", "BrokerCore", "CMalloc"], path: "Tests/Support/vault-probe"),
@@ -111,6 +113,7 @@ let package = Package(
             dependencies: [
                 "BrokerHTTP", "BrokerCore", "BrowserLoginProtocol", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
             ]),
+        .testTarget(name: "OAuthTests", dependencies: ["BrokerOAuth", "BrokerCore", "BrowserLoginProtocol"]),
         .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrowserLoginProtocol"]),
         .testTarget(
             name: "BrokerTests", dependencies: ["Broker", "BrokerCore", "BrokerVault", "BrokerRPC", "BrokerTestDoubles"]),
