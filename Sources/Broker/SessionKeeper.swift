@@ -164,11 +164,11 @@ final class SessionKeeper {
             try await end(clientId, status: .expired, reason: "TOKEN_EXPIRED")
             throw BrokerError(.notSignedIn, "the session's access token expired and cannot be refreshed; sign in again")
         }
-        var answer: RefreshResponse?
+        var answer: IssuedSession?
         var lastFailure: LoginServerError?
         for attempt in 0..<2 {
             do {
-                answer = try await server.refresh(refreshToken: token)
+                answer = try await server.refresh(current.session)
                 break
             } catch {
                 lastFailure = error
@@ -195,10 +195,7 @@ final class SessionKeeper {
             throw failure.brokerError()
         }
         var next = current
-        next.session.accessToken = answer.accessToken
-        next.session.accessTokenExpiresAt = answer.accessTokenExpiresAt
-        next.session.refreshToken = answer.refreshToken
-        next.session.expiresAt = answer.expiresAt
+        next.session = answer
         guard let client = clients[clientId] else { throw BrokerError.clientUnknown(clientId) }
         do {
             try await vault.storeJSON(

@@ -118,8 +118,8 @@ struct FaultingLoginServer: SignInProtocol, ServerAttemptControl {
     func session(accessToken: String) async throws(LoginServerError) -> SessionInfoResponse {
         try await after("session", await base.session(accessToken: accessToken))
     }
-    func refresh(refreshToken: String) async throws(LoginServerError) -> RefreshResponse {
-        try await after("refresh", await base.refresh(refreshToken: refreshToken))
+    func refresh(_ session: IssuedSession) async throws(LoginServerError) -> IssuedSession {
+        try await after("refresh", await base.refresh(session))
     }
 }
 

@@ -103,8 +103,9 @@ public protocol SignInProtocol: Sendable {
     func create(_ request: CreateAttemptRequest) async throws(LoginServerError) -> CreateAttemptResponse
     /// Redeems the accepted callback's code for a session (§5.2).
     func exchange(attemptId: String, _ request: ExchangeRequest) async throws(LoginServerError) -> ExchangeResponse
-    /// Rotates the session's tokens (§5.7).
-    func refresh(refreshToken: String) async throws(LoginServerError) -> RefreshResponse
+    /// Rotates the session's tokens (§5.7): the session as it is after the
+    /// refresh (new access token, the rotated refresh token, expiries).
+    func refresh(_ session: IssuedSession) async throws(LoginServerError) -> IssuedSession
     /// Revokes the session of a signed-out client (§5.8, RFC 7009).
     func revoke(_ session: IssuedSession) async throws(LoginServerError) -> RevokeResponse
     /// Checks the session with the server (§5.6).
@@ -123,6 +124,15 @@ public protocol SignInProtocol: Sendable {
 }
 
 extension SignInProtocol {
+    /// The session after a Browser Login refresh answer (§5.7).
+    public static func refreshed(_ session: IssuedSession, by answer: RefreshResponse) -> IssuedSession {
+        var next = session
+        next.accessToken = answer.accessToken
+        next.accessTokenExpiresAt = answer.accessTokenExpiresAt
+        next.refreshToken = answer.refreshToken
+        next.expiresAt = answer.expiresAt
+        return next
+    }
     public var repeatsLostRefresh: Bool { true }
     public var checksSessions: Bool { true }
 }

@@ -129,6 +129,13 @@ public struct LoginServerClient: SignInProtocol, ServerAttemptControl {
             expect: 200, as: RevokeResponse.self)
     }
 
+    public func refresh(_ session: IssuedSession) async throws(LoginServerError) -> IssuedSession {
+        guard let token = session.refreshToken else {
+            throw .notSent("the session has no refresh token")
+        }
+        return Self.refreshed(session, by: try await refresh(refreshToken: token))
+    }
+
     public func revoke(_ session: IssuedSession) async throws(LoginServerError) -> RevokeResponse {
         try await revokeByToken(accessToken: session.accessToken)
     }

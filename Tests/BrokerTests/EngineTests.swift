@@ -83,11 +83,11 @@ final class FakeServer: SignInProtocol, ServerAttemptControl {
             sessionId: "sess", expiresAt: Timestamp.now().adding(milliseconds: 3_600_000),
             account: Account(userId: "u1", email: "ada@example.com", displayName: "Ada"))
     }
-    func refresh(refreshToken: String) async throws(LoginServerError) -> RefreshResponse {
+    func refresh(_ session: IssuedSession) async throws(LoginServerError) -> IssuedSession {
         called("refresh")
         let next = state.withLock { $0.refresh.isEmpty ? nil : $0.refresh.removeFirst() }
         switch next ?? .failure(.noAnswer("unscripted")) {
-        case .success(let r): return r
+        case .success(let r): return Self.refreshed(session, by: r)
         case .failure(let f): throw f
         }
     }
