@@ -62,6 +62,8 @@ let package = Package(
         .target(name: "BrokerStore", dependencies: ["BrokerCore", "SQLiteSupport"]),
         .target(name: "BrokerHTTP", dependencies: ["BrokerCore", "BrowserLoginProtocol", "CurlSupport", "CCurl"]),
         .target(name: "BrokerVault", dependencies: ["BrokerCore", "CSecret"]),
+        // ID token (JWS) validation with libcrypto (docs/providers.md): no BrokerCore, so it stays a pure check.
+        .target(name: "BrokerJOSE", dependencies: ["CCrypto", "CJansson", "BrowserLoginProtocol"]),
         // Test support: runs one vault operation in a child process (private bus, locked keyring).
         .executableTarget(
             name: "vault-probe", dependencies: ["BrokerVault", "BrokerCore", "CMalloc"], path: "Tests/Support/vault-probe"),
@@ -111,6 +113,7 @@ let package = Package(
             dependencies: [
                 "BrokerHTTP", "BrokerCore", "BrowserLoginProtocol", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
             ]),
+        .testTarget(name: "JOSETests", dependencies: ["BrokerJOSE", "BrowserLoginProtocol", "CCrypto"]),
         .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrowserLoginProtocol"]),
         .testTarget(
             name: "BrokerTests", dependencies: ["Broker", "BrokerCore", "BrokerVault", "BrokerRPC", "BrokerTestDoubles"]),
