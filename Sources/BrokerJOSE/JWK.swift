@@ -44,7 +44,9 @@ public struct JWK: Sendable {
     /// `sig`, `key_ops` without `verify`, bad members, RSA below 2048 bits).
     init?(_ object: JSONObject) {
         guard case .string(let keyType) = object["kty"] else { return nil }
-        if let use = object["use"], case .string(let value) = use, !sameBytes(value, "sig") { return nil }
+        if let use = object["use"] {
+            guard case .string(let value) = use, sameBytes(value, "sig") else { return nil }
+        }
         if case .array(let operations) = object["key_ops"] {
             guard operations.contains(where: { if case .string(let op) = $0 { sameBytes(op, "verify") } else { false } })
             else { return nil }

@@ -53,6 +53,8 @@ final class PublicKey: @unchecked Sendable {
         defer { BN_free(n) }
         guard let e = BN_bin2bn(exponent, Int32(exponent.count), nil) else { return nil }
         defer { BN_free(e) }
+        // An even or unit exponent is no RSA key (e = 1 would make any padded message its own signature).
+        guard BN_is_odd(e) == 1, BN_num_bits(e) > 1 else { return nil }
         let key = fromData(type: "RSA", [(OSSL_PKEY_PARAM_RSA_N, .number(n)), (OSSL_PKEY_PARAM_RSA_E, .number(e))])
         guard let key, EVP_PKEY_get_bits(key.pkey) >= minimumRSABits else { return nil }
         return key

@@ -163,6 +163,19 @@ func refusal(_ token: String, keys: JWKSet = Keys.set, _ expect: IDTokenExpectat
 }
 
 @Suite struct JWKSetTests {
+    /// One set and its keys serve many verifications at once (the keys are immutable EVP_PKEYs).
+    @Test func concurrentVerification() async {
+        let tokens = [Keys.rsa, Keys.ec, Keys.ed].map { $0.token(claims: claims()) }
+        let accepted = await withTaskGroup(of: Bool.self) { group in
+            for index in 0..<60 {
+                let token = tokens[index % 3]
+                group.addTask { (try? IDToken.verify(token, keys: Keys.set, expect: expectations())) != nil }
+            }
+            return await group.reduce(0) { $0 + ($1 ? 1 : 0) }
+        }
+        #expect(accepted == 60)
+    }
+
     @Test func rsaBelow2048BitsIsRefused() throws {
         let weak = TestSigner(.rsa(bits: 1024), keyId: "weak")
         let set = try JWKSet(json: TestSigner.jwks([weak.jwk()]))
@@ -171,6 +184,7 @@ func refusal(_ token: String, keys: JWKSet = Keys.set, _ expect: IDTokenExpectat
     }
 
     @Test func keysItCannotUseAreSkipped() throws {
+        let n = Base64URL.encode(Keys.rsa.publicMembers["n"]!)
         let set = try JWKSet(
             json: TestSigner.jwks([
                 Keys.ec.jwk(extra: ["use": "\"enc\""]),
@@ -179,6 +193,9 @@ func refusal(_ token: String, keys: JWKSet = Keys.set, _ expect: IDTokenExpectat
                 #"{"kty":"EC","crv":"P-384","kid":"p384","x":"AA","y":"AA"}"#,
                 #"{"kty":"EC","crv":"P-256","kid":"off-curve","x":"\#(Base64URL.encode([UInt8](repeating: 1, count: 32)))","y":"\#(Base64URL.encode([UInt8](repeating: 2, count: 32)))"}"#,
                 #"{"kty":"RSA","kid":"bad","n":"not base64!","e":"AQAB"}"#,
+                Keys.rsa.jwk(extra: ["use": "7"]),
+                #"{"kty":"RSA","kid":"e-is-1","n":"\#(n)","e":"AQ"}"#,
+                #"{"kty":"RSA","kid":"e-is-even","n":"\#(n)","e":"AQAA"}"#,
                 "17",
                 Keys.rsa.jwk(extra: ["use": "\"sig\"", "key_ops": #"["verify"]"#]),
             ]))
