@@ -64,6 +64,8 @@ let package = Package(
         .target(name: "BrokerVault", dependencies: ["BrokerCore", "CSecret"]),
         // The OAuth 2.0 / OpenID Connect provider's wire (docs/providers.md), over BrokerCore's HTTPTransport.
         .target(name: "BrokerOAuth", dependencies: ["BrokerCore", "BrowserLoginProtocol"]),
+        // ID token (JWS) validation with libcrypto (docs/providers.md): no BrokerCore, so it stays a pure check.
+        .target(name: "BrokerJOSE", dependencies: ["CCrypto", "CJansson", "BrowserLoginProtocol"]),
         // Test support: runs one vault operation in a child process (private bus, locked keyring).
         .executableTarget(
             name: "vault-probe", dependencies: ["BrokerVault", "BrokerCore", "CMalloc"], path: "Tests/Support/vault-probe"),
@@ -77,6 +79,7 @@ let package = Package(
             name: "Broker",
             dependencies: [
                 "BrokerCore", "BrokerStore", "BrokerRPC", "BrokerHTTP", "BrokerVault", "BrokerSystem", "DesktopEntry",
+                "BrokerOAuth", "BrokerJOSE",
                 "BrowserLoginAPI", "BrowserLoginProtocol", "CMalloc", "CommandLineKit", "SQLiteSupport", "SystemSupport",
             ]
         ),
@@ -114,6 +117,7 @@ let package = Package(
                 "BrokerHTTP", "BrokerCore", "BrowserLoginProtocol", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
             ]),
         .testTarget(name: "OAuthTests", dependencies: ["BrokerOAuth", "BrokerCore", "BrowserLoginProtocol"]),
+        .testTarget(name: "JOSETests", dependencies: ["BrokerJOSE", "BrowserLoginProtocol", "CCrypto"]),
         .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrowserLoginProtocol"]),
         .testTarget(
             name: "BrokerTests", dependencies: ["Broker", "BrokerCore", "BrokerVault", "BrokerRPC", "BrokerTestDoubles"]),
