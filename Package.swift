@@ -63,7 +63,7 @@ let package = Package(
         .target(name: "BrokerHTTP", dependencies: ["BrokerCore", "BrowserLoginProtocol", "CurlSupport", "CCurl"]),
         .target(name: "BrokerVault", dependencies: ["BrokerCore", "CSecret"]),
         // The OAuth 2.0 / OpenID Connect provider's wire (docs/providers.md), over BrokerCore's HTTPTransport.
-        .target(name: "BrokerOAuth", dependencies: ["BrokerCore", "BrowserLoginProtocol"]),
+        .target(name: "BrokerOAuth", dependencies: ["BrokerCore", "BrokerJOSE", "BrowserLoginProtocol"]),
         // ID token (JWS) validation with libcrypto (docs/providers.md): no BrokerCore, so it stays a pure check.
         .target(name: "BrokerJOSE", dependencies: ["CCrypto", "CJansson", "BrowserLoginProtocol"]),
         // Test support: runs one vault operation in a child process (private bus, locked keyring).

@@ -1,5 +1,6 @@
 import BrokerCore
 import BrokerHTTP
+import BrokerOAuth
 import BrokerRPC
 import BrokerSystem
 import BrokerVault
@@ -180,13 +181,22 @@ public enum BrokerDaemon {
 
         Systemd.notify("STATUS=opening and migrating the state database")
         let transport = CurlTransport()
+        let metadataCache = StoreMetadataCache(path: stateDirectory + "/state.sqlite")
         let engine: BrokerEngine
         do {
             engine = try BrokerEngine(
                 storePath: stateDirectory + "/state.sqlite", clients: loaded.clients,
                 vault: TestFaults.armed ? FaultingVault(base: SecretServiceVault()) : SecretServiceVault(),
-                makeServer: {
-                    let server = LoginServerClient.signIn(for: $0, transport: transport)
+                makeServer: { client in
+                    let server: any SignInProtocol
+                    if let settings = client.provider {
+                        let provider = OAuthProvider(
+                            settings: settings, transport: transport, caFile: client.caFile, clock: SystemClock(),
+                            cache: metadataCache)
+                        server = OAuthSignIn(provider: provider, clock: SystemClock())
+                    } else {
+                        server = LoginServerClient.signIn(for: client, transport: transport)
+                    }
                     return TestFaults.armed ? FaultingLoginServer(base: server) : server
                 },
                 launcher: ProcessBrowserLauncher(environment: environment, logger: logger), transport: transport,

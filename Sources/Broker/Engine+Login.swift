@@ -6,10 +6,16 @@ import Foundation
 extension BrokerEngine {
     // MARK: - login.start
 
-    public func start(client clientId: String, ephemeral: Bool, openBrowser: Bool, switchAccount: Bool) async throws
-        -> AttemptView
-    {
+    public func start(
+        client clientId: String, ephemeral: Bool, openBrowser: Bool, switchAccount: Bool, flow: SignInFlow? = nil
+    ) async throws -> AttemptView {
         let client = try client(clientId)
+        if flow == .device && client.provider == nil {
+            throw BrokerError(
+                .deviceFlowUnsupported,
+                "\(client.appName) signs in with a Browser Login server, which has no device sign-in; start without 'flow', or open the sign-in page on another device with 'browser-login start --no-browser'"
+            )
+        }
         if ephemeral && client.privateBrowserCommand == nil {
             throw BrokerError(
                 .ephemeralUnsupported,
@@ -20,16 +26,17 @@ extension BrokerEngine {
             return try await running.value
         }
         let task = Task {
-            try await self.startNow(client, ephemeral: ephemeral, openBrowser: openBrowser, switchAccount: switchAccount)
+            try await self.startNow(
+                client, ephemeral: ephemeral, openBrowser: openBrowser, switchAccount: switchAccount, flow: flow)
         }
         starting[clientId] = task
         defer { starting[clientId] = nil }
         return try await task.value
     }
 
-    private func startNow(_ client: ClientConfig, ephemeral: Bool, openBrowser: Bool, switchAccount: Bool) async throws
-        -> AttemptView
-    {
+    private func startNow(
+        _ client: ClientConfig, ephemeral: Bool, openBrowser: Bool, switchAccount: Bool, flow: SignInFlow?
+    ) async throws -> AttemptView {
         if let session = try store.session(client: client.id), session.status == .signedIn {
             guard switchAccount else {
                 throw BrokerError(
@@ -41,6 +48,10 @@ extension BrokerEngine {
         }
         if var live = try store.list(client: client.id, states: [.waiting], limit: 1).first, try !expireIfDue(&live) {
             return try await resume(attemptId: live.id, openBrowser: openBrowser)
+        }
+        if let signIn = oauth(client.id) {
+            return try await startProvider(
+                client, signIn: signIn, ephemeral: ephemeral, openBrowser: openBrowser, flow: flow)
         }
 
         // Both proofs are in the vault and the row is committed before create is sent.
@@ -153,6 +164,11 @@ extension BrokerEngine {
             secrets = try await vault.lookupJSON(
                 AttemptSecrets.self, attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
         } catch { throw error.brokerError.with(attemptId: attemptId) }
+        if let device = secrets?.device {
+            // A device sign-in: the code and the address again, no browser.
+            result.device = device
+            return result
+        }
         guard let url = secrets?.authorizeUrl else {
             throw BrokerError(
                 .vaultUnavailable,
@@ -185,6 +201,7 @@ extension BrokerEngine {
     // MARK: - login.finish
 
     public func finish(url: String) async throws -> AttemptView {
+        if ProviderCallback.isProviderCallback(url) { return try await finishProvider(url: url) }
         let callback: Callback
         do { callback = try Callback(parsing: url) } catch {
             throw BrokerError(.callbackInvalid, "the callback URL was refused: \(error.message)")
@@ -199,7 +216,9 @@ extension BrokerEngine {
             throw BrokerError(
                 .attemptUnknown, "the callback names no attempt of this broker (it may be old); start a new sign-in")
         }
-        candidates = candidates.filter { (try? ReturnURL($0.returnURL))?.matches(callback.target) ?? false }
+        candidates = candidates.filter {
+            clients[$0.client]?.provider == nil && ((try? ReturnURL($0.returnURL))?.matches(callback.target) ?? false)
+        }
         guard var record = candidates.first else {
             throw BrokerError(
                 .callbackMismatch, "the callback URL is not the return URL its attempt registered; nothing was changed")
@@ -330,19 +349,22 @@ extension BrokerEngine {
         record = try attempt(record.id)
         switch result {
         case .success(let answer):
-            return try await exchanged(&record, answer, secrets: secrets)
+            return try await exchanged(
+                &record, answer.session, issuedAt: answer.receipt.issuedAt, secrets: secrets)
         case .failure(let failure):
             return try await exchangeFailed(&record, failure)
         }
     }
 
-    private func exchanged(_ record: inout AttemptRecord, _ answer: ExchangeResponse, secrets: AttemptSecrets) async throws
-        -> AttemptView
-    {
+    /// The session an exchange issued, kept: in the attempt's vault item
+    /// first, then as the client's session (§7 durability order).
+    func exchanged(
+        _ record: inout AttemptRecord, _ issued: IssuedSession, issuedAt: Timestamp, secrets: AttemptSecrets
+    ) async throws -> AttemptView {
         // The protocol checked the receipt against the attempt and the issued session.
         let client = try client(record.client)
         var withSession = secrets
-        withSession.session = answer.session
+        withSession.session = issued
         var vaultProblem: VaultError?
         do {
             try await vault.storeJSON(
@@ -354,7 +376,7 @@ extension BrokerEngine {
 
         if record.state == .cancelled {
             // Cancelled while the exchange was in flight: revoke, never adopt.
-            _ = try? await server(record.client).revoke(answer.session)
+            _ = try? await server(record.client).revoke(issued)
             record.followUp = .acknowledge
             try attempts.save(&record)
             scheduleFollowUp(record.id)
@@ -375,17 +397,17 @@ extension BrokerEngine {
         }
         do {
             try await vault.storeJSON(
-                SessionSecrets(session: answer.session, attemptId: record.id),
-                label: VaultKeys.sessionLabel(appName: client.appName, email: answer.session.account.email),
+                SessionSecrets(session: issued, attemptId: record.id),
+                label: VaultKeys.sessionLabel(appName: client.appName, email: issued.account.email),
                 attributes: VaultKeys.session(client: record.client))
         } catch {
             try notKept()
             throw error.brokerError.with(attemptId: record.id)
         }
-        try sessions.signedIn(client: record.client, session: answer.session, attemptId: record.id)
+        try sessions.signedIn(client: record.client, session: issued, attemptId: record.id)
         try attempts.commit(&record, .exchangeSucceeded) {
-            $0.receiptIssuedAt = answer.receipt.issuedAt
-            $0.receiptSessionExpiresAt = answer.session.expiresAt
+            $0.receiptIssuedAt = issuedAt
+            $0.receiptSessionExpiresAt = issued.expiresAt
             $0.followUp = .acknowledge
             $0.error = nil
         }

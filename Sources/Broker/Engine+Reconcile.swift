@@ -322,6 +322,16 @@ extension BrokerEngine {
     /// stopped, or its answer could not be committed) is uncertain, due for
     /// reconciliation now.
     func markUncertain(_ record: inout AttemptRecord, _ message: String) throws {
+        if clients[record.client]?.provider != nil {
+            // A standard provider keeps no attempt to ask about, and the code is spent (docs/providers.md).
+            try attempts.commit(
+                &record, .providerFailed,
+                error: AttemptError(
+                    code: BrokerErrorCode.exchangeUncertain.rawValue,
+                    message: "the exchange got no definite answer (\(message.split(separator: ";").first ?? "")); a code is never sent twice, so sign in again"
+                ))
+            return
+        }
         try attempts.commit(
             &record, .recovered,
             error: AttemptError(code: BrokerErrorCode.exchangeUncertain.rawValue, message: message)

@@ -1,4 +1,5 @@
 import BrokerCore
+import BrokerLoopback
 import BrokerStore
 import BrowserLoginProtocol
 import Foundation
@@ -39,6 +40,10 @@ public actor BrokerEngine {
     public nonisolated let sessionBoard = SessionBoard()
     /// The timer's next deadline and its wake-up hook.
     nonisolated let timer = TimerSignal()
+    /// The loopback listener of each waiting provider attempt that has one (docs/providers.md).
+    var loopbacks: [String: LoopbackListener] = [:]
+    /// The poll of each waiting device sign-in.
+    var devicePolls: [String: Task<Void, Never>] = [:]
 
     public init(
         storePath: String, clients: [ClientConfig], vault: any SecretVault,
@@ -171,7 +176,12 @@ public actor BrokerEngine {
 
     /// `session.signOut` (`SessionKeeper.signOut`).
     public func signOut(client clientId: String) async throws -> SessionView {
-        try await sessions.signOut(client: clientId)
+        var view = try await sessions.signOut(client: clientId)
+        if let signIn = oauth(clientId), await !signIn.canRevoke {
+            // docs/providers.md: the provider cannot revoke; its own sign-out page ends the browser session.
+            view.revokedAtServer = false
+        }
+        return view
     }
 
     func currentSession(_ clientId: String) async throws -> SessionSecrets {
@@ -214,12 +224,14 @@ public actor BrokerEngine {
             default:
                 break
             }
+            if clients[record.client]?.provider != nil { continue }
             if record.followUp != .none && record.reconcileTries == 0 {
                 // The broker may have stopped with that request in flight.
                 record.reconcileTries = 1
                 try attempts.save(&record)
             }
         }
+        await resumeProviderAttempts()
         await tick()
     }
 
@@ -233,6 +245,7 @@ public actor BrokerEngine {
         let now = now()
         var due: Timestamp?
         func consider(_ at: Timestamp?) { if let at, due.map({ at < $0 }) ?? true { due = at } }
+        sweepProviderAttempts()
         guard let records = try? store.attemptsNeedingWork() else {
             timer.answered(now)
             return now

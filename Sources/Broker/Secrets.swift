@@ -5,11 +5,21 @@ import Foundation
 /// What the vault keeps for one attempt, from before the create request is
 /// sent until the attempt is acknowledged: both proofs, the hosted page's URL
 /// and, once exchanged, the session it issued (for reconciliation).
+///
+/// An attempt at a standard provider (docs/providers.md) keeps its `state`,
+/// `nonce` and redirect URI beside the verifier, or the device code of a
+/// device sign-in; its recovery key is empty (there is no attempt at the
+/// provider to recover).
 struct AttemptSecrets: Codable, Sendable {
     var codeVerifier: String
     var recoveryKey: String
     var authorizeUrl: String?
     var session: IssuedSession?
+    var state: String? = nil
+    var nonce: String? = nil
+    var redirectURI: String? = nil
+    var deviceCode: String? = nil
+    var device: AttemptView.DeviceView? = nil
 }
 
 /// What the vault keeps for a client's current session.

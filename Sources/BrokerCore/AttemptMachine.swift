@@ -31,6 +31,10 @@ public enum AttemptEvent: Sendable, Equatable {
     case adopted
     /// `login.acknowledge`.
     case acknowledge
+    /// A standard provider ended the attempt (docs/providers.md): an error
+    /// callback other than `access_denied`, a refused or uncertain exchange
+    /// (there is no status to ask), an ID token that failed its checks.
+    case providerFailed
 }
 
 /// Why an event does not apply.
@@ -54,6 +58,7 @@ public enum AttemptMachine {
 
         case (.waiting, .exchangeBegan): return .success(.exchanging)
         case (.waiting, .deniedConfirmed): return .success(.denied)
+        case (.waiting, .providerFailed), (.exchanging, .providerFailed): return .success(.failed)
         case (.waiting, .cancel): return .success(.cancelled)
         case (.waiting, .localExpiry): return .success(.expired)
         case (.waiting, .recovered): return .success(.waiting)

@@ -140,7 +140,7 @@ public enum ProviderError: Error, Sendable, Equatable, CustomStringConvertible {
 
     /// An issuer (an identifier, shown as written): control characters
     /// removed, at most 300 characters.
-    static func issuerText(_ text: String) -> String {
+    public static func issuerText(_ text: String) -> String {
         plainText(text, limit: 300, keepingLinks: true)
     }
 

@@ -71,6 +71,16 @@ public final class BrokerStore {
                 verified_at INTEGER
             );
             """),
+        // A standard provider's metadata document (docs/providers.md), with its fetch time.
+        Migration(
+            "003-provider-metadata",
+            """
+            CREATE TABLE provider_metadata (
+                issuer TEXT PRIMARY KEY NOT NULL,
+                json TEXT NOT NULL,
+                fetched_at INTEGER NOT NULL
+            );
+            """),
     ]
 
     let db: Database
@@ -279,5 +289,24 @@ public final class BrokerStore {
                 s.accessTokenExpiresAt?.millisecondsSince1970, s.reason, s.attemptId, s.updatedAt.millisecondsSince1970,
                 s.revokePending, s.verifiedAt?.millisecondsSince1970,
             ])
+    }
+
+    // MARK: Provider metadata
+
+    /// The cached metadata document of a provider, with its fetch time.
+    public func providerMetadata(issuer: String) throws -> (json: String, fetchedAt: Timestamp)? {
+        try db.queryOne("SELECT json, fetched_at FROM provider_metadata WHERE issuer = ?", issuer).flatMap { row in
+            guard let json = row.string("json"), let at = row.int("fetched_at") else { return nil }
+            return (json, Timestamp(millisecondsSince1970: at))
+        }
+    }
+
+    public func saveProviderMetadata(issuer: String, json: String, fetchedAt: Timestamp) throws {
+        try db.run(
+            """
+            INSERT INTO provider_metadata (issuer, json, fetched_at) VALUES (?, ?, ?)
+            ON CONFLICT (issuer) DO UPDATE SET json = excluded.json, fetched_at = excluded.fetched_at
+            """,
+            arguments: [issuer, json, fetchedAt.millisecondsSince1970])
     }
 }

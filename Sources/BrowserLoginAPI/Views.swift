@@ -17,6 +17,10 @@ public struct SessionView: Codable, Sendable, Equatable {
     public var authenticatedAt: Timestamp?
     public var expiresAt: Timestamp?
     public var reason: String?
+    /// Only in a `session.signOut` reply: false when the provider has no
+    /// revocation endpoint (docs/providers.md), so only its own sign-out
+    /// page ends the browser session there.
+    public var revokedAtServer: Bool?
 
     public init(
         client: String, status: SessionStatus, account: Account? = nil, authMethod: String? = nil,
@@ -43,6 +47,7 @@ public struct SessionView: Codable, Sendable, Equatable {
         try c.encode(authenticatedAt, forKey: .authenticatedAt)
         try c.encode(expiresAt, forKey: .expiresAt)
         try c.encode(reason, forKey: .reason)
+        try c.encodeIfPresent(revokedAtServer, forKey: .revokedAtServer)
     }
 }
 

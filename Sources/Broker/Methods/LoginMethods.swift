@@ -3,16 +3,24 @@ import BrokerRPC
 
 extension MethodTable {
     static let loginMethods: [RPCMethod: MethodHandler] = [
-        .loginStart: MethodHandler(["client", "ephemeral", "openBrowser", "switchAccount"]) { call in
+        .loginStart: MethodHandler(["client", "ephemeral", "openBrowser", "switchAccount", "flow"]) { call in
             let p = call.params
             try call.requireUse(try p.string("client"))
             let params = LoginStartParams(
                 client: try p.string("client"), ephemeral: try p.bool("ephemeral"),
-                openBrowser: try p.bool("openBrowser"), switchAccount: try p.bool("switchAccount"))
+                openBrowser: try p.bool("openBrowser"), switchAccount: try p.bool("switchAccount"),
+                flow: try p.optionalString("flow"))
+            var flow: SignInFlow?
+            if let text = params.flow {
+                guard let known = SignInFlow(rawValue: text) else {
+                    throw RPCError.invalidParams("'flow' must be \"browser\" or \"device\"")
+                }
+                flow = known
+            }
             return try result(
                 await call.engine.start(
                     client: params.client, ephemeral: params.ephemeral ?? false,
-                    openBrowser: params.openBrowser ?? true, switchAccount: params.switchAccount ?? false))
+                    openBrowser: params.openBrowser ?? true, switchAccount: params.switchAccount ?? false, flow: flow))
         },
         .loginResume: MethodHandler(["attemptId", "openBrowser"]) { call in
             try await call.requireAttemptUse()

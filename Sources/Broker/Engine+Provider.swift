@@ -1,0 +1,526 @@
+import BrokerCore
+import BrokerLoopback
+import BrokerOAuth
+import BrokerStore
+import BrowserLoginProtocol
+
+/// Sign-in with a standard OAuth 2.0 / OpenID Connect provider
+/// (docs/providers.md): authorization code + PKCE through the system browser
+/// with `state` and `nonce`, over a loopback redirect or a private-use
+/// scheme, and the device authorization grant. The attempt lives in the same
+/// ledger, vault and states as a Browser Login attempt; what differs is that
+/// the provider keeps no attempt the broker can ask about, so an exchange
+/// without a definite answer ends the attempt `failed` and is never re-sent.
+extension BrokerEngine {
+    /// How long a browser sign-in at a provider may take (the provider's own
+    /// authorization codes live minutes; its login page may take longer).
+    static let providerAttemptMilliseconds: Int64 = 15 * 60_000
+
+    func oauth(_ clientId: String) -> OAuthSignIn? {
+        var base: any SignInProtocol = server(clientId)
+        if let faulting = base as? FaultingLoginServer { base = faulting.base }
+        return base as? OAuthSignIn
+    }
+
+    /// The SQLite key of a provider attempt: a digest of its `state`, so that
+    /// a callback finds its attempt by one indexed lookup of a value that says
+    /// nothing about the state itself; the state is then compared in constant
+    /// time with the one in the vault.
+    static func stateKey(_ state: String) -> String { "st_" + Crypto.digest(state) }
+
+    // MARK: - login.start
+
+    func startProvider(
+        _ client: ClientConfig, signIn: OAuthSignIn, ephemeral: Bool, openBrowser: Bool, flow: SignInFlow?
+    ) async throws -> AttemptView {
+        let settings = signIn.settings
+        if (flow ?? settings.flow) == .device {
+            return try await startDevice(client, signIn: signIn)
+        }
+        let metadata: ProviderMetadata
+        do { metadata = try await signIn.provider.metadata() } catch { throw error.brokerError() }
+
+        let verifier = try ProofSecret.generate()
+        let state = try Crypto.randomToken(bytes: 32)
+        let nonce = settings.kind == .oidc ? try Crypto.randomToken(bytes: 32) : nil
+        let id = "at_" + (try Crypto.randomToken(bytes: 12))
+
+        var listener: LoopbackListener?
+        let redirectURI: String
+        if let loopback = client.loopback {
+            let opened = try openListener(loopback, port: loopback.port ?? 0, attemptId: id, client: client)
+            listener = opened
+            redirectURI = loopback.redirectURI(port: opened.port)
+        } else if let returnURL = client.returnURL {
+            redirectURI = returnURL.text
+        } else {
+            throw BrokerError(.clientUnknown, "the client has no ReturnUrl=; fix its client file")
+        }
+        let authorizeUrl: String
+        do {
+            authorizeUrl = try await signIn.provider.authorizeURL(
+                redirectURI: redirectURI, state: state, nonce: nonce, codeChallenge: verifier.challenge)
+        } catch {
+            listener?.close()
+            throw error.brokerError()
+        }
+
+        // The row, then the proofs, then the attempt is waiting — all before the browser opens.
+        var record = AttemptRecord(
+            id: id, client: client.id, state: .starting, returnURL: redirectURI, issuer: settings.issuer,
+            ephemeral: ephemeral, createdAt: now())
+        try store.insert(record)
+        sessions.refreshBoard(client.id)
+        let secrets = AttemptSecrets(
+            codeVerifier: verifier.value, recoveryKey: "", authorizeUrl: authorizeUrl, state: state, nonce: nonce,
+            redirectURI: redirectURI)
+        do {
+            try await vault.storeJSON(
+                secrets, label: VaultKeys.attemptLabel(appName: client.appName),
+                attributes: VaultKeys.attempt(client: client.id, attemptId: id))
+        } catch {
+            listener?.close()
+            try store.delete(attemptId: id)
+            sessions.refreshBoard(client.id)
+            throw error.brokerError
+        }
+        try attempts.commit(&record, .created) {
+            $0.serverAttemptId = Self.stateKey(state)
+            $0.expiresAt = self.now().adding(milliseconds: Self.providerAttemptMilliseconds)
+        }
+        if let listener { loopbacks[id] = listener }
+        logger.info("attempt created", ["attempt.id": id, "client": client.id])
+        var result = AttemptView(record)
+        result.authorizeUrl = authorizeUrl
+        if openBrowser {
+            do {
+                try await launch(authorizeUrl, client: client, ephemeral: ephemeral, attemptId: id)
+            } catch let failure as BrokerError
+                where failure.code == .browserFailed && flow == nil && metadata.deviceAuthorizationEndpoint != nil
+            {
+                // No browser here: the device grant is the way through (docs/providers.md).
+                logger.notice("no browser could be opened; signing in with a device code", ["client": client.id])
+                try attempts.commit(
+                    &record, .providerFailed,
+                    error: AttemptError(
+                        code: BrokerErrorCode.browserFailed.rawValue, message: "no browser; continued as a device sign-in"))
+                closeListener(id)
+                try? await vault.remove(attributes: VaultKeys.attempt(client: client.id, attemptId: id))
+                return try await startDevice(client, signIn: signIn)
+            }
+        }
+        return result
+    }
+
+    // MARK: - The loopback listener
+
+    func openListener(_ loopback: LoopbackRedirect, port: UInt16, attemptId: String, client: ClientConfig) throws
+        -> LoopbackListener
+    {
+        let host: LoopbackHost = loopback.host == .ipv4 ? .ipv4 : .ipv6
+        do {
+            return try LoopbackListener.open(host: host, port: port, path: loopback.path) { [weak self] url in
+                guard let self else { return LoopbackPage(status: 503, title: "Sign-in failed", message: "The broker stopped.") }
+                return await self.loopbackCallback(url, appName: client.appName)
+            }
+        } catch {
+            switch error {
+            case .portInUse(let port):
+                throw BrokerError(
+                    .busy,
+                    "port \(port) of \(loopback.host.rawValue) is in use by another program, so the sign-in's redirect cannot be received; close that program, or remove the fixed port from ReturnUrl= if the provider allows any port",
+                    attemptId: attemptId)
+            case .failed(let reason):
+                throw BrokerError(
+                    .busy, "the loopback redirect could not be opened (\(reason)); try again", attemptId: attemptId)
+            }
+        }
+    }
+
+    /// A request on a listener's exact path: a callback like any other, and
+    /// the page says how it ended, in words (never a code or a URL).
+    func loopbackCallback(_ url: String, appName: String) async -> LoopbackPage {
+        do {
+            let view = try await finish(url: url)
+            if view.state == .completed {
+                return LoopbackPage(
+                    status: 200, title: "Signed in", message: "You are signed in to \(appName). You can close this tab.")
+            }
+            return LoopbackPage(
+                status: 200, title: "Sign-in \(view.state.rawValue)",
+                message: "The sign-in to \(appName) is \(view.state.rawValue). You can close this tab.")
+        } catch let error as BrokerError {
+            if error.code == .accessDenied {
+                return LoopbackPage(
+                    status: 200, title: "Sign-in declined",
+                    message: "You declined to sign in to \(appName). You can close this tab.")
+            }
+            return LoopbackPage(
+                status: 400, title: "Sign-in failed", message: "The sign-in to \(appName) failed: \(error.message)")
+        } catch {
+            return LoopbackPage(status: 500, title: "Sign-in failed", message: "The sign-in to \(appName) failed.")
+        }
+    }
+
+    func closeListener(_ attemptId: String) {
+        loopbacks.removeValue(forKey: attemptId)?.close()
+    }
+
+    /// Closes the listeners and stops the polls of attempts that ended.
+    func sweepProviderAttempts() {
+        for id in Array(loopbacks.keys) {
+            let state = try? store.attempt(id: id)?.state
+            if state != .waiting && state != .exchanging { closeListener(id) }
+        }
+    }
+
+    /// After a restart (docs/providers.md): a waiting loopback attempt
+    /// listens on its port again (ended `failed` when the port is taken),
+    /// and a waiting device sign-in polls again.
+    func resumeProviderAttempts() async {
+        guard let waiting = try? store.list(states: [.waiting]) else { return }
+        for var record in waiting {
+            guard let client = clients[record.client], client.provider != nil, loopbacks[record.id] == nil,
+                devicePolls[record.id] == nil
+            else { continue }
+            if let loopback = client.loopback, let parts = URLParts(splitting: record.returnURL),
+                let portText = parts.portText, let port = UInt16(portText)
+            {
+                do {
+                    loopbacks[record.id] = try openListener(loopback, port: port, attemptId: record.id, client: client)
+                } catch {
+                    try? attempts.commit(
+                        &record, .providerFailed,
+                        error: AttemptError(
+                            code: BrokerErrorCode.busy.rawValue,
+                            message: "after a restart the sign-in's redirect port \(port) was taken by another program; sign in again"))
+                    try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
+                }
+            } else if let secrets = try? await attemptSecrets(record), secrets.deviceCode != nil {
+                startDevicePolling(record.id, interval: secrets.device?.interval ?? 5)
+            }
+        }
+    }
+
+    // MARK: - The callback
+
+    func finishProvider(url: String) async throws -> AttemptView {
+        let callback: ProviderCallback
+        do { callback = try ProviderCallback(parsing: url) } catch {
+            throw BrokerError(.callbackInvalid, "the callback URL was refused: \(error.message)")
+        }
+        let candidates = try store.attempts(serverAttemptId: Self.stateKey(callback.state)).filter {
+            clients[$0.client]?.provider != nil
+        }
+        guard var record = candidates.first else {
+            let knownTarget = clients.values.contains { client in
+                if let loopback = client.loopback {
+                    return callback.target.scheme == "http" && callback.target.path == loopback.path
+                        && callback.target.host.map { $0 == loopback.host.rawValue || $0 == loopback.host.urlHost }
+                            ?? false
+                }
+                return client.provider != nil && (client.returnURL?.matches(callback.target) ?? false)
+            }
+            if !knownTarget {
+                throw BrokerError(
+                    .callbackMismatch, "the callback URL matches no configured client's redirect; nothing was changed")
+            }
+            throw BrokerError(
+                .attemptUnknown, "the callback's state names no attempt of this broker (it may be old); start a new sign-in")
+        }
+        // Exactly the redirect URI the attempt sent: scheme, authority (the port included) and path.
+        guard let sent = URLParts(splitting: record.returnURL), sent.scheme == callback.target.scheme,
+            sent.authority == callback.target.authority, sent.path == callback.target.path
+        else {
+            throw BrokerError(
+                .callbackMismatch, "the callback URL is not the redirect its attempt sent; nothing was changed",
+                attemptId: record.id)
+        }
+        let client = try client(record.client)
+        guard let signIn = oauth(client.id) else { throw BrokerError.clientUnknown(client.id) }
+        let secrets = try await attemptSecrets(record)
+        guard let state = secrets.state, Crypto.constantTimeEquals(state, callback.state) else {
+            throw BrokerError(
+                .callbackMismatch, "the callback's state is not its attempt's; nothing was changed", attemptId: record.id)
+        }
+        let metadata = try? await signIn.provider.metadata()
+        if let issuer = callback.issuer {
+            // RFC 9207: the issuer that answered must be the client's.
+            let expected = metadata?.issuer ?? signIn.settings.issuer
+            guard signIn.settings.issuerIsTemplate || issuer == expected else {
+                throw BrokerError(
+                    .issuerMismatch,
+                    "the callback's issuer is not this client's provider (\(ProviderError.issuerText(issuer)) instead of \(ProviderError.issuerText(expected))); nothing was changed",
+                    attemptId: record.id)
+            }
+        } else if metadata?.issParameterSupported == true {
+            throw BrokerError(
+                .callbackInvalid,
+                "the callback lacks the 'iss' parameter its provider promises (RFC 9207); nothing was changed",
+                attemptId: record.id)
+        }
+        record = try attempt(record.id)
+        switch callback.outcome {
+        case .error(let error, let description):
+            try expireIfDue(&record)
+            guard record.state == .waiting else { throw notWaiting(record) }
+            if error == "access_denied" {
+                try attempts.commit(
+                    &record, .deniedConfirmed,
+                    error: AttemptError(code: BrokerErrorCode.accessDenied.rawValue, message: "the user declined the sign-in"))
+                closeListener(record.id)
+                try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
+                throw BrokerError(.accessDenied, "the user declined the sign-in in the browser", attemptId: record.id)
+            }
+            let failure = ProviderError.refused(status: 302, error: error, description: description)
+                .brokerError(attemptId: record.id)
+            try attempts.commit(
+                &record, .providerFailed,
+                error: AttemptError(code: failure.code.rawValue, message: failure.message, serverCode: failure.providerError))
+            closeListener(record.id)
+            try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
+            throw failure
+        case .code(let code):
+            let digest = Crypto.digest(code)
+            if record.state == .completed || record.state == .acknowledged,
+                let known = record.callbackDigest, Crypto.constantTimeEquals(known, digest)
+            {
+                // The callback that completed the attempt, again: answer, send nothing.
+                var result = AttemptView(record)
+                if record.state == .completed { result.session = try sessions.view(record.client) }
+                return result
+            }
+            if record.state == .exchanging {
+                // Answer once the exchange in flight is settled, with the attempt as it then is.
+                let attemptId = record.id
+                while record.state == .exchanging && attempts.exchangesInFlight.contains(attemptId) && !Task.isCancelled {
+                    await attempts.waitForExchange(attemptId) { id in
+                        Task { await self.attempts.releaseExchangeWaiter(attemptId, id) }
+                    }
+                    record = try attempt(attemptId)
+                }
+                var result = AttemptView(record)
+                if record.state == .completed { result.session = try sessions.view(record.client) }
+                return result
+            }
+            try expireIfDue(&record)
+            guard record.state == .waiting else { throw notWaiting(record) }
+            return try await exchangeProvider(&record, code: code, digest: digest, secrets: secrets, signIn: signIn)
+        }
+    }
+
+    /// The exchange, sent once (docs/providers.md): a definite refusal or no
+    /// definite answer ends the attempt `failed` (the code is spent either
+    /// way); only a request that provably never left lets the callback be
+    /// delivered again.
+    private func exchangeProvider(
+        _ record: inout AttemptRecord, code: String, digest: String, secrets: AttemptSecrets, signIn: OAuthSignIn
+    ) async throws -> AttemptView {
+        try attempts.commit(&record, .exchangeBegan) {
+            $0.callbackDigest = digest
+            $0.error = nil
+        }
+        let attemptId = record.id
+        attempts.exchangesInFlight.insert(attemptId)
+        defer { attempts.exchangeSettled(attemptId) }
+        TestFaults.hit("after-exchanging-commit")
+        let tokens: TokenResponse
+        do {
+            tokens = try await signIn.provider.exchange(
+                code: code, redirectURI: secrets.redirectURI ?? record.returnURL, codeVerifier: secrets.codeVerifier)
+        } catch {
+            record = try attempt(attemptId)
+            throw try await providerExchangeFailed(&record, error)
+        }
+        TestFaults.hit("after-provider-exchange")
+        let issued: IssuedSession
+        do {
+            let openid = signIn.settings.kind == .oidc && signIn.settings.scopes.contains("openid")
+            issued = try await signIn.issue(tokens, nonce: secrets.nonce, idTokenRequired: openid)
+        } catch {
+            record = try attempt(attemptId)
+            throw try await signInRefused(&record, error, tokens: tokens, signIn: signIn)
+        }
+        record = try attempt(attemptId)
+        closeListener(attemptId)
+        return try await exchanged(&record, issued, issuedAt: now(), secrets: secrets)
+    }
+
+    /// An exchange (or a device poll's tokens) that signs no one in: the
+    /// tokens are revoked at once where the provider can (nothing is owed:
+    /// they were never kept), and the attempt ends `failed`.
+    func signInRefused(_ record: inout AttemptRecord, _ failure: SignInFailure, tokens: TokenResponse, signIn: OAuthSignIn)
+        async throws -> BrokerError
+    {
+        let unkept = IssuedSession(
+            sessionId: "", accessToken: tokens.accessToken, accessTokenExpiresAt: nil, refreshToken: tokens.refreshToken,
+            expiresAt: nil, authenticatedAt: now(), authMethod: "", account: Account(userId: "", email: "", displayName: ""))
+        _ = try? await signIn.revoke(unkept)
+        let error = failure.brokerError(attemptId: record.id)
+        logger.warning(
+            "sign-in refused: \(error.code.rawValue)", ["attempt.id": record.id, "client": record.client])
+        if record.state == .exchanging || record.state == .waiting {
+            try attempts.commit(&record, .providerFailed, error: AttemptError(code: error.code.rawValue, message: error.message))
+        }
+        closeListener(record.id)
+        try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
+        return error
+    }
+
+    private func providerExchangeFailed(_ record: inout AttemptRecord, _ failure: ProviderError) async throws
+        -> BrokerError
+    {
+        guard record.state == .exchanging else {
+            // Cancelled meanwhile: whatever happened, nothing is kept.
+            return failure.brokerError(attemptId: record.id)
+        }
+        if failure.certainlyNotSent {
+            try attempts.commit(
+                &record, .exchangeNotSent,
+                error: AttemptError(
+                    code: BrokerErrorCode.providerUnreachable.rawValue,
+                    message: "the provider could not be reached; the callback can be delivered again"))
+            return failure.brokerError(attemptId: record.id)
+        }
+        let error: BrokerError
+        if failure.isDefinite {
+            error = failure.brokerError(attemptId: record.id)
+        } else {
+            error = BrokerError(
+                .exchangeUncertain,
+                "the provider gave no definite answer to the exchange (\(failure)); a code is never sent twice, so sign in again",
+                attemptId: record.id)
+        }
+        try attempts.commit(
+            &record, .providerFailed,
+            error: AttemptError(code: error.code.rawValue, message: error.message, serverCode: error.providerError))
+        closeListener(record.id)
+        try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
+        return error
+    }
+
+    // MARK: - The device authorization grant
+
+    func startDevice(_ client: ClientConfig, signIn: OAuthSignIn) async throws -> AttemptView {
+        let id = "at_" + (try Crypto.randomToken(bytes: 12))
+        var record = AttemptRecord(
+            id: id, client: client.id, state: .starting, returnURL: "", issuer: signIn.settings.issuer,
+            ephemeral: false, createdAt: now())
+        try store.insert(record)
+        sessions.refreshBoard(client.id)
+        let authorization: DeviceAuthorization
+        do {
+            authorization = try await signIn.provider.deviceAuthorization()
+        } catch {
+            let brokerError = error.brokerError(attemptId: id)
+            try attempts.commit(
+                &record, .createFailed,
+                error: AttemptError(
+                    code: brokerError.code.rawValue, message: brokerError.message, serverCode: brokerError.providerError))
+            throw brokerError
+        }
+        let device = AttemptView.DeviceView(
+            userCode: authorization.userCode, verificationUri: authorization.verificationURI,
+            verificationUriComplete: authorization.verificationURIComplete, interval: max(1, authorization.interval))
+        let secrets = AttemptSecrets(
+            codeVerifier: "", recoveryKey: "", deviceCode: authorization.deviceCode, device: device)
+        do {
+            try await vault.storeJSON(
+                secrets, label: VaultKeys.attemptLabel(appName: client.appName),
+                attributes: VaultKeys.attempt(client: client.id, attemptId: id))
+        } catch {
+            try attempts.commit(
+                &record, .createFailed,
+                error: AttemptError(code: error.brokerError.code.rawValue, message: error.message))
+            throw error.brokerError.with(attemptId: id)
+        }
+        try attempts.commit(&record, .created) {
+            $0.expiresAt = self.now().adding(milliseconds: Int64(max(authorization.expiresIn, 1)) * 1000)
+        }
+        logger.info("device sign-in created", ["attempt.id": id, "client": client.id])
+        startDevicePolling(id, interval: device.interval)
+        var result = AttemptView(record)
+        result.device = device
+        return result
+    }
+
+    func startDevicePolling(_ attemptId: String, interval: Int) {
+        guard devicePolls[attemptId] == nil else { return }
+        devicePolls[attemptId] = Task { await self.pollDevice(attemptId, interval: interval) }
+    }
+
+    /// RFC 8628 §3.4–3.5: polls at `interval`, 5 s more after `slow_down`;
+    /// the attempt ends `denied`, `expired` or, with tokens, as an exchange does.
+    private func pollDevice(_ attemptId: String, interval start: Int) async {
+        defer { devicePolls[attemptId] = nil }
+        var interval = start
+        var failures = 0
+        while !Task.isCancelled {
+            try? await Task.sleep(for: .seconds(interval))
+            guard var record = try? attempt(attemptId), record.state == .waiting,
+                let signIn = oauth(record.client)
+            else { return }
+            if (try? expireIfDue(&record)) == true { return }
+            guard let secrets = try? await attemptSecrets(record), let deviceCode = secrets.deviceCode else {
+                continue  // The keyring cannot be read now: try again at the next interval.
+            }
+            let poll: DevicePoll
+            do {
+                poll = try await signIn.provider.pollDevice(deviceCode: deviceCode)
+                failures = 0
+            } catch {
+                if error.isDefinite {
+                    guard var record = try? attempt(attemptId), record.state == .waiting else { return }
+                    let failure = error.brokerError(attemptId: attemptId)
+                    try? attempts.commit(
+                        &record, .providerFailed,
+                        error: AttemptError(
+                            code: failure.code.rawValue, message: failure.message, serverCode: failure.providerError))
+                    try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: attemptId))
+                    return
+                }
+                // The provider is unreachable or failing: poll again, more slowly.
+                failures += 1
+                if failures >= 3 { interval = min(interval * 2, 60) }
+                continue
+            }
+            guard var record = try? attempt(attemptId), record.state == .waiting else { return }
+            switch poll {
+            case .pending:
+                continue
+            case .slowDown:
+                interval += 5
+            case .denied:
+                try? attempts.commit(
+                    &record, .deniedConfirmed,
+                    error: AttemptError(code: BrokerErrorCode.accessDenied.rawValue, message: "the user declined the sign-in"))
+                try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: attemptId))
+                return
+            case .expired:
+                try? expireLocally(&record)
+                try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: attemptId))
+                return
+            case .tokens(let tokens):
+                do {
+                    try attempts.commit(&record, .exchangeBegan)
+                    attempts.exchangesInFlight.insert(attemptId)
+                    defer { attempts.exchangeSettled(attemptId) }
+                    let issued: IssuedSession
+                    do {
+                        issued = try await signIn.issue(tokens, nonce: nil, idTokenRequired: false)
+                    } catch {
+                        record = try attempt(attemptId)
+                        _ = try await signInRefused(&record, error, tokens: tokens, signIn: signIn)
+                        return
+                    }
+                    record = try attempt(attemptId)
+                    _ = try await exchanged(&record, issued, issuedAt: now(), secrets: secrets)
+                } catch {
+                    logger.warning(
+                        "device sign-in could not be kept", ["attempt.id": attemptId, "error": "\(error)"])
+                }
+                return
+            }
+        }
+    }
+}
