@@ -62,6 +62,8 @@ let package = Package(
         .target(name: "BrokerStore", dependencies: ["BrokerCore", "SQLiteSupport"]),
         .target(name: "BrokerHTTP", dependencies: ["BrokerCore", "BrowserLoginProtocol", "CurlSupport", "CCurl"]),
         .target(name: "BrokerVault", dependencies: ["BrokerCore", "CSecret"]),
+        // The loopback redirect listener of OAuth sign-ins (RFC 8252 §7.3), on libmicrohttpd.
+        .target(name: "BrokerLoopback", dependencies: ["CMicroHTTPD"]),
         // Test support: runs one vault operation in a child process (private bus, locked keyring).
         .executableTarget(
             name: "vault-probe", dependencies: ["BrokerVault", "BrokerCore", "CMalloc"], path: "Tests/Support/vault-probe"),
@@ -111,6 +113,7 @@ let package = Package(
             dependencies: [
                 "BrokerHTTP", "BrokerCore", "BrowserLoginProtocol", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
             ]),
+        .testTarget(name: "LoopbackTests", dependencies: ["BrokerLoopback", "BrowserLoginTestTraits"]),
         .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrowserLoginProtocol"]),
         .testTarget(
             name: "BrokerTests", dependencies: ["Broker", "BrokerCore", "BrokerVault", "BrokerRPC", "BrokerTestDoubles"]),
