@@ -113,7 +113,8 @@ let package = Package(
             dependencies: [
                 "BrokerHTTP", "BrokerCore", "BrowserLoginProtocol", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
             ]),
-        .testTarget(name: "LoopbackTests", dependencies: ["BrokerLoopback", "BrowserLoginTestTraits"]),
+        .testTarget(
+            name: "LoopbackTests", dependencies: ["BrokerLoopback", "BrowserLoginTestSupport", "BrowserLoginTestTraits"]),
         .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrowserLoginProtocol"]),
         .testTarget(
             name: "BrokerTests", dependencies: ["Broker", "BrokerCore", "BrokerVault", "BrokerRPC", "BrokerTestDoubles"]),
