@@ -66,6 +66,8 @@ let package = Package(
         .target(name: "BrokerOAuth", dependencies: ["BrokerCore", "BrokerJOSE", "BrowserLoginProtocol"]),
         // ID token (JWS) validation with libcrypto (docs/providers.md): no BrokerCore, so it stays a pure check.
         .target(name: "BrokerJOSE", dependencies: ["CCrypto", "CJansson", "BrowserLoginProtocol"]),
+        // The loopback redirect listener of OAuth sign-ins (RFC 8252 §7.3), on libmicrohttpd.
+        .target(name: "BrokerLoopback", dependencies: ["CMicroHTTPD"]),
         // Test support: runs one vault operation in a child process (private bus, locked keyring).
         .executableTarget(
             name: "vault-probe", dependencies: ["BrokerVault", "BrokerCore", "CMalloc"], path: "Tests/Support/vault-probe"),
@@ -79,7 +81,7 @@ let package = Package(
             name: "Broker",
             dependencies: [
                 "BrokerCore", "BrokerStore", "BrokerRPC", "BrokerHTTP", "BrokerVault", "BrokerSystem", "DesktopEntry",
-                "BrokerOAuth", "BrokerJOSE",
+                "BrokerOAuth", "BrokerJOSE", "BrokerLoopback",
                 "BrowserLoginAPI", "BrowserLoginProtocol", "CMalloc", "CommandLineKit", "SQLiteSupport", "SystemSupport",
             ]
         ),
@@ -118,6 +120,8 @@ let package = Package(
             ]),
         .testTarget(name: "OAuthTests", dependencies: ["BrokerOAuth", "BrokerCore", "BrowserLoginProtocol"]),
         .testTarget(name: "JOSETests", dependencies: ["BrokerJOSE", "BrowserLoginProtocol", "CCrypto"]),
+        .testTarget(
+            name: "LoopbackTests", dependencies: ["BrokerLoopback", "BrowserLoginTestSupport", "BrowserLoginTestTraits"]),
         .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrowserLoginProtocol"]),
         .testTarget(
             name: "BrokerTests", dependencies: ["Broker", "BrokerCore", "BrokerVault", "BrokerRPC", "BrokerTestDoubles"]),

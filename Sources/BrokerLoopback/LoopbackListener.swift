@@ -1,0 +1,388 @@
+import CMicroHTTPD
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Why a loopback listener did not start. The description names no URL and no secret.
+public enum LoopbackError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// Another socket holds the fixed port (EADDRINUSE).
+    case portInUse(UInt16)
+    case failed(String)
+
+    public var description: String {
+        switch self {
+        case .portInUse(let port): "the loopback port \(port) is in use by another program"
+        case .failed(let reason): reason
+        }
+    }
+}
+
+/// The loopback redirect listener of an installed app (RFC 8252 §7.3): an
+/// HTTP server on a literal loopback address that receives the authorization
+/// response and answers the browser with a small page.
+///
+/// HTTP is parsed by libmicrohttpd: one internal polling thread, with
+/// suspend/resume for the asynchronous `deliver`. The genuine request's
+/// connection is suspended (taken out of the event loop, no timeout while
+/// suspended) and `deliver` runs in a task of its own; when it returns, the
+/// page is stored and the connection resumed, and the polling thread calls the
+/// access handler again, which queues the page. The polling thread never
+/// waits for `deliver`, so a slow delivery holds up no other request and
+/// deliveries may run concurrently.
+///
+/// Why this cannot deadlock: the listener's lock is taken by the access
+/// handler (polling thread), by a finished delivery and by `close()`, each
+/// for a few instructions; under it only `MHD_suspend_connection` and
+/// `MHD_resume_connection` are called, which take libmicrohttpd's own
+/// connection lock and nothing else (lock order: ours, then libmicrohttpd's,
+/// everywhere; libmicrohttpd calls the access handler without its lock held,
+/// and the completion callback takes no lock of ours). `deliver` is never
+/// called with a lock held, and nothing waits for it: `close()` does not.
+///
+/// `close()` while a delivery is in flight: it marks the listener closed, so
+/// a delivery that returns later is discarded (its task is not cancelled: an
+/// authorization code exchange must not be cut off); it resumes every
+/// connection still waiting for its delivery, which is then closed without an
+/// answer (libmicrohttpd must not be stopped with suspended connections);
+/// pages already delivered are given up to `drainLimit` to be written; then
+/// `MHD_stop_daemon` closes the listening socket and every connection and
+/// joins the polling thread. So the browser sees the page only when
+/// `deliver` returns before `close()` is called: end the attempt's listener
+/// after `deliver` has returned its page, not from inside `deliver`.
+public final class LoopbackListener: Sendable {
+    /// At most this many bytes per request: request line, headers and
+    /// libmicrohttpd's bookkeeping (a redirect's URL is well under it).
+    static let memoryLimit = 8 * 1024
+    /// Connections at once, and from one address (browsers open up to 6 to a host).
+    static let connectionLimit: UInt32 = 8
+    static let perAddressLimit: UInt32 = 6
+    /// How long `close()` lets delivered pages be written before stopping.
+    static let drainLimit: Duration = .seconds(2)
+
+    private let core: ListenerCore
+    /// The daemon pointer's bit pattern, 0 once closed. Held while stopping,
+    /// so a second `close()` returns only after the first has finished.
+    private let daemon: Mutex<Int>
+    /// The port the listener is bound to (the ephemeral one when asked for 0).
+    public let port: UInt16
+
+    /// Binds host:port (0 = an ephemeral port) and answers GET on exactly `path`: each such request's full
+    /// URL ("http://127.0.0.1:PORT" or "http://[::1]:PORT" + the request target exactly as received, query
+    /// included, not decoded) is handed to `deliver`, whose page is the answer. Delivery is async and may take
+    /// seconds (the broker exchanges the code before answering).
+    public static func open(
+        host: LoopbackHost, port: UInt16, path: String,
+        deliver: @escaping @Sendable (String) async -> LoopbackPage
+    ) throws(LoopbackError) -> LoopbackListener {
+        try open(host: host, port: port, path: path, idleTimeoutSeconds: 10, deliver: deliver)
+    }
+
+    /// `open` with the idle timeout as a parameter (the tests shorten it).
+    package static func open(
+        host: LoopbackHost, port: UInt16, path: String, idleTimeoutSeconds: UInt32,
+        deliver: @escaping @Sendable (String) async -> LoopbackPage
+    ) throws(LoopbackError) -> LoopbackListener {
+        let pathBytes = Array(path.utf8)
+        guard pathBytes.first == UInt8(ascii: "/"), pathBytes.allSatisfy(isTargetByte),
+            !pathBytes.contains(UInt8(ascii: "?")), !pathBytes.contains(UInt8(ascii: "#"))
+        else {
+            throw .failed("the loopback redirect path must be an absolute path without a query or fragment")
+        }
+        return try LoopbackListener(
+            host: host, port: port, path: pathBytes, idleTimeoutSeconds: idleTimeoutSeconds, deliver: deliver)
+    }
+
+    private init(
+        host: LoopbackHost, port: UInt16, path: [UInt8], idleTimeoutSeconds: UInt32,
+        deliver: @escaping @Sendable (String) async -> LoopbackPage
+    ) throws(LoopbackError) {
+        let core = ListenerCore(path: path, deliver: deliver)
+        let cls = Unmanaged.passUnretained(core).toOpaque()
+        var error: Int32 = 0
+        let started = bl_mhd_start_loopback(
+            host.rawValue, port, Self.connectionLimit, Self.perAddressLimit, idleTimeoutSeconds, Self.memoryLimit,
+            loopbackAccessHandler, cls, loopbackCompletedHandler, cls, loopbackTargetHandler, cls, &error)
+        guard let started else {
+            if port != 0, addressInUse(host: host, port: port) { throw .portInUse(port) }
+            throw .failed("cannot listen on the loopback address \(host.urlHost) port \(port)")
+        }
+        let bound = bl_mhd_bound_port(started)
+        // ::1 is bound without dual stack (IPV6_V6ONLY); refuse anything else.
+        if host == .ipv6, ipv6Only(bl_mhd_listen_fd(started)) != true {
+            MHD_stop_daemon(started)
+            throw .failed("cannot listen on \(host.urlHost) with IPV6_V6ONLY")
+        }
+        core.origin.withLock { $0 = "http://\(host.urlHost):\(bound)" }
+        self.core = core
+        self.port = bound
+        self.daemon = Mutex(Int(bitPattern: started))
+    }
+
+    /// Stops listening; idempotent. See the type's comment for a delivery in flight.
+    public func close() {
+        daemon.withLock { pointer in
+            guard let running = OpaquePointer(bitPattern: pointer) else { return }
+            pointer = 0
+            core.closeForDeliveries()
+            let clock = ContinuousClock()
+            let deadline = clock.now.advanced(by: Self.drainLimit)
+            while core.unsentPages.load(ordering: .acquiring) > 0, clock.now < deadline {
+                usleep(1000)
+            }
+            MHD_stop_daemon(running)
+        }
+    }
+
+    deinit { close() }
+
+    /// The listening socket's address and, for IPv6, whether it is IPV6_V6ONLY (for tests).
+    package func listeningAddress() -> (address: String, ipv6Only: Bool?)? {
+        daemon.withLock { pointer -> (String, Bool?)? in
+            guard let running = OpaquePointer(bitPattern: pointer) else { return nil }
+            let fd = bl_mhd_listen_fd(running)
+            var storage = sockaddr_storage()
+            var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let got = withUnsafeMutablePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+            }
+            guard got == 0 else { return nil }
+            var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
+            if storage.ss_family == sa_family_t(AF_INET) {
+                var address = withUnsafeBytes(of: storage) { $0.load(as: sockaddr_in.self) }.sin_addr
+                guard inet_ntop(AF_INET, &address, &text, socklen_t(text.count)) != nil else { return nil }
+                return (cString(text), nil)
+            }
+            var address = withUnsafeBytes(of: storage) { $0.load(as: sockaddr_in6.self) }.sin6_addr
+            guard inet_ntop(AF_INET6, &address, &text, socklen_t(text.count)) != nil else { return nil }
+            return (cString(text), ipv6Only(fd))
+        }
+    }
+}
+
+/// What the C callbacks reach through `cls`: the listener holds it for as long
+/// as the daemon runs, and each delivery task holds it until it has finished.
+private final class ListenerCore: Sendable {
+    let path: [UInt8]
+    let deliver: @Sendable (String) async -> LoopbackPage
+    /// "http://127.0.0.1:PORT", set once the port is known (before any request can be delivered).
+    let origin = Mutex("")
+    let state = Mutex(State())
+    let nextID = Atomic<Int>(0)
+    /// Pages delivered whose request has not completed yet (`close()` lets them be written).
+    let unsentPages = Atomic<Int>(0)
+
+    struct State {
+        var closed = false
+        /// Requests whose delivery runs: the suspended connection's bit pattern, by request id.
+        var suspended: [Int: Int] = [:]
+        /// Pages delivered, waiting for the polling thread, by request id.
+        var answers: [Int: LoopbackPage] = [:]
+    }
+
+    init(path: [UInt8], deliver: @escaping @Sendable (String) async -> LoopbackPage) {
+        self.path = path
+        self.deliver = deliver
+    }
+
+    /// Suspends the connection and hands the URL to `deliver` in a task of its own (polling thread).
+    func startDelivery(_ connection: OpaquePointer, request: RequestContext, target: [UInt8]) -> Bool {
+        // The origin is set as soon as the daemon has told its port, before `open` returns: a request in that
+        // window cannot be a redirect (nobody knows the port yet) and is closed unanswered.
+        let origin = origin.withLock { $0 }
+        guard !origin.isEmpty else { return false }
+        let id = request.id
+        let suspended = state.withLock { state -> Bool in
+            guard !state.closed else { return false }
+            MHD_suspend_connection(connection)
+            state.suspended[id] = Int(bitPattern: connection)
+            return true
+        }
+        guard suspended else { return false }
+        let url = origin + String(decoding: target, as: UTF8.self)
+        Task {
+            let page = await self.deliver(url)
+            self.finish(id, page)
+        }
+        return true
+    }
+
+    /// A delivery returned: store its page and resume its connection, unless the listener was closed.
+    func finish(_ id: Int, _ page: LoopbackPage) {
+        state.withLock { state in
+            guard !state.closed, let connection = state.suspended.removeValue(forKey: id) else { return }
+            state.answers[id] = page
+            unsentPages.add(1, ordering: .releasing)
+            MHD_resume_connection(OpaquePointer(bitPattern: connection))
+        }
+    }
+
+    /// The page of a resumed request, or nil if it was abandoned by `close()` (polling thread).
+    func takeAnswer(_ id: Int) -> LoopbackPage? {
+        state.withLock { $0.answers.removeValue(forKey: id) }
+    }
+
+    /// No delivery starts or finishes any more; connections waiting for one are resumed (and closed).
+    func closeForDeliveries() {
+        state.withLock { state in
+            state.closed = true
+            for connection in state.suspended.values { MHD_resume_connection(OpaquePointer(bitPattern: connection)) }
+            state.suspended = [:]
+        }
+    }
+}
+
+/// One request, from its request line to its completion: created by the
+/// target callback, released by the completion callback, and touched only on
+/// libmicrohttpd's polling thread.
+private final class RequestContext {
+    enum Phase { case new, delivering, answeredDelivery, done }
+    let id: Int
+    /// The request target exactly as received (nil if it was not valid text).
+    let target: [UInt8]?
+    var phase = Phase.new
+
+    init(id: Int, target: [UInt8]?) {
+        self.id = id
+        self.target = target
+    }
+}
+
+/// A request-target byte we hand over unchanged: printable ASCII, no space.
+/// (Browsers percent-encode everything else; anything else is refused.)
+private func isTargetByte(_ byte: UInt8) -> Bool { byte > 0x20 && byte < 0x7F }
+
+private func cString(_ buffer: [CChar]) -> String {
+    String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+}
+
+/// Whether the socket has IPV6_V6ONLY set (nil if it cannot be read).
+private func ipv6Only(_ fd: Int32) -> Bool? {
+    var value: Int32 = 0
+    var length = socklen_t(MemoryLayout<Int32>.size)
+    guard fd >= 0, getsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &value, &length) == 0 else { return nil }
+    return value != 0
+}
+
+/// Whether binding host:port fails with EADDRINUSE (why libmicrohttpd did not
+/// start: it reports no errno). Uses SO_REUSEADDR as libmicrohttpd does, so a
+/// connection of ours in TIME_WAIT does not count.
+private func addressInUse(host: LoopbackHost, port: UInt16) -> Bool {
+    let family = host == .ipv4 ? AF_INET : AF_INET6
+    let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    guard fd >= 0 else { return false }
+    defer { Glibc.close(fd) }
+    var one: Int32 = 1
+    _ = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+    let result: Int32
+    if host == .ipv4 {
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        _ = inet_pton(AF_INET, host.rawValue, &address.sin_addr)
+        result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+    } else {
+        _ = setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &one, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in6()
+        address.sin6_family = sa_family_t(AF_INET6)
+        address.sin6_port = port.bigEndian
+        _ = inet_pton(AF_INET6, host.rawValue, &address.sin6_addr)
+        result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size))
+            }
+        }
+    }
+    return result != 0 && errno == EADDRINUSE
+}
+
+/// The security headers of every answer of ours (RFC 8252 §8.3 leaves the
+/// page to the app: no caching, no referrer, no script, no sniffing).
+private let pageHeaders: [(String, String)] = [
+    ("Content-Type", "text/html; charset=utf-8"),
+    ("Cache-Control", "no-store"),
+    ("Referrer-Policy", "no-referrer"),
+    ("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("X-Frame-Options", "DENY"),
+]
+
+private func queuePage(_ connection: OpaquePointer, _ page: LoopbackPage) -> MHD_Result {
+    var body = page.html()
+    let response = body.withUnsafeMutableBytes { raw in
+        MHD_create_response_from_buffer(raw.count, raw.baseAddress, .RESPMEM_MUST_COPY)
+    }
+    guard let response else { return .NO }
+    for (name, value) in pageHeaders { _ = MHD_add_response_header(response, name, value) }
+    if page.status == 405 { _ = MHD_add_response_header(response, "Allow", "GET") }
+    let status = (100..<600).contains(page.status) ? UInt32(page.status) : 500
+    let result = MHD_queue_response(connection, status, response)
+    MHD_destroy_response(response)
+    return result
+}
+
+/// Called with the request target exactly as received, before libmicrohttpd
+/// splits and decodes it; what it returns is the request's context.
+private let loopbackTargetHandler: bl_mhd_uri_log_handler = { cls, uri, _ in
+    guard let cls else { return nil }
+    let core = Unmanaged<ListenerCore>.fromOpaque(cls).takeUnretainedValue()
+    var target: [UInt8]?
+    if let uri {
+        let bytes = Array(UnsafeBufferPointer(start: uri, count: strlen(uri)).map { UInt8(bitPattern: $0) })
+        if bytes.allSatisfy(isTargetByte) { target = bytes }
+    }
+    let request = RequestContext(id: core.nextID.add(1, ordering: .relaxed).newValue, target: target)
+    return Unmanaged.passRetained(request).toOpaque()
+}
+
+private let loopbackAccessHandler: bl_mhd_access_handler = {
+    cls, connection, _, method, _, _, uploadDataSize, requestContext in
+    guard let cls, let connection, let requestContext, let pointer = requestContext.pointee else { return .NO }
+    let core = Unmanaged<ListenerCore>.fromOpaque(cls).takeUnretainedValue()
+    let request = Unmanaged<RequestContext>.fromOpaque(pointer).takeUnretainedValue()
+    switch request.phase {
+    case .new:
+        request.phase = .done
+        guard let method, strcmp(method, "GET") == 0 else { return queuePage(connection, .methodNotAllowed) }
+        guard let target = request.target else { return queuePage(connection, .badRequest) }
+        let pathPart = target.prefix { $0 != UInt8(ascii: "?") }
+        guard pathPart.elementsEqual(core.path) else { return queuePage(connection, .notFound) }
+        // A redirect has no body: refuse one rather than read it.
+        let hasBody: Bool =
+            if MHD_lookup_connection_value(connection, .HEADER_KIND, "Transfer-Encoding") != nil {
+                true
+            } else if let length = MHD_lookup_connection_value(connection, .HEADER_KIND, "Content-Length") {
+                strcmp(length, "0") != 0
+            } else {
+                false
+            }
+        if hasBody {
+            return queuePage(connection, .badRequest)
+        }
+        guard core.startDelivery(connection, request: request, target: target) else { return .NO }
+        request.phase = .delivering
+        return .YES
+    case .delivering:
+        // Resumed: by a finished delivery (its page is there), or by close() (none: close the connection).
+        guard let page = core.takeAnswer(request.id) else { return .NO }
+        request.phase = .answeredDelivery
+        return queuePage(connection, page)
+    case .answeredDelivery, .done:
+        // A body arriving after the answer was queued: discard it.
+        uploadDataSize?.pointee = 0
+        return .YES
+    }
+}
+
+private let loopbackCompletedHandler: bl_mhd_completed_handler = { cls, _, requestContext, _ in
+    guard let cls, let requestContext, let pointer = requestContext.pointee else { return }
+    let core = Unmanaged<ListenerCore>.fromOpaque(cls).takeUnretainedValue()
+    let request = Unmanaged<RequestContext>.fromOpaque(pointer).takeRetainedValue()
+    requestContext.pointee = nil
+    if request.phase == .answeredDelivery { core.unsentPages.subtract(1, ordering: .releasing) }
+}
