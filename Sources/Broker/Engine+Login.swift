@@ -318,7 +318,7 @@ extension BrokerEngine {
         return result
     }
 
-    private func releaseExchangeWaiter(_ attemptId: String, _ id: UInt64) {
+    func releaseExchangeWaiter(_ attemptId: String, _ id: UInt64) {
         attempts.releaseExchangeWaiter(attemptId, id)
     }
 

@@ -189,7 +189,7 @@ extension BrokerEngine {
                 do {
                     loopbacks[record.id] = try openListener(loopback, port: port, attemptId: record.id, client: client)
                 } catch {
-                    try? attempts.commit(
+                    _ = try? attempts.commit(
                         &record, .providerFailed,
                         error: AttemptError(
                             code: BrokerErrorCode.busy.rawValue,
@@ -295,7 +295,7 @@ extension BrokerEngine {
                 let attemptId = record.id
                 while record.state == .exchanging && attempts.exchangesInFlight.contains(attemptId) && !Task.isCancelled {
                     await attempts.waitForExchange(attemptId) { id in
-                        Task { await self.attempts.releaseExchangeWaiter(attemptId, id) }
+                        Task { await self.releaseExchangeWaiter(attemptId, id) }
                     }
                     record = try attempt(attemptId)
                 }
@@ -472,7 +472,7 @@ extension BrokerEngine {
                 if error.isDefinite {
                     guard var record = try? attempt(attemptId), record.state == .waiting else { return }
                     let failure = error.brokerError(attemptId: attemptId)
-                    try? attempts.commit(
+                    _ = try? attempts.commit(
                         &record, .providerFailed,
                         error: AttemptError(
                             code: failure.code.rawValue, message: failure.message, serverCode: failure.providerError))
@@ -491,7 +491,7 @@ extension BrokerEngine {
             case .slowDown:
                 interval += 5
             case .denied:
-                try? attempts.commit(
+                _ = try? attempts.commit(
                     &record, .deniedConfirmed,
                     error: AttemptError(code: BrokerErrorCode.accessDenied.rawValue, message: "the user declined the sign-in"))
                 try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: attemptId))
