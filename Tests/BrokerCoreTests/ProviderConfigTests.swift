@@ -227,6 +227,15 @@ import Testing
         #expect(problems.allSatisfy { $0.severity == .warning })
     }
 
+    @Test func aLoopbackRedirectNeedsNoURLHandler() throws {
+        let (config, problems) = validate(["InstallHandler": "true"])
+        #expect(try #require(config).installHandler == false)
+        #expect(problems.map(\.key) == ["InstallHandler"])
+        let (custom, none) = validate(["InstallHandler": "true", "ReturnUrl": "com.example.chat:/cb"])
+        #expect(try #require(custom).installHandler)
+        #expect(none.isEmpty)
+    }
+
     @Test func theClientSecretIsKeptWithAWarningAndNeverShown() throws {
         let secret = "GOCSPX-do-not-print-me"
         let (config, problems) = validate(["ClientSecret": secret])
