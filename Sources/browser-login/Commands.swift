@@ -82,6 +82,10 @@ func nextStep(_ a: AttemptView) -> String {
     let id = a.attemptId
     switch a.state {
     case .waiting:
+        if let device = a.device {
+            return
+                "open \(device.verificationUri) and enter the code \(device.userCode), or 'browser-login cancel \(id)'"
+        }
         if a.serverState == "authorized" {
             return
                 "signed in at the server but the callback never arrived: check the URL handler (browser-login doctor), then 'browser-login resume \(id)'"
