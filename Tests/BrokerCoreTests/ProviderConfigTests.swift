@@ -342,4 +342,17 @@ import Testing
         let entra = try #require(loaded.clients.first { $0.file.hasSuffix("/entra.conf") })
         #expect(entra.provider?.issuerIsTemplate == true)
     }
+
+    /// docs/providers.md shows each file as it is (without its comment lines).
+    @Test func providersMdShowsTheTestedFiles() throws {
+        let docs = URL(fileURLWithPath: Self.examples).deletingLastPathComponent().deletingLastPathComponent()
+        let page = try String(contentsOf: docs.appendingPathComponent("providers.md"), encoding: .utf8)
+        let files = try FileManager.default.contentsOfDirectory(atPath: Self.examples).filter { $0.hasSuffix(".conf") }
+        #expect(!files.isEmpty)
+        for name in files {
+            let text = try String(contentsOfFile: Self.examples + "/" + name, encoding: .utf8)
+            let body = text.split(separator: "\n").filter { !$0.hasPrefix("#") }.joined(separator: "\n")
+            #expect(page.contains("```ini\n" + body + "\n```"), "\(name)")
+        }
+    }
 }
