@@ -29,6 +29,8 @@ let package = Package(
         cLibrary("CGIO", pkgConfig: "gio-2.0", apt: ["libglib2.0-dev"]),
         cLibrary("CMicroHTTPD", pkgConfig: "libmicrohttpd", apt: ["libmicrohttpd-dev"]),
         cLibrary("CJansson", pkgConfig: "jansson", apt: ["libjansson-dev"]),
+        // The CLI's terminal QR code of a device sign-in's address.
+        cLibrary("CQRencode", pkgConfig: "libqrencode", apt: ["libqrencode-dev"]),
         // glibc's <malloc.h> (malloc_trim); part of libc, nothing to install.
         .systemLibrary(name: "CMalloc", path: "Sources/CMalloc"),
 
@@ -90,7 +92,8 @@ let package = Package(
         .executableTarget(
             name: "browser-login",
             dependencies: [
-                "BrokerRPC", "BrowserLoginAPI", "BrowserLoginProtocol", "CommandLineKit", "DesktopEntry", "SystemSupport",
+                "BrokerRPC", "BrowserLoginAPI", "BrowserLoginProtocol", "CommandLineKit", "CQRencode", "DesktopEntry",
+                "SystemSupport",
             ]),
 
         // Shared by the tests and the benchmarks: temporary directories, processes, private keyrings, and the
@@ -122,7 +125,9 @@ let package = Package(
         .testTarget(name: "JOSETests", dependencies: ["BrokerJOSE", "BrowserLoginProtocol", "CCrypto"]),
         .testTarget(
             name: "LoopbackTests", dependencies: ["BrokerLoopback", "BrowserLoginTestSupport", "BrowserLoginTestTraits"]),
-        .testTarget(name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrowserLoginProtocol"]),
+        // BrokerSystem: the documented client files (docs/examples/clients) are read with GKeyFile as the daemon reads them.
+        .testTarget(
+            name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrokerSystem", "BrowserLoginProtocol"]),
         .testTarget(
             name: "BrokerTests", dependencies: ["Broker", "BrokerCore", "BrokerVault", "BrokerRPC", "BrokerTestDoubles"]),
         .testTarget(

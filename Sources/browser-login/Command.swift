@@ -74,6 +74,7 @@ func describe(_ error: RPCError) -> String {
     var text = error.message
     if let code = error.applicationCode { text = "\(code): \(text)" }
     if let server = error.data?["serverCode"]?.stringValue { text += " [server: \(server)]" }
+    if let provider = error.data?["providerError"]?.stringValue { text += " [provider: \(provider)]" }
     if let attempt = error.data?["attemptId"]?.stringValue { text += " (attempt \(attempt))" }
     return text
 }
@@ -82,9 +83,10 @@ func exitCode(_ error: RPCError) -> Exit {
     guard let code = error.applicationCode else { return error.code == .invalidParams ? .usage : .software }
     switch BrokerErrorCode(rawValue: code) {
     case .clientUnknown?, .attemptUnknown?: return .noInput
-    case .callbackInvalid?, .callbackMismatch?, .issuerMismatch?: return .dataError
-    case .serverUnreachable?, .vaultLocked?, .exchangeUncertain?, .waitTimeout?, .busy?: return .tempFail
-    case .vaultUnavailable?, .browserFailed?: return .unavailable
+    case .callbackInvalid?, .callbackMismatch?, .issuerMismatch?, .idTokenInvalid?: return .dataError
+    case .serverUnreachable?, .providerUnreachable?, .vaultLocked?, .exchangeUncertain?, .waitTimeout?, .busy?:
+        return .tempFail
+    case .vaultUnavailable?, .browserFailed?, .deviceFlowUnsupported?: return .unavailable
     case .clientForbidden?: return .noPermission
     default: return .failure
     }

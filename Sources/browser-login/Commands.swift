@@ -82,6 +82,10 @@ func nextStep(_ a: AttemptView) -> String {
     let id = a.attemptId
     switch a.state {
     case .waiting:
+        if let device = a.device {
+            return
+                "open \(device.verificationUri) and enter the code \(device.userCode), or 'browser-login cancel \(id)'"
+        }
         if a.serverState == "authorized" {
             return
                 "signed in at the server but the callback never arrived: check the URL handler (browser-login doctor), then 'browser-login resume \(id)'"
@@ -184,17 +188,31 @@ let subcommands: [Subcommand] = [
         "start", summary: "sign a client in through the browser", arguments: ["CLIENT"],
         options: [
             noBrowser, .flag("ephemeral", "use the client's private-session browser (PrivateBrowser=)"),
-            .flag("switch-account", "sign the current account out first"), .flag("json", "print the attempt as JSON"),
+            .flag("switch-account", "sign the current account out first"),
+            .flag(
+                "device",
+                "sign in on another device (phone, laptop): print an address and a code, then wait (OAuth 2.0 and OpenID Connect clients)"
+            ),
+            .flag("json", "print the attempt as JSON (and do not wait)"),
         ],
         help: """
             Starts a sign-in for CLIENT and opens the browser on the login page.
             If the client already has a waiting attempt, that attempt is reopened.
+
+            With --device (or for a client whose file says Flow=device), nothing
+            opens here: the broker asks the provider for a code, and the command
+            prints "To sign in, open ADDRESS and enter the code CODE", with a QR
+            code of the address when the output is a terminal, then waits until
+            the sign-in is finished, refused or expired. This is the way in over
+            SSH or on a machine without a browser (RFC 8628; docs/providers.md).
             """,
         run: { args, rpc in
             let client = try rpc.make()
+            let device = args.has("device")
             let params = LoginStartParams(
-                client: args.positionals[0], ephemeral: args.has("ephemeral"), openBrowser: !args.has("no-browser"),
-                switchAccount: args.has("switch-account"))
+                client: args.positionals[0], ephemeral: args.has("ephemeral"),
+                openBrowser: !args.has("no-browser") && !device, switchAccount: args.has("switch-account"),
+                flow: device ? "device" : nil)
             let answer: JSONValue
             do {
                 answer = try client.call(RPCMethod.loginStart.rawValue, params: try JSONValue(encoding: params))
@@ -212,6 +230,9 @@ let subcommands: [Subcommand] = [
                 throw CLIError(describe(error), exitCode(error))
             } catch let error as RPCClientError {
                 throw CLIError("the broker connection failed: \(error)", .unavailable)
+            }
+            if !args.has("json"), let attempt: AttemptView = try? decode(answer), let shown = attempt.device {
+                return try waitForDeviceSignIn(client, attempt: attempt, device: shown)
             }
             return try printStarted(answer, args)
         }),
@@ -253,13 +274,33 @@ let subcommands: [Subcommand] = [
         run: oneArgumentCall(.sessionGet, params: { ClientParams(client: $0) }, describe: describeSession)),
     Subcommand(
         "sign-out", summary: "sign a client out", arguments: ["CLIENT"], options: [json],
-        help:
-            "Signs CLIENT out: the session is removed at once and revoked at the server\n(later, if the server is down).",
-        run: oneArgumentCall(.sessionSignOut, params: { ClientParams(client: $0) }, describe: describeSession)
-    ),
+        help: """
+            Signs CLIENT out: the session is removed at once and revoked at the server
+            (later, if the server is down). A provider without a revocation endpoint
+            (GitHub, Entra) cannot be told: the tokens are forgotten here, and the
+            provider's own sign-out page ends the browser session there.
+            """,
+        run: { args, rpc in
+            let answer = try call(try rpc.make(), .sessionSignOut, ClientParams(client: args.positionals[0]))
+            if args.has("json") {
+                printJSON(answer)
+                return .ok
+            }
+            print(describeSession(try decode(answer)))
+            if answer["revokedAtServer"]?.boolValue == false {
+                print(
+                    "the provider has no revocation endpoint: its tokens are forgotten here but were not revoked there; to end your browser session with the provider too, use the provider's own sign-out page"
+                )
+            }
+            return .ok
+        }),
     Subcommand(
         "clients", summary: "list the configured clients", options: [json],
-        help: "Lists the clients the broker has configured (from clients.d/*.conf).",
+        help: """
+            Lists the clients the broker has configured (from clients.d/*.conf): each
+            one's protocol (browser-login, oidc or oauth2), its server or issuer, and
+            its redirect (a custom scheme, or a loopback http://127.0.0.1/… address).
+            """,
         run: { args, rpc in
             let answer = try call(try rpc.make(), .clientsList)
             if args.has("json") {
@@ -271,8 +312,11 @@ let subcommands: [Subcommand] = [
                 print("no clients are configured; add a file to ~/.config/browser-login/clients.d/ (see browser-login(1))")
                 return .ok
             }
-            var rows = [["ID", "APP", "SERVER", "RETURN URL", "POLICY"]]
-            for c in list { rows.append([c.id, c.appName, c.server, c.returnUrl, c.policy]) }
+            var rows = [["ID", "APP", "PROTOCOL", "SERVER", "REDIRECT", "POLICY"]]
+            for (c, raw) in zip(list, answer.arrayValue ?? []) {
+                let kind = raw["protocol"]?.stringValue ?? "browser-login"
+                rows.append([c.id, c.appName, kind, c.server, c.returnUrl, c.policy])
+            }
             print(table(rows))
             return .ok
         }),

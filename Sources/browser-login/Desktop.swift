@@ -21,10 +21,14 @@ func brokerExecutable(_ env: [String: String]) -> String? {
     return Subprocess.findProgram("browser-login-broker", environment: env)
 }
 
-/// The schemes of the broker's clients (the scheme of each `returnUrl`).
+/// The schemes of the broker's clients (the scheme of each `returnUrl`). A
+/// loopback redirect (`http://127.0.0.1/…`, docs/providers.md) needs no URL
+/// handler: the broker listens for it itself.
 func clientSchemes(_ client: RPCClient) throws -> [(client: String, scheme: String)] {
     let list: [ClientSummary] = try decode(try call(client, .clientsList))
-    return list.compactMap { c in DesktopEntry.scheme(ofURL: c.returnUrl).map { (c.id, $0) } }
+    return list.compactMap { c in
+        DesktopEntry.scheme(ofURL: c.returnUrl).flatMap { $0 == "http" || $0 == "https" ? nil : (c.id, $0) }
+    }
 }
 
 let installHandlerCommand = Subcommand(
@@ -213,7 +217,17 @@ func doctorFindings(socketOption: String?) -> [Finding] {
             for r in list {
                 let client = r["client"] as? String ?? "?"
                 let server = r["server"] as? String ?? "?"
-                if r["ok"] as? Bool == true {
+                let file = r["file"] as? String ?? "the client file"
+                if let kind = r["protocol"] as? String, kind != "browser-login" {
+                    // An OAuth 2.0 / OpenID Connect provider: its metadata (docs/providers.md).
+                    if r["ok"] as? Bool == true {
+                        pass("server:\(client)", "\(server) publishes its \(kind) metadata")
+                    } else {
+                        fail(
+                            "server:\(client)", "\(server): \(r["problem"] as? String ?? "no answer")",
+                            fix: "check Issuer= (and the *Endpoint keys) in \(file); see docs/providers.md")
+                    }
+                } else if r["ok"] as? Bool == true {
                     pass("server:\(client)", "\(server) speaks the protocol")
                 } else {
                     fail(
@@ -235,8 +249,9 @@ let doctorCommand = Subcommand(
         Checks, in order: the broker's socket and daemon; the session bus; the
         Secret Service (present, and unlocked for the broker); the client files;
         the URL handler of each client's scheme (desktop file and xdg-mime
-        default); each login server's reachability (it must answer a status
-        request with a protocol error). Each problem is printed with the exact
+        default; not for loopback redirects, which need none); each login
+        server's reachability (it must answer a status request with a protocol
+        error), or each OAuth 2.0 / OpenID Connect provider's metadata. Each problem is printed with the exact
         command that fixes it. Exit status 0 when everything is right, 1 otherwise.
         """,
     run: { args, rpc in

@@ -14,9 +14,9 @@ let program = Command(
     ],
     description: "Commands:\n" + Command.table(subcommands.map { ($0.name, $0.command.summary) }),
     epilogue: """
-        Exit status follows sysexits(3): 0 ok, 64 usage, 65 bad callback, 66 unknown
-        client or attempt, 69 broker or keyring unavailable, 75 try again later,
-        77 not allowed, 1 refused.
+        Exit status follows sysexits(3): 0 ok, 64 usage, 65 bad callback, issuer or
+        ID token, 66 unknown client or attempt, 69 broker, keyring, browser or
+        device flow unavailable, 75 try again later, 77 not allowed, 1 refused.
         """,
     synopsis: "browser-login [--socket PATH] COMMAND [ARGS]\n       browser-login COMMAND --help",
     title: "browser-login — talk to the browser-login broker", optionsTitle: "Options:", stopsAtArgument: true)
