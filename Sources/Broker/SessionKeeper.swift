@@ -159,7 +159,7 @@ final class SessionKeeper {
     /// successor). The new pair is in the vault before either token is used.
     nonisolated(nonsending) func refreshNow(_ clientId: String, current: SessionSecrets) async throws -> SessionSecrets {
         let server = servers[clientId]!
-        guard let token = current.session.refreshToken else {
+        guard current.session.refreshToken != nil else {
             // A provider that gave no refresh token: the session ends with its access token.
             try await end(clientId, status: .expired, reason: "TOKEN_EXPIRED")
             throw BrokerError(.notSignedIn, "the session's access token expired and cannot be refreshed; sign in again")
