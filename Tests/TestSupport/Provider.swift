@@ -32,7 +32,8 @@ public final class TestProvider: Sendable {
     public static var virtualEnvironment: String {
         let env = ProcessInfo.processInfo.environment
         if let venv = env["BL_PROVIDER_VENV"], !venv.isEmpty { return venv }
-        return (env["HOME"] ?? "/root") + "/.cache/browser-login/provider-venv"
+        let home = env["HOME"] ?? getpwuid(getuid()).map { String(cString: $0.pointee.pw_dir) } ?? "/"
+        return home + "/.cache/browser-login/provider-venv"
     }
 
     /// `scripts/provider install` has run (its interpreter and its record of the installed versions are there).
