@@ -99,11 +99,15 @@ let package = Package(
         // Shared by the tests and the benchmarks: temporary directories, processes, private keyrings, and the
         // harness that runs the real daemon, server and CLI (Tests/TestSupport).
         .target(
-            name: "BrowserLoginTestSupport", dependencies: ["BrokerRPC", "ScriptedBrowser", "SystemSupport"],
+            name: "BrowserLoginTestSupport", dependencies: ["BrokerRPC", "CurlSupport", "ScriptedBrowser", "SystemSupport"],
             path: "Tests/TestSupport"),
         // The swift-testing trait that runs a blocking test on a thread of its own (tests only: imports Testing).
         .target(name: "BrowserLoginTestTraits", dependencies: ["BrowserLoginTestSupport"], path: "Tests/TestTraits"),
         .testTarget(name: "BrowserLoginProtocolTests", dependencies: ["BrowserLoginProtocol"]),
+        // The test provider (django-oauth-toolkit, Tests/Provider) end to end, without the broker.
+        .testTarget(
+            name: "ProviderTests",
+            dependencies: ["BrokerRPC", "BrowserLoginProtocol", "BrowserLoginTestSupport", "BrowserLoginTestTraits"]),
         .testTarget(name: "SystemSupportTests", dependencies: ["SystemSupport", "CurlSupport"]),
         .testTarget(name: "BrokerRPCTests", dependencies: ["BrokerRPC", "BrowserLoginTestSupport", "BrowserLoginTestTraits"]),
         .testTarget(name: "BrowserLoginAPITests", dependencies: ["BrowserLoginAPI", "BrowserLoginProtocol"]),
