@@ -233,7 +233,7 @@ import Testing
         #expect(status.state == .completed && status.receipt == issued.receipt)
         // Expiring the attempt did not expire the session.
         #expect(try server.get(server.base + "/native/session", headers: bearer(issued.session.accessToken)).status == 200)
-        let refreshed = try server.native("/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken)"}"#)
+        let refreshed = try server.native("/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken!)"}"#)
         #expect(refreshed.status == 200)
         server.time.advance(3_600_000)
         expectError(try attempt.status(server), .attemptUnknown)
@@ -290,7 +290,7 @@ import Testing
         server.time.advance(3_000_000)
         expectError(try server.get(url, headers: bearer(issued.session.accessToken)), .sessionExpired)
         expectError(
-            try server.native("/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken)"}"#), .sessionExpired)
+            try server.native("/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken!)"}"#), .sessionExpired)
     }
 
     @Test func refreshRotatesWithAGraceWindow() throws {
@@ -322,11 +322,11 @@ import Testing
     @Test func thePredecessorAfterTheWindowRevokes() throws {
         let server = try TestServer { $0.sessionLifetimeMillis = 3_600_000 }
         let (_, issued) = try login(server)
-        let first = try server.native("/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken)"}"#)
+        let first = try server.native("/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken!)"}"#)
             .decode(RefreshResponse.self)
         server.time.advance(60_000)
         expectError(
-            try server.native("/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken)"}"#), .sessionRevoked)
+            try server.native("/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken!)"}"#), .sessionRevoked)
         expectError(try server.native("/sessions/refresh", #"{"refreshToken":"\#(first.refreshToken)"}"#), .sessionRevoked)
     }
 
@@ -334,7 +334,7 @@ import Testing
         let server = try TestServer { $0.sessionLifetimeMillis = 900_000 }
         let (_, issued) = try login(server)
         server.time.advance(600_000)
-        let r = try server.native("/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken)"}"#)
+        let r = try server.native("/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken!)"}"#)
             .decode(RefreshResponse.self)
         #expect(r.accessTokenExpiresAt == issued.session.expiresAt)
     }
@@ -382,7 +382,7 @@ import Testing
         expectError(try server.get(server.base + "/native/session", headers: token), .authUserDisabled)
         expectError(try server.get(server.origin + "/api/me", headers: token), .authUserDisabled)
         expectError(
-            try server.native("/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken)"}"#), .authUserDisabled)
+            try server.native("/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken!)"}"#), .authUserDisabled)
         #expect(throws: ScriptedBrowserError.self) { try browser.currentSession() }
         let fresh = try server.browser()
         #expect((try? fresh.verifySignIn(email: email, code: "000000")) == nil)

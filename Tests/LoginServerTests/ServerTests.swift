@@ -33,7 +33,7 @@ import Testing
         server.time.advance(600_000)
         let token = bearer(issued.session.accessToken)
         expectError(try RawHTTP.postJSON(server.origin + "/api/notes", #"{"text":"lost"}"#, headers: token), .tokenExpired)
-        let fresh = try server.native("/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken)"}"#)
+        let fresh = try server.native("/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken!)"}"#)
             .decode(RefreshResponse.self)
         #expect(
             try server.get(server.origin + "/api/notes", headers: bearer(fresh.accessToken)).decode(NotesResponse.self).notes
@@ -117,7 +117,7 @@ import Testing
         let otp = try #require(OutboxMailSender.latestCode(in: server.outbox, to: email))
         let code = try code(of: callback, attempt: attempt, issuer: server.origin)
         let issued = try attempt.exchange(server, code: code).decode(ExchangeResponse.self)
-        let refreshed = try server.native("/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken)"}"#)
+        let refreshed = try server.native("/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken!)"}"#)
             .decode(RefreshResponse.self)
         _ = try attempt.status(server)
         let logs = CapturedLogs.all
@@ -279,7 +279,7 @@ import Testing
         _ = try RawHTTP.postJSON(first + "/api/notes", #"{"text":"kept"}"#, headers: bearer(issued.session.accessToken))
         let pending = try create()
         let refreshed = try RawHTTP.postJSON(
-            base + "/native/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken)"}"#
+            base + "/native/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken!)"}"#
         )
         .decode(RefreshResponse.self)
         #expect(process!.stop() == 0)
@@ -299,7 +299,7 @@ import Testing
         #expect(try notes.decode(NotesResponse.self).notes.map(\.text) == ["kept"])
         // The grace window and the derived successor survive the restart too.
         let again = try RawHTTP.postJSON(
-            base2 + "/native/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken)"}"#
+            base2 + "/native/sessions/refresh", #"{"refreshToken":"\#(issued.session.refreshToken!)"}"#
         )
         .decode(RefreshResponse.self)
         #expect(again == refreshed)
