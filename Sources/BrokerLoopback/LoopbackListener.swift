@@ -121,7 +121,11 @@ public final class LoopbackListener: Sendable {
         self.port = bound
     }
 
-    /// Stops listening; idempotent. See the type's comment for a delivery in flight.
+    /// Stops listening; idempotent; also on deinit. From outside a delivery it returns once the listening
+    /// socket and every connection are closed and the polling thread has ended (deliveries in flight are
+    /// abandoned: their connections closed unanswered, their pages discarded). From inside a delivery (the
+    /// attempt ends while its callback is handled) it returns at once, and the listener stops as soon as that
+    /// delivery's page has been written. Never waits for `deliver`.
     public func close() { core.close() }
 
     deinit { close() }
@@ -353,7 +357,7 @@ private func queuePage(_ connection: OpaquePointer, _ page: LoopbackPage) -> MHD
     guard let response else { return .NO }
     for (name, value) in pageHeaders { _ = MHD_add_response_header(response, name, value) }
     if page.status == 405 { _ = MHD_add_response_header(response, "Allow", "GET") }
-    let status = (100..<600).contains(page.status) ? UInt32(page.status) : 500
+    let status = (200..<600).contains(page.status) ? UInt32(page.status) : 500
     let result = MHD_queue_response(connection, status, response)
     MHD_destroy_response(response)
     return result
