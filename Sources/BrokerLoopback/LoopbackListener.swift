@@ -39,18 +39,24 @@ public enum LoopbackError: Error, Sendable, Equatable, CustomStringConvertible {
 /// connection lock and nothing else (lock order: ours, then libmicrohttpd's,
 /// everywhere; libmicrohttpd calls the access handler without its lock held,
 /// and the completion callback takes no lock of ours). `deliver` is never
-/// called with a lock held, and nothing waits for it: `close()` does not.
+/// called with a lock held, and `close()` never waits for a delivery.
 ///
-/// `close()` while a delivery is in flight: it marks the listener closed, so
-/// a delivery that returns later is discarded (its task is not cancelled: an
-/// authorization code exchange must not be cut off); it resumes every
-/// connection still waiting for its delivery, which is then closed without an
-/// answer (libmicrohttpd must not be stopped with suspended connections);
-/// pages already delivered are given up to `drainLimit` to be written; then
-/// `MHD_stop_daemon` closes the listening socket and every connection and
-/// joins the polling thread. So the browser sees the page only when
-/// `deliver` returns before `close()` is called: end the attempt's listener
-/// after `deliver` has returned its page, not from inside `deliver`.
+/// `close()` while a delivery is in flight:
+/// - called from inside that delivery (the task that runs `deliver`, or a task
+///   it started: a task-local value tells), as when the broker ends the
+///   attempt while handling the callback: `close()` returns at once, nothing
+///   new is delivered, other deliveries in flight are abandoned (below), and
+///   the listener stops as soon as this delivery's page has been written (by
+///   the task that ran `deliver`, after it returns). So the browser gets its
+///   page. Until then the port stays bound; a later `close()` changes nothing.
+/// - called from anywhere else: the deliveries in flight are abandoned: their
+///   connections are resumed (libmicrohttpd must not be stopped with suspended
+///   connections) and closed without an answer, and their pages, when
+///   `deliver` returns, are discarded (the tasks are not cancelled: a code
+///   exchange must not be cut off). Pages already delivered get up to
+///   `drainLimit` to be written; then `MHD_stop_daemon` closes the listening
+///   socket and every connection and joins the polling thread, and `close()`
+///   returns.
 public final class LoopbackListener: Sendable {
     /// At most this many bytes per request: request line, headers and
     /// libmicrohttpd's bookkeeping (a redirect's URL is well under it).
@@ -58,13 +64,8 @@ public final class LoopbackListener: Sendable {
     /// Connections at once, and from one address (browsers open up to 6 to a host).
     static let connectionLimit: UInt32 = 8
     static let perAddressLimit: UInt32 = 6
-    /// How long `close()` lets delivered pages be written before stopping.
-    static let drainLimit: Duration = .seconds(2)
 
     private let core: ListenerCore
-    /// The daemon pointer's bit pattern, 0 once closed. Held while stopping,
-    /// so a second `close()` returns only after the first has finished.
-    private let daemon: Mutex<Int>
     /// The port the listener is bound to (the ephemeral one when asked for 0).
     public let port: UInt16
 
@@ -115,31 +116,23 @@ public final class LoopbackListener: Sendable {
             throw .failed("cannot listen on \(host.urlHost) with IPV6_V6ONLY")
         }
         core.origin.withLock { $0 = "http://\(host.urlHost):\(bound)" }
+        core.daemon.withLock { $0 = Int(bitPattern: started) }
         self.core = core
         self.port = bound
-        self.daemon = Mutex(Int(bitPattern: started))
     }
 
-    /// Stops listening; idempotent. See the type's comment for a delivery in flight.
-    public func close() {
-        daemon.withLock { pointer in
-            guard let running = OpaquePointer(bitPattern: pointer) else { return }
-            pointer = 0
-            core.closeForDeliveries()
-            let clock = ContinuousClock()
-            let deadline = clock.now.advanced(by: Self.drainLimit)
-            while core.unsentPages.load(ordering: .acquiring) > 0, clock.now < deadline {
-                usleep(1000)
-            }
-            MHD_stop_daemon(running)
-        }
-    }
+    /// Stops listening; idempotent; also on deinit. From outside a delivery it returns once the listening
+    /// socket and every connection are closed and the polling thread has ended (deliveries in flight are
+    /// abandoned: their connections closed unanswered, their pages discarded). From inside a delivery (the
+    /// attempt ends while its callback is handled) it returns at once, and the listener stops as soon as that
+    /// delivery's page has been written. Never waits for `deliver`.
+    public func close() { core.close() }
 
     deinit { close() }
 
     /// The listening socket's address and, for IPv6, whether it is IPV6_V6ONLY (for tests).
     package func listeningAddress() -> (address: String, ipv6Only: Bool?)? {
-        daemon.withLock { pointer -> (String, Bool?)? in
+        core.daemon.withLock { pointer -> (String, Bool?)? in
             guard let running = OpaquePointer(bitPattern: pointer) else { return nil }
             let fd = bl_mhd_listen_fd(running)
             var storage = sockaddr_storage()
@@ -161,20 +154,37 @@ public final class LoopbackListener: Sendable {
     }
 }
 
-/// What the C callbacks reach through `cls`: the listener holds it for as long
-/// as the daemon runs, and each delivery task holds it until it has finished.
+/// What the C callbacks reach through `cls`: the listener holds it, and each
+/// delivery task holds it until it has finished; it owns the daemon.
 private final class ListenerCore: Sendable {
+    /// How long stopping lets delivered pages be written.
+    static let drainLimit: Duration = .seconds(2)
+
+    /// Which delivery a task runs for (inherited by the tasks it starts), so
+    /// that `close()` from inside a delivery waits for that delivery's page.
+    @TaskLocal static var currentDelivery: DeliveryMark?
+
+    struct DeliveryMark: Sendable {
+        let core: ObjectIdentifier
+        let id: Int
+    }
+
     let path: [UInt8]
     let deliver: @Sendable (String) async -> LoopbackPage
     /// "http://127.0.0.1:PORT", set once the port is known (before any request can be delivered).
     let origin = Mutex("")
+    /// The daemon pointer's bit pattern, 0 once stopped. Held while stopping,
+    /// so a second `stop()` returns only after the first has finished.
+    let daemon = Mutex(0)
     let state = Mutex(State())
     let nextID = Atomic<Int>(0)
-    /// Pages delivered whose request has not completed yet (`close()` lets them be written).
+    /// Pages delivered whose request has not completed yet (stopping lets them be written).
     let unsentPages = Atomic<Int>(0)
 
     struct State {
         var closed = false
+        /// The delivery after whose page the listener stops (`close()` from inside it).
+        var stopAfter: Int?
         /// Requests whose delivery runs: the suspended connection's bit pattern, by request id.
         var suspended: [Int: Int] = [:]
         /// Pages delivered, waiting for the polling thread, by request id.
@@ -201,21 +211,25 @@ private final class ListenerCore: Sendable {
         }
         guard suspended else { return false }
         let url = origin + String(decoding: target, as: UTF8.self)
+        let mark = DeliveryMark(core: ObjectIdentifier(self), id: id)
         Task {
-            let page = await self.deliver(url)
+            let page = await Self.$currentDelivery.withValue(mark) { await self.deliver(url) }
             self.finish(id, page)
         }
         return true
     }
 
-    /// A delivery returned: store its page and resume its connection, unless the listener was closed.
+    /// A delivery returned: store its page and resume its connection, unless it was abandoned; stop
+    /// the listener after it if `close()` was called from inside it.
     func finish(_ id: Int, _ page: LoopbackPage) {
-        state.withLock { state in
-            guard !state.closed, let connection = state.suspended.removeValue(forKey: id) else { return }
+        let stopNow = state.withLock { state -> Bool in
+            guard let connection = state.suspended.removeValue(forKey: id) else { return false }
             state.answers[id] = page
             unsentPages.add(1, ordering: .releasing)
             MHD_resume_connection(OpaquePointer(bitPattern: connection))
+            return state.stopAfter == id
         }
+        if stopNow { stop() }
     }
 
     /// The page of a resumed request, or nil if it was abandoned by `close()` (polling thread).
@@ -223,12 +237,35 @@ private final class ListenerCore: Sendable {
         state.withLock { $0.answers.removeValue(forKey: id) }
     }
 
-    /// No delivery starts or finishes any more; connections waiting for one are resumed (and closed).
-    func closeForDeliveries() {
-        state.withLock { state in
+    func close() {
+        let inside = Self.currentDelivery.flatMap { $0.core == ObjectIdentifier(self) ? $0.id : nil }
+        let stopNow = state.withLock { state -> Bool in
+            if state.stopAfter != nil { return false }  // already closed from inside a delivery
             state.closed = true
-            for connection in state.suspended.values { MHD_resume_connection(OpaquePointer(bitPattern: connection)) }
-            state.suspended = [:]
+            // Inside a delivery still running: keep it, abandon the others, stop after its page.
+            let keep = inside.flatMap { state.suspended[$0] != nil ? $0 : nil }
+            for (id, connection) in state.suspended where id != keep {
+                MHD_resume_connection(OpaquePointer(bitPattern: connection))
+                state.suspended[id] = nil
+            }
+            state.stopAfter = keep
+            return keep == nil
+        }
+        if stopNow { stop() }
+    }
+
+    /// Lets delivered pages be written (at most `drainLimit`), then stops the daemon: closes the listening
+    /// socket and every connection and joins the polling thread. Never called on the polling thread.
+    private func stop() {
+        daemon.withLock { pointer in
+            guard let running = OpaquePointer(bitPattern: pointer) else { return }
+            pointer = 0
+            let clock = ContinuousClock()
+            let deadline = clock.now.advanced(by: Self.drainLimit)
+            while unsentPages.load(ordering: .acquiring) > 0, clock.now < deadline {
+                usleep(1000)
+            }
+            MHD_stop_daemon(running)
         }
     }
 }
@@ -320,7 +357,7 @@ private func queuePage(_ connection: OpaquePointer, _ page: LoopbackPage) -> MHD
     guard let response else { return .NO }
     for (name, value) in pageHeaders { _ = MHD_add_response_header(response, name, value) }
     if page.status == 405 { _ = MHD_add_response_header(response, "Allow", "GET") }
-    let status = (100..<600).contains(page.status) ? UInt32(page.status) : 500
+    let status = (200..<600).contains(page.status) ? UInt32(page.status) : 500
     let result = MHD_queue_response(connection, status, response)
     MHD_destroy_response(response)
     return result
