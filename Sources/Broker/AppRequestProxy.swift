@@ -99,7 +99,7 @@ struct AppRequestProxy: Sendable {
         else {
             throw InvalidAppRequest(message: "the request URL does not stay on the client's API origin")
         }
-        if client.apiOrigin == client.server,
+        if client.provider == nil, client.apiOrigin == client.server,
             request.path == client.basePath || request.path.hasPrefix(client.basePath + "/")
         {
             throw InvalidAppRequest(
@@ -110,7 +110,9 @@ struct AppRequestProxy: Sendable {
             secrets = try await engine.refreshSession(client.id, current: secrets)
         }
         var response = try await send(request, client: client, url: url, token: secrets.session.accessToken)
-        if response.status == 401, serverCode(response) == .tokenExpired {
+        if response.status == 401,
+            client.provider == nil ? serverCode(response) == .tokenExpired : Self.saysInvalidToken(response)
+        {
             // The request was not processed: refresh and send it once more.
             secrets = try await engine.refreshSession(client.id, current: secrets)
             response = try await send(request, client: client, url: url, token: secrets.session.accessToken)
@@ -153,6 +155,16 @@ struct AppRequestProxy: Sendable {
             case .invalidRequest(let m):
                 throw InvalidAppRequest(message: "the request could not be built: \(m)")
             }
+        }
+    }
+
+    /// RFC 6750 §3: a `401` whose `Bearer` challenge says `error="invalid_token"`
+    /// (an expired or revoked access token at a standard provider's API).
+    static func saysInvalidToken(_ response: HTTPResponse) -> Bool {
+        response.headers.contains { header in
+            guard header.name.lowercased() == "www-authenticate" else { return false }
+            let value = header.value.lowercased()
+            return value.hasPrefix("bearer") && value.contains("error=\"invalid_token\"")
         }
     }
 

@@ -193,7 +193,9 @@ extension BrokerEngine {
                         &record, .providerFailed,
                         error: AttemptError(
                             code: BrokerErrorCode.busy.rawValue,
-                            message: "after a restart the sign-in's redirect port \(port) was taken by another program; sign in again"))
+                            message:
+                                "after a restart the sign-in's redirect port \(port) was taken by another program; sign in again")
+                    )
                     try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
                 }
             } else if let secrets = try? await attemptSecrets(record), secrets.deviceCode != nil {

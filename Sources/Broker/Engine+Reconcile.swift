@@ -328,7 +328,8 @@ extension BrokerEngine {
                 &record, .providerFailed,
                 error: AttemptError(
                     code: BrokerErrorCode.exchangeUncertain.rawValue,
-                    message: "the exchange got no definite answer (\(message.split(separator: ";").first ?? "")); a code is never sent twice, so sign in again"
+                    message:
+                        "the exchange got no definite answer (\(message.split(separator: ";").first ?? "")); a code is never sent twice, so sign in again"
                 ))
             return
         }

@@ -1,0 +1,86 @@
+import BrokerRPC
+import BrowserLoginProtocol
+import BrowserLoginTestSupport
+import Foundation
+import Testing
+
+/// A broker with three clients of one provider: OpenID Connect over a
+/// loopback redirect, over a private-use scheme, and a device sign-in.
+final class ProviderWorld {
+    let h: Harness
+    let provider: TestProvider
+
+    init(accessTokenTTL: Int = 300, extra: String = "") throws {
+        h = try Harness()
+        provider = try TestProvider.start(in: h.dir + "/provider", accessTokenTTL: accessTokenTTL)
+        let issuer = provider.issuer
+        writeClient(
+            "chat.conf",
+            """
+            Id=com.example.chat
+            AppName=Example Chat
+            Protocol=oidc
+            Issuer=\(issuer)
+            ClientId=chat-desktop
+            Scopes=openid email profile
+            ReturnUrl=http://127.0.0.1/callback
+            ApiOrigin=\(provider.baseURL)
+            \(extra)
+            """)
+        writeClient(
+            "chat-scheme.conf",
+            """
+            Id=com.example.chatscheme
+            AppName=Example Chat (scheme)
+            Protocol=oidc
+            Issuer=\(issuer)
+            ClientId=chat-desktop
+            Scopes=openid email profile
+            ReturnUrl=com.example.chat:/callback
+            ApiOrigin=\(provider.baseURL)
+            """)
+        writeClient(
+            "chat-device.conf",
+            """
+            Id=com.example.chatdevice
+            AppName=Example Chat (device)
+            Protocol=oidc
+            Issuer=\(issuer)
+            ClientId=chat-device
+            Scopes=openid email profile
+            ReturnUrl=http://127.0.0.1/callback
+            ApiOrigin=\(provider.baseURL)
+            DeviceAuthorizationEndpoint=\(issuer)/device-authorization/
+            Flow=device
+            """)
+        try h.startBroker()
+    }
+
+    deinit { provider.stop() }
+
+    func writeClient(_ file: String, _ body: String) {
+        _ = FileManager.default.createFile(
+            atPath: h.dir + "/config/browser-login/clients.d/" + file, contents: Data(("[Client]\n" + body).utf8))
+    }
+
+    /// Starts a browser sign-in and answers the attempt and its authorize URL.
+    func start(_ client: String = "com.example.chat") throws -> (attempt: JSONValue, url: String) {
+        let attempt = try h.rpc().call("login.start", params: ["client": .string(client), "openBrowser": false])
+        return (attempt, try #require(attempt["authorizeUrl"]?.stringValue))
+    }
+
+    /// A complete sign-in over the loopback redirect: the scripted
+    /// browser signs in at the provider and follows the redirect to the
+    /// broker's listener.
+    @discardableResult
+    func signIn(_ client: String = "com.example.chat") throws -> JSONValue {
+        let (attempt, url) = try start(client)
+        let delivered = try provider.authorizeDelivering(url, deliver: true)
+        #expect(delivered.deliveryStatus?.contains("200") == true, "the loopback page: \(delivered)")
+        return attempt
+    }
+
+    func session(_ client: String = "com.example.chat") throws -> JSONValue {
+        try h.rpc().call("session.get", params: ["client": .string(client)])
+    }
+}
