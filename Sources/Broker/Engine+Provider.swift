@@ -437,6 +437,9 @@ extension BrokerEngine {
             throw error.brokerError.with(attemptId: id)
         }
         try attempts.commit(&record, .created) {
+            // A key like a browser attempt's, so that its follow-ups (the
+            // removal of its device code once it ends) run the same way.
+            $0.serverAttemptId = "dv_" + Crypto.digest(authorization.deviceCode)
             $0.expiresAt = self.now().adding(milliseconds: Int64(max(authorization.expiresIn, 1)) * 1000)
         }
         logger.info("device sign-in created", ["attempt.id": id, "client": client.id])
