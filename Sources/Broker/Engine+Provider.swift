@@ -404,6 +404,13 @@ extension BrokerEngine {
     // MARK: - The device authorization grant
 
     func startDevice(_ client: ClientConfig, signIn: OAuthSignIn) async throws -> AttemptView {
+        // Refused before any attempt exists when the provider has no device endpoint.
+        do throws(ProviderError) {
+            let metadata = try await signIn.provider.metadata()
+            if metadata.deviceAuthorizationEndpoint == nil && signIn.settings.endpoints.deviceAuthorization == nil {
+                throw ProviderError.noDeviceEndpoint
+            }
+        } catch { throw error.brokerError() }
         let id = "at_" + (try Crypto.randomToken(bytes: 12))
         var record = AttemptRecord(
             id: id, client: client.id, state: .starting, returnURL: "", issuer: signIn.settings.issuer,
