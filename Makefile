@@ -10,7 +10,7 @@ BINDIR_SRC ?=
 PROGRAMS = browser-login browser-login-broker browser-login-server
 SUBST = sed -e 's|@bindir@|$(BINDIR)|g'
 
-.PHONY: build test sanitize demo e2e-browser clean install uninstall
+.PHONY: build test sanitize demo demo-provider e2e-browser clean install uninstall
 
 build:
 	scripts/install-deps
@@ -32,6 +32,11 @@ demo:
 
 e2e-browser:
 	scripts/demo --real-browser
+
+# The same API over a standard OpenID provider (django-oauth-toolkit from PyPI):
+# a loopback-redirect sign-in and a device sign-in (docs/providers.md).
+demo-provider:
+	scripts/demo-provider
 
 install:
 	@if [ -z "$(BINDIR_SRC)" ]; then $(MAKE) build; fi

@@ -4,6 +4,7 @@ broker's Unix socket. Standard library only.
 
     python3 rpc_client.py CLIENT_ID            # show the session
     python3 rpc_client.py CLIENT_ID --me       # GET /api/me through http.request
+    python3 rpc_client.py CLIENT_ID --get PATH # one GET of PATH through http.request
 """
 import itertools
 import json
@@ -53,6 +54,10 @@ def main():
     broker = Broker()
     session = broker.call("session.get", client=client)
     print(json.dumps(session, sort_keys=True))
+    if "--get" in sys.argv:
+        path = sys.argv[sys.argv.index("--get") + 1]
+        answer = broker.call("http.request", client=client, method="GET", path=path)
+        print(answer["status"], answer.get("body", ""))
     if "--me" in sys.argv:
         answer = broker.call("http.request", client=client, method="GET", path="/api/me")
         print(answer["status"], answer.get("body", ""))
