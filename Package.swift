@@ -8,7 +8,7 @@ func cLibrary(_ name: String, pkgConfig: String, apt: [String]) -> Target {
 }
 
 /// The libFuzzer targets (Tests/Fuzz/fuzz-<name>, corpus in Tests/Fuzz/corpus/<name>).
-let fuzzers = ["strict-json", "rpc-framing", "rpc-message", "callback", "client-file", "server-request"]
+let fuzzers = ["strict-json", "rpc-framing", "rpc-message", "callback", "client-file", "server-request", "jose"]
 
 let package = Package(
     name: "browser-login",
@@ -171,7 +171,7 @@ let package = Package(
         .systemLibrary(name: "CFuzzerDriver", path: "Tests/Fuzz/CFuzzerDriver"),
         .target(
             name: "FuzzTargets",
-            dependencies: ["BrowserLoginProtocol", "BrokerRPC", "BrokerSystem", "LoginServer", "CFuzzerDriver"],
+            dependencies: ["BrowserLoginProtocol", "BrokerJOSE", "BrokerRPC", "BrokerSystem", "LoginServer", "CFuzzerDriver"],
             path: "Tests/Fuzz/FuzzTargets"
         ),
         .testTarget(name: "FuzzRegressionTests", dependencies: ["FuzzTargets", "BrokerRPC", "BrokerSystem"]),

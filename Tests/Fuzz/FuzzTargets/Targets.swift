@@ -1,3 +1,4 @@
+import BrokerJOSE
 import BrokerRPC
 import BrokerSystem
 import BrowserLoginProtocol
@@ -14,7 +15,7 @@ public enum FuzzTargets {
     }
 
     public static let all: [Target] = [
-        strictJSON, rpcFraming, rpcMessage, callbackURL, clientFile, serverRequest,
+        strictJSON, rpcFraming, rpcMessage, callbackURL, clientFile, serverRequest, jose,
     ]
 
     public static func named(_ name: String) -> Target? { all.first { $0.name == name } }
@@ -100,6 +101,12 @@ public enum FuzzTargets {
                 fuzzCheck(again == callback, "\(text) rebuilt as \(rebuilt) parses differently")
             }
         }
+        // A standard provider's callback (docs/providers.md): what parses names a state and one outcome.
+        if let callback = try? ProviderCallback(parsing: text) {
+            fuzzCheck(!callback.state.isEmpty, "\(text) parsed without a state")
+            fuzzCheck(callback.target.query == nil, "\(text) kept its query in the target")
+        }
+        _ = ProviderCallback.isProviderCallback(text)
         if let returnURL = try? ReturnURL(text) {
             fuzzCheck(URLParts(splitting: text).map(returnURL.matches) == true, "\(text) does not match itself")
         }
@@ -114,4 +121,18 @@ public enum FuzzTargets {
 
     /// The reference server's request handling: see `ServerRequestFuzzing`.
     public static let serverRequest = Target(name: "server-request") { bytes in ServerRequestFuzzing.run(bytes) }
+
+    /// A provider's key set and ID tokens (docs/providers.md): any bytes as a
+    /// JWKS, and as a token verified against it and against an empty set.
+    /// Property: nothing verifies without a usable key.
+    public static let jose = Target(name: "jose") { bytes in
+        let keys = try? JWKSet(json: bytes)
+        let text = String(decoding: bytes, as: UTF8.self)
+        _ = try? IDToken.header(text)
+        let expect = IDTokenExpectations(issuer: "https://id.example.com", clientId: "c", nonce: "n", now: 1_800_000_000)
+        if let empty = try? JWKSet(json: Array(#"{"keys":[]}"#.utf8)) {
+            fuzzCheck((try? IDToken.verify(text, keys: empty, expect: expect)) == nil, "a token verified with no key")
+        }
+        if let keys { _ = try? IDToken.verify(text, keys: keys, expect: expect) }
+    }
 }
