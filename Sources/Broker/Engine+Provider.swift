@@ -240,10 +240,17 @@ extension BrokerEngine {
         }
         let client = try client(record.client)
         guard let signIn = oauth(client.id) else { throw BrokerError.clientUnknown(client.id) }
-        let secrets = try await attemptSecrets(record)
-        guard let state = secrets.state, Crypto.constantTimeEquals(state, callback.state) else {
-            throw BrokerError(
-                .callbackMismatch, "the callback's state is not its attempt's; nothing was changed", attemptId: record.id)
+        // The lookup by digest found the attempt; while it can still take a
+        // callback, its state is also compared with the vault's in constant time.
+        // (An ended attempt's proofs may be gone: it answers as it is, below.)
+        var secrets = AttemptSecrets(codeVerifier: "", recoveryKey: "")
+        if record.state == .waiting || record.state == .exchanging {
+            secrets = try await attemptSecrets(record)
+            guard let state = secrets.state, Crypto.constantTimeEquals(state, callback.state) else {
+                throw BrokerError(
+                    .callbackMismatch, "the callback's state is not its attempt's; nothing was changed",
+                    attemptId: record.id)
+            }
         }
         let metadata = try? await signIn.provider.metadata()
         if let issuer = callback.issuer {

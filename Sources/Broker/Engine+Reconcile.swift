@@ -330,7 +330,8 @@ extension BrokerEngine {
                     code: BrokerErrorCode.exchangeUncertain.rawValue,
                     message:
                         "the exchange got no definite answer (\(message.split(separator: ";").first ?? "")); a code is never sent twice, so sign in again"
-                ))
+                )
+            ) { $0.followUp = .acknowledge }  // which removes its proofs from the keyring
             return
         }
         try attempts.commit(
