@@ -322,15 +322,21 @@ extension BrokerEngine {
         attempts.releaseExchangeWaiter(attemptId, id)
     }
 
-    private func exchange(_ record: inout AttemptRecord, code: String, digest: String) async throws -> AttemptView {
+    /// The attempt is `exchanging` (with the callback's digest) before the
+    /// exchange is sent, and known to be in flight until the caller settles it.
+    func beginExchange(_ record: inout AttemptRecord, digest: String) throws {
         try attempts.commit(&record, .exchangeBegan) {
             $0.callbackDigest = digest
             $0.error = nil
         }
-        let attemptId = record.id
-        attempts.exchangesInFlight.insert(attemptId)
-        defer { attempts.exchangeSettled(attemptId) }
+        attempts.exchangesInFlight.insert(record.id)
         TestFaults.hit("after-exchanging-commit")
+    }
+
+    private func exchange(_ record: inout AttemptRecord, code: String, digest: String) async throws -> AttemptView {
+        try beginExchange(&record, digest: digest)
+        let attemptId = record.id
+        defer { attempts.exchangeSettled(attemptId) }
         let secrets: AttemptSecrets
         do {
             secrets = try await attemptSecrets(record)

@@ -325,14 +325,9 @@ extension BrokerEngine {
     private func exchangeProvider(
         _ record: inout AttemptRecord, code: String, digest: String, secrets: AttemptSecrets, signIn: OAuthSignIn
     ) async throws -> AttemptView {
-        try attempts.commit(&record, .exchangeBegan) {
-            $0.callbackDigest = digest
-            $0.error = nil
-        }
+        try beginExchange(&record, digest: digest)
         let attemptId = record.id
-        attempts.exchangesInFlight.insert(attemptId)
         defer { attempts.exchangeSettled(attemptId) }
-        TestFaults.hit("after-exchanging-commit")
         let tokens: TokenResponse
         do {
             tokens = try await signIn.provider.exchange(

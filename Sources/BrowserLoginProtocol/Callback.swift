@@ -68,19 +68,7 @@ public struct Callback: Sendable, Equatable {
         if parts.hasUserinfo { throw .hasUserinfo }
         guard let query = parts.query else { throw .missingParameter("attempt") }
 
-        var values: [String: String] = [:]
-        let known: Set<String> = ["code", "error", "attempt", "iss"]
-        var seen: Set<String> = []
-        for pair in query.split(separator: "&", omittingEmptySubsequences: false) {
-            let eq = pair.firstIndex(of: "=")
-            guard let name = percentDecode(pair[..<(eq ?? pair.endIndex)]) else { throw .malformed }
-            guard seen.insert(name).inserted else { throw .duplicateParameter(name) }
-            guard known.contains(name) else { continue }
-            guard let value = percentDecode(eq.map { pair[pair.index(after: $0)...] } ?? "") else {
-                throw .invalidParameter(name)
-            }
-            values[name] = value
-        }
+        let values = try Self.parameters(query, known: ["code", "error", "attempt", "iss"])
         func required(_ name: String) throws(CallbackRefusal) -> String {
             guard let value = values[name], !value.isEmpty else { throw .missingParameter(name) }
             return value
@@ -96,6 +84,24 @@ public struct Callback: Sendable, Equatable {
         parts.query = nil
         parts.fragment = nil
         target = parts
+    }
+
+    /// A callback's query: each `known` parameter, decoded. Any parameter
+    /// named twice is refused, unknown ones are skipped.
+    static func parameters(_ query: String, known: Set<String>) throws(CallbackRefusal) -> [String: String] {
+        var values: [String: String] = [:]
+        var seen: Set<String> = []
+        for pair in query.split(separator: "&", omittingEmptySubsequences: false) {
+            let eq = pair.firstIndex(of: "=")
+            guard let name = percentDecode(pair[..<(eq ?? pair.endIndex)]) else { throw .malformed }
+            guard seen.insert(name).inserted else { throw .duplicateParameter(name) }
+            guard known.contains(name) else { continue }
+            guard let value = percentDecode(eq.map { pair[pair.index(after: $0)...] } ?? "") else {
+                throw .invalidParameter(name)
+            }
+            values[name] = value
+        }
+        return values
     }
 
     /// Builds the callback URL a server sends the browser to (§6).

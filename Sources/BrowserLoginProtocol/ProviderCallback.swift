@@ -36,19 +36,7 @@ public struct ProviderCallback: Sendable, Equatable {
         guard var parts = URLParts(splitting: text) else { throw .malformed }
         if parts.hasUserinfo { throw .hasUserinfo }
         guard let query = parts.query else { throw .missingParameter("state") }
-        var values: [String: String] = [:]
-        let known: Set<String> = ["code", "error", "error_description", "state", "iss"]
-        var seen: Set<String> = []
-        for pair in query.split(separator: "&", omittingEmptySubsequences: false) {
-            let eq = pair.firstIndex(of: "=")
-            guard let name = percentDecode(pair[..<(eq ?? pair.endIndex)]) else { throw .malformed }
-            guard seen.insert(name).inserted else { throw .duplicateParameter(name) }
-            guard known.contains(name) else { continue }
-            guard let value = percentDecode(eq.map { pair[pair.index(after: $0)...] } ?? "") else {
-                throw .invalidParameter(name)
-            }
-            values[name] = value
-        }
+        let values = try Callback.parameters(query, known: ["code", "error", "error_description", "state", "iss"])
         func required(_ name: String) throws(CallbackRefusal) -> String {
             guard let value = values[name], !value.isEmpty else { throw .missingParameter(name) }
             return value
