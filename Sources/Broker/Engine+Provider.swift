@@ -240,10 +240,22 @@ extension BrokerEngine {
         }
         let client = try client(record.client)
         guard let signIn = oauth(client.id) else { throw BrokerError.clientUnknown(client.id) }
-        let secrets = try await attemptSecrets(record)
-        guard let state = secrets.state, Crypto.constantTimeEquals(state, callback.state) else {
-            throw BrokerError(
-                .callbackMismatch, "the callback's state is not its attempt's; nothing was changed", attemptId: record.id)
+        // An ended attempt's proofs leave the keyring (at its end, or with its
+        // follow-up), yet a callback delivered again must still be answered
+        // from the attempt and send nothing: its record was found by the
+        // SHA-256 of this very state. An open attempt's proofs must be there.
+        let secrets: AttemptSecrets?
+        if record.state.isTerminal || record.state == .completed {
+            secrets = try? await attemptSecrets(record)
+        } else {
+            secrets = try await attemptSecrets(record)
+        }
+        if let secrets {
+            guard let state = secrets.state, Crypto.constantTimeEquals(state, callback.state) else {
+                throw BrokerError(
+                    .callbackMismatch, "the callback's state is not its attempt's; nothing was changed",
+                    attemptId: record.id)
+            }
         }
         let metadata = try? await signIn.provider.metadata()
         if let issuer = callback.issuer {
@@ -306,7 +318,7 @@ extension BrokerEngine {
                 return result
             }
             try expireIfDue(&record)
-            guard record.state == .waiting else { throw notWaiting(record) }
+            guard record.state == .waiting, let secrets else { throw notWaiting(record) }
             return try await exchangeProvider(&record, code: code, digest: digest, secrets: secrets, signIn: signIn)
         }
     }
