@@ -32,6 +32,11 @@ import Testing
         #expect(CallbackURL.value(genuine, "iss") == percentEncode(world.provider.issuer))
 
         let otherState = (state.first == "A" ? "B" : "A") + String(state.dropFirst())
+        // A waiting attempt of another client of the same provider (a client has one waiting attempt).
+        let (other, otherURL) = try world.start("com.example.chatscheme")
+        #expect(other["attemptId"] != attempt["attemptId"])
+        let otherId = try #require(other["attemptId"]?.stringValue)
+        let otherAttemptState = try #require(CallbackURL.value(otherURL, "state"))
         let otherIssuer = percentEncode("http://127.0.0.1:\(port == 1 ? 2 : 1)/o")
         let refused: [(what: String, url: String, code: String)] = [
             // The state is the attempt's key: another one names no attempt.
@@ -42,6 +47,11 @@ import Testing
                 "the issuer with a trailing slash",
                 CallbackURL.replacing(genuine, "iss", with: percentEncode(world.provider.issuer + "/")),
                 "ISSUER_MISMATCH"
+            ),
+            // Found by its state, but this is not the redirect that attempt sent.
+            (
+                "the state of another attempt", CallbackURL.replacing(genuine, "state", with: otherAttemptState),
+                "CALLBACK_MISMATCH"
             ),
             // DOT's metadata says authorization_response_iss_parameter_supported.
             ("no iss although the provider promises it", CallbackURL.replacing(genuine, "iss", with: nil), "CALLBACK_INVALID"),
@@ -67,6 +77,7 @@ import Testing
             #expect(
                 try errorCode(rpc, "login.finish", ["url": .string(forged.url)]) == forged.code, "\(forged.what)")
             #expect(try attemptState(rpc, id) == "waiting", "after \(forged.what)")
+            #expect(try attemptState(rpc, otherId) == "waiting", "after \(forged.what)")
         }
 
         // The listener itself: another path is not found, another method not
@@ -89,6 +100,42 @@ import Testing
         let finished = try rpc.call("login.finish", params: ["url": .string(genuine)])
         #expect(finished["state"] == "completed")
         #expect(try world.session()["status"] == "signedIn")
+    }
+
+    /// A private-use scheme redirect (RFC 8252 §7.1), delivered by the URL
+    /// handler, is held to the same rules: exactly the attempt's redirect.
+    @Test func aPrivateSchemeCallbackMustBeItsAttemptsRedirect() throws {
+        let world = try ProviderWorld()
+        let rpc = try world.h.rpc()
+        let (attempt, url) = try world.start("com.example.chatscheme")
+        let id = try #require(attempt["attemptId"]?.stringValue)
+        let genuine = try world.provider.authorize(url)
+        #expect(genuine.hasPrefix("com.example.chat:/callback?"))
+        let query = String(genuine.drop { $0 != "?" })
+        let refused: [(what: String, url: String, code: String)] = [
+            ("another path", "com.example.chat:/callback2" + query, "CALLBACK_MISMATCH"),
+            ("an authority", "com.example.chat://callback" + query, "CALLBACK_MISMATCH"),
+            ("a loopback redirect", "http://127.0.0.1:8765/callback" + query, "CALLBACK_MISMATCH"),
+            ("no iss", CallbackURL.replacing(genuine, "iss", with: nil), "CALLBACK_INVALID"),
+            (
+                "another issuer", CallbackURL.replacing(genuine, "iss", with: percentEncode("https://evil.example/o")),
+                "ISSUER_MISMATCH"
+            ),
+        ]
+        for forged in refused {
+            #expect(
+                try errorCode(rpc, "login.finish", ["url": .string(forged.url)]) == forged.code, "\(forged.what)")
+            #expect(try attemptState(rpc, id) == "waiting", "after \(forged.what)")
+        }
+        let finished = try rpc.call("login.finish", params: ["url": .string(genuine)])
+        #expect(finished["state"] == "completed")
+        #expect(try world.session("com.example.chatscheme")["status"] == "signedIn")
+        let tokens = try world.provider.tokenCounts()
+        // Delivered again (a second click on the link): answered, nothing sent.
+        let again = try rpc.call("login.finish", params: ["url": .string(genuine)])
+        #expect(again["state"] == "completed")
+        let after = try world.provider.tokenCounts()
+        #expect(after.access == tokens.access && after.refresh == tokens.refresh)
     }
 
     /// A code is exchanged once: the completing callback delivered again is
@@ -160,6 +207,21 @@ import Testing
         // Ended: the same callback again changes nothing.
         #expect(try errorCode(rpc, "login.finish", ["url": .string(compliant)]) == "ATTEMPT_NOT_WAITING")
         #expect(try world.session()["status"] != "signedIn")
+
+        // Any other error ends the attempt `failed` with the provider's words as plain text.
+        let (next, nextURL) = try world.start()
+        let nextId = try #require(next["attemptId"]?.stringValue)
+        let redirectURI = try #require(CallbackURL.value(nextURL, "redirect_uri")?.removingPercentEncoding)
+        let nextState = try #require(CallbackURL.value(nextURL, "state"))
+        let refusal =
+            "\(redirectURI)?error=invalid_scope&error_description=see%20https%3A%2F%2Fevil.example%2Fhelp&state=\(nextState)&iss=\(percentEncode(world.provider.issuer))"
+        let failure = try rpcFailure(rpc, "login.finish", ["url": .string(refusal)])
+        #expect(failure.applicationCode == "PROVIDER_ERROR")
+        #expect(failure.data?["providerError"] == "invalid_scope")
+        #expect(!failure.message.contains("evil.example"), "\(failure.message)")
+        let nextStatus = try rpc.call("login.status", params: ["attemptId": .string(nextId)])
+        #expect(nextStatus["state"] == "failed")
+        #expect(nextStatus["error"]?["serverCode"] == "invalid_scope")
     }
 
     /// ID tokens that fail OpenID Connect Core §3.1.3.7 behind a proxy in
