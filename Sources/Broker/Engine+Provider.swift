@@ -252,17 +252,21 @@ extension BrokerEngine {
                     attemptId: record.id)
             }
         }
-        let metadata = try? await signIn.provider.metadata()
+        // Fail closed: without the metadata, whether `iss` is promised is unknown.
+        let metadata: ProviderMetadata
+        do { metadata = try await signIn.provider.metadata() } catch {
+            throw error.brokerError(attemptId: record.id)
+        }
         if let issuer = callback.issuer {
             // RFC 9207: the issuer that answered must be the client's.
-            let expected = metadata?.issuer ?? signIn.settings.issuer
+            let expected = metadata.issuer
             guard signIn.settings.issuerIsTemplate || issuer == expected else {
                 throw BrokerError(
                     .issuerMismatch,
                     "the callback's issuer is not this client's provider (\(ProviderError.issuerText(issuer)) instead of \(ProviderError.issuerText(expected))); nothing was changed",
                     attemptId: record.id)
             }
-        } else if metadata?.issParameterSupported == true {
+        } else if metadata.issParameterSupported {
             throw BrokerError(
                 .callbackInvalid,
                 "the callback lacks the 'iss' parameter its provider promises (RFC 9207); nothing was changed",
@@ -313,7 +317,8 @@ extension BrokerEngine {
                 return result
             }
             try expireIfDue(&record)
-            guard record.state == .waiting else { throw notWaiting(record) }
+            // Its proofs were read above while it was open (a waiting attempt cannot have ended meanwhile).
+            guard record.state == .waiting, !secrets.codeVerifier.isEmpty else { throw notWaiting(record) }
             return try await exchangeProvider(&record, code: code, digest: digest, secrets: secrets, signIn: signIn)
         }
     }

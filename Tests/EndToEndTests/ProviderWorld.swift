@@ -10,10 +10,17 @@ final class ProviderWorld {
     let h: Harness
     let provider: TestProvider
 
-    init(accessTokenTTL: Int = 300, extra: String = "") throws {
+    /// `extraAfterStart`: more lines of the `com.example.chat` client file,
+    /// made once the provider runs and before the broker starts (an endpoint
+    /// pointing at a proxy in front of the provider).
+    init(
+        accessTokenTTL: Int = 300, extra: String = "",
+        extraAfterStart: ((Harness, TestProvider) throws -> String)? = nil
+    ) throws {
         h = try Harness()
         provider = try TestProvider.start(in: h.dir + "/provider", accessTokenTTL: accessTokenTTL)
         let issuer = provider.issuer
+        let more = try extraAfterStart?(h, provider) ?? ""
         writeClient(
             "chat.conf",
             """
@@ -26,6 +33,7 @@ final class ProviderWorld {
             ReturnUrl=http://127.0.0.1/callback
             ApiOrigin=\(provider.baseURL)
             \(extra)
+            \(more)
             """)
         writeClient(
             "chat-scheme.conf",
