@@ -200,6 +200,45 @@ import Testing
         // Rotation revoked the old refresh token: exactly one is live.
         #expect(try world.provider.tokenCounts().refresh == 1)
         #expect(try world.session()["status"] == "signedIn")
+
+        // Again with the rotated refresh token (the superseded one would be
+        // refused, and its reuse would revoke the whole family).
+        try waitUntil(30, "the refreshed access token to run out at the provider", interval: 0.25) {
+            try world.provider.apiMe(accessToken: after.access).status == 401
+        }
+        let again = try rpc.call("http.request", params: ["client": "com.example.chat", "method": "GET", "path": "/api/me"])
+        #expect(again["status"] == 200, "\(again)")
+        let third = try world.sessionTokens()
+        #expect(third.refresh != after.refresh && third.refresh != before.refresh)
+        #expect(try world.provider.tokenCounts().refresh == 1)
+        #expect(try world.session()["status"] == "signedIn")
+    }
+
+    /// A `401` with `error="invalid_token"` (RFC 6750 §3.1) long before the
+    /// access token's expiry makes the broker refresh (nothing else would).
+    /// Here the provider forgot the access token, and django-oauth-toolkit
+    /// then refuses its refresh token too (an orphan, Tests/Provider/README.md):
+    /// the refusal ends the session `expired`, `REFRESH_REJECTED`
+    /// (docs/providers.md "Sessions").
+    @Test func a401InvalidTokenRefreshesAndARefusedRefreshEndsTheSession() throws {
+        let world = try ProviderWorld()
+        try world.signIn()
+        let before = try world.sessionTokens()
+        let revoked = try world.provider.post(
+            world.provider.issuer + "/revoke_token/",
+            form: [("token", before.access), ("token_type_hint", "access_token"), ("client_id", "chat-desktop")])
+        #expect(revoked.status == 200, "\(revoked.text)")
+        let refused = try world.provider.apiMe(accessToken: before.access)
+        #expect(refused.status == 401)
+        #expect(refused.wwwAuthenticate?.contains("invalid_token") == true)
+
+        let failure = try rpcFailure(
+            world.h.rpc(), "http.request", ["client": "com.example.chat", "method": "GET", "path": "/api/me"])
+        #expect(failure.message.contains("invalid_grant"), "\(failure)")
+        let session = try world.session()
+        #expect(session["status"] == "expired", "\(session)")
+        #expect(session["reason"] == "REFRESH_REJECTED", "\(session)")
+        #expect(world.h.keyringLookup(["kind": "session", "client": "com.example.chat"]) == nil)
     }
 
     /// `http.request` sends the access token as a Bearer to ApiOrigin only,
@@ -354,7 +393,26 @@ import Testing
         #expect(seen.count > 15)
         #expect(seen.contains { $0.contains("alice@example.com") }, "the API answer was recorded")
 
+        // A device sign-in too: its device code stays in the broker.
+        let deviceAttempt = try rpc.call("login.start", params: ["client": "com.example.chatdevice"])
+        let deviceId = try #require(deviceAttempt["attemptId"]?.stringValue)
+        let deviceItem = try JSONValue.parse(
+            try #require(h.keyringLookup(["kind": "attempt", "client": "com.example.chatdevice", "attempt": deviceId])))
+        let deviceCode = try #require(deviceItem["deviceCode"]?.stringValue)
+        try world.provider.approveDevice(
+            verificationURI: try #require(deviceAttempt["device"]?["verificationUri"]?.stringValue),
+            userCode: try #require(deviceAttempt["device"]?["userCode"]?.stringValue))
+        record("session.wait", ["client": "com.example.chatdevice", "timeoutMs": 30_000])
+        record("login.status", ["attemptId": .string(deviceId)])
+        let deviceTokens = try world.sessionTokens("com.example.chatdevice")
+        record("session.signOut", ["client": "com.example.chatdevice"])
+        while let message = try? watcher.nextMessage(timeout: .milliseconds(500)) {
+            if case .notification(let method, let params) = message { seen.append(method + (params?.jsonText ?? "")) }
+        }
+
         let secrets: [(String, String)] = [
+            ("device code", deviceCode), ("device access token", deviceTokens.access),
+            ("device refresh token", deviceTokens.refresh),
             ("access token", first.access), ("refresh token", first.refresh), ("refreshed access token", second.access),
             ("rotated refresh token", second.refresh), ("code", code), ("state", state), ("nonce", nonce),
             ("code verifier", verifier), ("callback URL", callback), ("authorize URL", authorizeURL),
