@@ -238,6 +238,15 @@ extension BrokerEngine {
                 .callbackMismatch, "the callback URL is not the redirect its attempt sent; nothing was changed",
                 attemptId: record.id)
         }
+        if case .code(let code) = callback.outcome, record.state == .completed || record.state == .acknowledged,
+            let known = record.callbackDigest, Crypto.constantTimeEquals(known, Crypto.digest(code))
+        {
+            // The callback that completed the attempt, again: answer, send
+            // nothing — also once its proofs have left the keyring.
+            var result = AttemptView(record)
+            if record.state == .completed { result.session = try sessions.view(record.client) }
+            return result
+        }
         let client = try client(record.client)
         guard let signIn = oauth(client.id) else { throw BrokerError.clientUnknown(client.id) }
         // The lookup by digest found the attempt; while it can still take a
