@@ -191,4 +191,20 @@ public struct ClientSummary: Codable, Sendable, Equatable {
         self.returnUrl = returnUrl
         self.policy = policy
     }
+
+    enum CodingKeys: String, CodingKey {
+        case id, appName, `protocol`, server, returnUrl, policy
+    }
+
+    /// A broker from before standard providers sends no `protocol`: its
+    /// clients are all Browser Login clients.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(String.self, forKey: .id)
+        appName = try c.decode(String.self, forKey: .appName)
+        self.protocol = try c.decodeIfPresent(String.self, forKey: .protocol) ?? "browser-login"
+        server = try c.decode(String.self, forKey: .server)
+        returnUrl = try c.decode(String.self, forKey: .returnUrl)
+        policy = try c.decode(String.self, forKey: .policy)
+    }
 }
