@@ -58,7 +58,7 @@ public struct DaemonOptions: Sendable {
             .flag("check-config", "validate the client files, print the problems, and exit (status 78 when a file is refused)"),
             .flag(
                 "check-servers",
-                "ask each client's login server whether it speaks the protocol, print one line per client, and exit (status 69 when one does not answer as a login server); --json for JSON"
+                "ask each client's login server whether it speaks the protocol (or read its OAuth provider's metadata), print one line per client, and exit (status 69 when one does not answer); --json for JSON"
             ),
             .flag("json", "with --check-servers: print JSON"),
             .flag("no-dbus", "do not own org.browserlogin.Broker on the session bus"),

@@ -103,7 +103,8 @@ public actor BrokerEngine {
     public func clientList(mayUse: (ClientConfig) -> Bool) -> [ClientSummary] {
         clients.values.sorted { $0.id < $1.id }.filter(mayUse).map {
             ClientSummary(
-                id: $0.id, appName: $0.appName, server: $0.server.serialized, returnUrl: $0.redirectText,
+                id: $0.id, appName: $0.appName, protocol: $0.kind.rawValue, server: $0.server.serialized,
+                returnUrl: $0.redirectText,
                 policy: $0.policy.rawValue)
         }
     }

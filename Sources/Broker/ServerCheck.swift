@@ -1,5 +1,6 @@
 import BrokerCore
 import BrokerHTTP
+import BrokerOAuth
 import Foundation
 
 /// `browser-login-broker --check-servers`: asks each client's login server
@@ -8,10 +9,18 @@ import Foundation
 /// `ATTEMPT_UNKNOWN`, or any other protocol error body) proves the server is
 /// reachable and speaks the protocol; no answer, a TLS failure, a redirect or
 /// a body that is not a protocol error is a finding.
+///
+/// An OAuth 2.0 / OpenID Connect client (docs/providers.md) is checked by
+/// reading its provider's metadata as a sign-in would (discovery, the
+/// `issuer` compared exactly, every endpoint https or loopback http, PKCE
+/// S256), without the cache: what the provider publishes now.
 enum ServerCheck {
     struct Result: Codable, Sendable {
         var client: String
         var file: String
+        /// `browser-login`, `oidc` or `oauth2` (the CLI's `doctor` reads it).
+        var `protocol`: String
+        /// The login server's base address, or the provider's issuer.
         var server: String
         var ok: Bool
         var problem: String?
@@ -21,7 +30,12 @@ enum ServerCheck {
     static let probeRecoveryKey = String(repeating: "A", count: 43)
 
     static func check(_ client: ClientConfig, transport: any HTTPTransport) async -> Result {
-        var result = Result(client: client.id, file: client.file, server: client.base, ok: false, problem: nil)
+        if let settings = client.provider {
+            return await check(client, provider: settings, transport: transport)
+        }
+        var result = Result(
+            client: client.id, file: client.file, protocol: client.kind.rawValue, server: client.base, ok: false,
+            problem: nil)
         guard
             let configuration = LoginServerConfiguration(
                 origin: client.server, basePath: client.basePath, caFile: client.caFile, timeoutMilliseconds: 8_000,
@@ -38,6 +52,46 @@ enum ServerCheck {
             if case .refused = error { result.ok = true } else { result.problem = problem(error) }
         }
         return result
+    }
+
+    /// A standard provider: its metadata, fetched now (no cache).
+    static func check(_ client: ClientConfig, provider settings: ProviderSettings, transport: any HTTPTransport) async
+        -> Result
+    {
+        var result = Result(
+            client: client.id, file: client.file, protocol: client.kind.rawValue, server: settings.issuer, ok: false,
+            problem: nil)
+        let provider = OAuthProvider(
+            settings: settings, transport: transport, caFile: client.caFile, clock: SystemClock(), cache: nil)
+        do {
+            let metadata = try await provider.metadata()
+            if let methods = metadata.codeChallengeMethodsSupported, !methods.contains("S256") {
+                // As the authorize URL refuses it (docs/providers.md).
+                result.problem = "the provider does not offer PKCE with S256 (code_challenge_methods_supported)"
+            } else {
+                result.ok = true
+            }
+        } catch {
+            result.problem = problem(error)
+        }
+        return result
+    }
+
+    /// What `--check-servers` prints for a provider whose metadata could not
+    /// be used. Names the issuer and endpoints' roles only, never a secret.
+    static func problem(_ error: ProviderError) -> String {
+        switch error {
+        case .issuerMismatch(let expected, let got):
+            "issuer mismatch: the provider's metadata says its issuer is '\(ProviderError.issuerText(got))', but Issuer= is '\(ProviderError.issuerText(expected))'; set Issuer= to exactly the provider's issuer (trailing slash included)"
+        case .notSent, .noAnswer, .serverFailure:
+            "the provider's metadata could not be fetched: \(error)"
+        case .insecureEndpoint:
+            "insecure endpoint: \(error); fix the provider's metadata or set the matching *Endpoint= key to an https address"
+        case .malformed, .responseTooLarge:
+            "the provider's metadata is not valid: \(error)"
+        case .refused, .unsupported:
+            "the provider cannot be used: \(error)"
+        }
     }
 
     /// What `--check-servers` prints for a failed probe.

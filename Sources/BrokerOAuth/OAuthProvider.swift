@@ -100,8 +100,9 @@ public final class OAuthProvider: Sendable {
             ? settings.issuer.replacing("{tenantid}", with: Self.templateDiscoveryTenant) : settings.issuer
     }
 
-    /// OIDC: `{Issuer}/.well-known/openid-configuration` (plain
-    /// concatenation), completed from the RFC 8414 document for the
+    /// OIDC: `{Issuer}/.well-known/openid-configuration`, a terminating `/`
+    /// of the issuer removed first (OpenID Connect Discovery 1.0 §4: an
+    /// authentik issuer ends in one), completed from the RFC 8414 document for the
     /// endpoints it leaves out. OAuth 2.0: the RFC 8414 document, or (when
     /// the provider publishes none) nothing but the `*Endpoint` keys.
     func fetchMetadata(now: Timestamp) async throws(ProviderError) -> ProviderMetadata {
@@ -112,7 +113,8 @@ public final class OAuthProvider: Sendable {
         case .oidc:
             guard
                 let document = try await fetchDocument(
-                    issuer + "/.well-known/openid-configuration", what: "OpenID Provider metadata", optional: false)
+                    (issuer.hasSuffix("/") ? String(issuer.dropLast()) : issuer) + "/.well-known/openid-configuration",
+                    what: "OpenID Provider metadata", optional: false)
             else { throw .malformed(status: 0, "no OpenID Provider metadata") }
             var metadata = document.metadata(fetchedAt: now)
             let wantsRevocation = metadata.revocationEndpoint == nil && settings.endpoints.revocation == nil

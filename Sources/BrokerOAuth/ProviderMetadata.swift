@@ -181,7 +181,8 @@ enum EndpointRule {
         guard let parts = URLParts(splitting: issuer), let authority = parts.authority, parts.query == nil,
             parts.fragment == nil
         else { return nil }
-        let path = parts.path == "/" ? "" : parts.path
+        // RFC 8414 §3.1: a terminating "/" of the issuer's path is removed first.
+        let path = parts.path.hasSuffix("/") ? String(parts.path.dropLast()) : parts.path
         return parts.scheme + "://" + authority + "/.well-known/oauth-authorization-server" + path
     }
 }

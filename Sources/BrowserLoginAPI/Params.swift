@@ -168,18 +168,43 @@ public struct BrokerInfo: Codable, Sendable, Equatable {
     }
 }
 
-/// One element of `clients.list`'s result.
+/// One element of `clients.list`'s result (docs/rpc.md).
 public struct ClientSummary: Codable, Sendable, Equatable {
     public var id: String
     public var appName: String
+    /// `browser-login`, `oidc` or `oauth2` (docs/providers.md).
+    public var `protocol`: String
+    /// The login server, or the issuer's origin.
     public var server: String
+    /// The redirect as configured: a custom scheme, or a loopback address
+    /// without its per-attempt port.
     public var returnUrl: String
     public var policy: String
-    public init(id: String, appName: String, server: String, returnUrl: String, policy: String) {
+    public init(
+        id: String, appName: String, protocol: String = "browser-login", server: String, returnUrl: String,
+        policy: String
+    ) {
         self.id = id
         self.appName = appName
+        self.protocol = `protocol`
         self.server = server
         self.returnUrl = returnUrl
         self.policy = policy
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case id, appName, `protocol`, server, returnUrl, policy
+    }
+
+    /// A broker from before standard providers sends no `protocol`: its
+    /// clients are all Browser Login clients.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(String.self, forKey: .id)
+        appName = try c.decode(String.self, forKey: .appName)
+        self.protocol = try c.decodeIfPresent(String.self, forKey: .protocol) ?? "browser-login"
+        server = try c.decode(String.self, forKey: .server)
+        returnUrl = try c.decode(String.self, forKey: .returnUrl)
+        policy = try c.decode(String.self, forKey: .policy)
     }
 }

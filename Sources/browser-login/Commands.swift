@@ -313,9 +313,8 @@ let subcommands: [Subcommand] = [
                 return .ok
             }
             var rows = [["ID", "APP", "PROTOCOL", "SERVER", "REDIRECT", "POLICY"]]
-            for (c, raw) in zip(list, answer.arrayValue ?? []) {
-                let kind = raw["protocol"]?.stringValue ?? "browser-login"
-                rows.append([c.id, c.appName, kind, c.server, c.returnUrl, c.policy])
+            for c in list {
+                rows.append([c.id, c.appName, c.protocol, c.server, c.returnUrl, c.policy])
             }
             print(table(rows))
             return .ok

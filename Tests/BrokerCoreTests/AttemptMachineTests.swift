@@ -13,7 +13,7 @@ import Testing
         .exchangeRefused(.attemptAlreadyExchanged), .exchangeRefused(.attemptUnknown), .exchangeNotSent,
         .exchangeUncertain, .deniedConfirmed, .cancel, .localExpiry, .recovered, .serverReported(.pending),
         .serverReported(.authorized), .serverReported(.completed), .serverReported(.cancelled),
-        .serverReported(.expired), .adopted, .acknowledge,
+        .serverReported(.expired), .adopted, .acknowledge, .providerFailed,
     ]
 
     struct Row: CustomTestStringConvertible, Sendable {
@@ -37,6 +37,11 @@ import Testing
         Row(from: .waiting, event: .serverReported(.completed), to: .uncertain),
         Row(from: .waiting, event: .serverReported(.cancelled), to: .cancelled),
         Row(from: .waiting, event: .serverReported(.expired), to: .expired),
+        // A standard provider (docs/providers.md): an error callback other
+        // than access_denied while waiting; a refused or uncertain exchange, or
+        // an ID token that failed its checks, while exchanging.
+        Row(from: .waiting, event: .providerFailed, to: .failed),
+        Row(from: .exchanging, event: .providerFailed, to: .failed),
         Row(from: .exchanging, event: .exchangeSucceeded, to: .completed),
         Row(from: .exchanging, event: .exchangeRefused(.invalidGrant), to: .waiting),
         Row(from: .exchanging, event: .exchangeRefused(.attemptNotAuthorized), to: .waiting),
@@ -85,6 +90,17 @@ import Testing
             }
         }
         #expect(refused > 150)
+    }
+
+    /// A provider's failure ends an attempt only while it waits for the
+    /// callback or exchanges; it never reopens or rewrites an ended one, and
+    /// never settles one the broker cannot know the outcome of.
+    @Test func aProviderFailureEndsOnlyAWaitingOrExchangingAttempt() {
+        for state in AttemptState.allCases {
+            let expected: Result<AttemptState, TransitionRefusal> =
+                state == .waiting || state == .exchanging ? .success(.failed) : .failure(.notAllowed(state))
+            #expect(AttemptMachine.next(state, on: .providerFailed) == expected, "\(state)")
+        }
     }
 
     @Test func acknowledgeOfUncertainNeedsReconciliation() {

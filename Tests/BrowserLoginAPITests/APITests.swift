@@ -57,6 +57,20 @@ import Testing
         #expect(decoded.attempt == attempt)
     }
 
+    @Test func aClientSummaryNamesItsProtocol() throws {
+        let chat = ClientSummary(
+            id: "com.example.chat", appName: "Chat", protocol: "oidc", server: "https://id.example.com",
+            returnUrl: "http://127.0.0.1/callback", policy: "confirm")
+        #expect(
+            try json(chat)
+                == #"{"appName":"Chat","id":"com.example.chat","policy":"confirm","protocol":"oidc","returnUrl":"http://127.0.0.1/callback","server":"https://id.example.com"}"#
+        )
+        #expect(try JSONDecoder().decode(ClientSummary.self, from: try JSONEncoder().encode(chat)) == chat)
+        // An older broker's answer, without `protocol`: a Browser Login client.
+        let old = #"{"id":"n","appName":"Notes","server":"https://login.example.com","returnUrl":"n:/cb","policy":"auto"}"#
+        #expect(try JSONDecoder().decode(ClientSummary.self, from: Data(old.utf8)).protocol == "browser-login")
+    }
+
     @Test func optionalParamsAreLeftOut() throws {
         #expect(try json(LoginStartParams(client: "c")) == #"{"client":"c"}"#)
         #expect(try json(SubscribeParams()) == "{}")

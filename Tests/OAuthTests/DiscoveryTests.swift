@@ -51,10 +51,11 @@ import Testing
         #expect(broker.attemptId == "a_1")
         #expect(error.isDefinite && error.certainlyNotSent)
 
-        // No slash fixing the other way either: the discovery URL is plain concatenation.
+        // The discovery URL drops the issuer's terminating slash (OpenID Connect
+        // Discovery 1.0 §4); the comparison still does not.
         let slashed = RecordingTransport()
         _ = try? await Fixture.provider(slashed, settings: Fixture.settings(issuer: Fixture.issuer + "/")).metadata()
-        #expect(slashed.requests.first?.url == Fixture.issuer + "//.well-known/openid-configuration")
+        #expect(slashed.requests.first?.url == Fixture.issuer + "/.well-known/openid-configuration")
     }
 
     @Test func anIssuerTemplateIsDiscoveredAtTheCommonTenantAndComparedAsWritten() async throws {
@@ -82,6 +83,9 @@ import Testing
         #expect(
             EndpointRule.authorizationServerMetadataURL(issuer: "https://as.example.com/")
                 == "https://as.example.com/.well-known/oauth-authorization-server")
+        #expect(
+            EndpointRule.authorizationServerMetadataURL(issuer: "https://as.example.com/application/o/chat/")
+                == "https://as.example.com/.well-known/oauth-authorization-server/application/o/chat")
 
         let issuer = "https://as.example.com/tenant/one"
         let url = "https://as.example.com/.well-known/oauth-authorization-server/tenant/one"
