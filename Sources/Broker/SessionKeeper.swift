@@ -192,7 +192,7 @@ final class SessionKeeper {
                     .notSignedIn, "the session ended at the server (\(code.rawValue)); sign in again",
                     serverCode: code.rawValue)
             }
-            throw failure.brokerError()
+            throw server.brokerError(failure)
         }
         var next = current
         next.session = answer

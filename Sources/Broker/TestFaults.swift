@@ -92,6 +92,7 @@ struct FaultingLoginServer: SignInProtocol, ServerAttemptControl {
     var attemptControl: (any ServerAttemptControl)? { base.attemptControl == nil ? nil : self }
     var repeatsLostRefresh: Bool { base.repeatsLostRefresh }
     var checksSessions: Bool { base.checksSessions }
+    func brokerError(_ failure: LoginServerError) -> BrokerError { base.brokerError(failure) }
     private var control: any ServerAttemptControl { base.attemptControl! }
 
     func create(_ request: CreateAttemptRequest) async throws(LoginServerError) -> CreateAttemptResponse {

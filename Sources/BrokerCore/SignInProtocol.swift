@@ -121,6 +121,9 @@ public protocol SignInProtocol: Sendable {
     /// False for a protocol without a session check (standard providers):
     /// their sessions are not verified on the slow interval.
     var checksSessions: Bool { get }
+    /// The public error for a failed call, in this protocol's words (a
+    /// standard provider is not "the login server").
+    func brokerError(_ failure: LoginServerError) -> BrokerError
 }
 
 extension SignInProtocol {
@@ -135,6 +138,7 @@ extension SignInProtocol {
     }
     public var repeatsLostRefresh: Bool { true }
     public var checksSessions: Bool { true }
+    public func brokerError(_ failure: LoginServerError) -> BrokerError { failure.brokerError() }
 }
 
 /// The optional capability of a sign-in protocol whose server keeps each

@@ -93,6 +93,22 @@ public struct OAuthSignIn: SignInProtocol {
     /// Whether sign-out can revoke at the provider (the session view's `revokedAtServer`).
     public var canRevoke: Bool { get async { await provider.hasRevocation } }
 
+    /// A failed refresh or revoke in the provider's words (the engine's
+    /// terms name the login server and its `Server=`).
+    public func brokerError(_ failure: LoginServerError) -> BrokerError {
+        switch failure {
+        case .notSent(let m): ProviderError.notSent(m).brokerError()
+        case .noAnswer(let m): ProviderError.noAnswer(m).brokerError()
+        case .serverFailure(let status): ProviderError.serverFailure(status: status).brokerError()
+        case .malformed(let status, let m): ProviderError.malformed(status: status, m).brokerError()
+        case .redirected(let status): ProviderError.malformed(status: status, "a redirect").brokerError()
+        case .responseTooLarge: ProviderError.responseTooLarge.brokerError()
+        case .providerRefused(let status, let error, let text):
+            ProviderError.refused(status: status, error: error, description: text).brokerError()
+        case .refused: failure.brokerError()
+        }
+    }
+
     /// The provider's failure in the engine's terms: only a well-formed error
     /// body is definite, only a request that never left is "not sent".
     public static func loginServerError(_ error: ProviderError) -> LoginServerError {

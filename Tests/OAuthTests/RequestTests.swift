@@ -520,3 +520,21 @@ import Testing
         await #expect(throws: ProviderError.responseTooLarge) { try await provider.jwks(refetch: true) }
     }
 }
+
+/// A failed refresh reaches the app in the provider's words, not the login server's.
+@Suite struct SignInWordingTests {
+    @Test func aProviderFailureNamesTheProviderAndItsIssuer() throws {
+        let settings = ProviderSettings(
+            kind: .oidc, issuer: "https://id.example.com", clientId: "c", scopes: ["openid"])
+        let signIn = OAuthSignIn(
+            provider: OAuthProvider(
+                settings: settings, transport: RecordingTransport(), caFile: nil, clock: TestClock(), cache: nil),
+            clock: TestClock())
+        let unreachable = signIn.brokerError(.notSent("connect to id.example.com failed"))
+        #expect(unreachable.code == .providerUnreachable)
+        #expect(unreachable.message.contains("Issuer="))
+        #expect(!unreachable.message.contains("login server"))
+        let refused = signIn.brokerError(.providerRefused(status: 400, error: "invalid_grant", description: nil))
+        #expect(refused.code == .providerError && refused.providerError == "invalid_grant")
+    }
+}
