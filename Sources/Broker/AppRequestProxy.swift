@@ -1,4 +1,5 @@
 import BrokerCore
+import BrokerOAuth
 import BrowserLoginProtocol
 import Foundation
 
@@ -161,11 +162,7 @@ struct AppRequestProxy: Sendable {
     /// RFC 6750 §3: a `401` whose `Bearer` challenge says `error="invalid_token"`
     /// (an expired or revoked access token at a standard provider's API).
     static func saysInvalidToken(_ response: HTTPResponse) -> Bool {
-        response.headers.contains { header in
-            guard header.name.lowercased() == "www-authenticate" else { return false }
-            let value = header.value.lowercased()
-            return value.hasPrefix("bearer") && value.contains("error=\"invalid_token\"")
-        }
+        response.header("WWW-Authenticate").flatMap(OAuthProvider.bearerError) == "invalid_token"
     }
 
     func serverCode(_ response: HTTPResponse) -> ServerErrorCode? {

@@ -322,11 +322,12 @@ extension BrokerEngine {
         attempts.releaseExchangeWaiter(attemptId, id)
     }
 
-    /// The attempt is `exchanging` (with the callback's digest) before the
-    /// exchange is sent, and known to be in flight until the caller settles it.
-    func beginExchange(_ record: inout AttemptRecord, digest: String) throws {
+    /// The attempt is `exchanging` (with the callback's digest; a device
+    /// sign-in has none) before the exchange is sent, and known to be in
+    /// flight until the caller settles it.
+    func beginExchange(_ record: inout AttemptRecord, digest: String?) throws {
         try attempts.commit(&record, .exchangeBegan) {
-            $0.callbackDigest = digest
+            if let digest { $0.callbackDigest = digest }
             $0.error = nil
         }
         attempts.exchangesInFlight.insert(record.id)

@@ -100,12 +100,7 @@ extension BrokerEngine {
             {
                 // No browser here: the device grant is the way through (docs/providers.md).
                 logger.notice("no browser could be opened; signing in with a device code", ["client": client.id])
-                try attempts.commit(
-                    &record, .providerFailed,
-                    error: AttemptError(
-                        code: BrokerErrorCode.browserFailed.rawValue, message: "no browser; continued as a device sign-in"))
-                closeListener(id)
-                try? await vault.remove(attributes: VaultKeys.attempt(client: client.id, attemptId: id))
+                try await fail(&record, BrokerError(.browserFailed, "no browser; continued as a device sign-in"))
                 return try await startDevice(client, signIn: signIn)
             }
         }
@@ -189,14 +184,12 @@ extension BrokerEngine {
                 do {
                     loopbacks[record.id] = try openListener(loopback, port: port, attemptId: record.id, client: client)
                 } catch {
-                    _ = try? attempts.commit(
-                        &record, .providerFailed,
-                        error: AttemptError(
-                            code: BrokerErrorCode.busy.rawValue,
-                            message:
-                                "after a restart the sign-in's redirect port \(port) was taken by another program; sign in again")
-                    )
-                    try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
+                    try? await fail(
+                        &record,
+                        BrokerError(
+                            .busy,
+                            "after a restart the sign-in's redirect port \(port) was taken by another program; sign in again"
+                        ))
                 }
             } else if let secrets = try? await attemptSecrets(record), secrets.deviceCode != nil {
                 startDevicePolling(record.id, interval: secrets.device?.interval ?? 5)
@@ -252,10 +245,11 @@ extension BrokerEngine {
         // The lookup by digest found the attempt; while it can still take a
         // callback, its state is also compared with the vault's in constant time.
         // (An ended attempt's proofs may be gone: it answers as it is, below.)
-        var secrets = AttemptSecrets(codeVerifier: "", recoveryKey: "")
+        var secrets: AttemptSecrets?
         if record.state == .waiting || record.state == .exchanging {
-            secrets = try await attemptSecrets(record)
-            guard let state = secrets.state, Crypto.constantTimeEquals(state, callback.state) else {
+            let proofs = try await attemptSecrets(record)
+            secrets = proofs
+            guard let state = proofs.state, Crypto.constantTimeEquals(state, callback.state) else {
                 throw BrokerError(
                     .callbackMismatch, "the callback's state is not its attempt's; nothing was changed",
                     attemptId: record.id)
@@ -290,17 +284,12 @@ extension BrokerEngine {
                 try attempts.commit(
                     &record, .deniedConfirmed,
                     error: AttemptError(code: BrokerErrorCode.accessDenied.rawValue, message: "the user declined the sign-in"))
-                closeListener(record.id)
-                try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
+                await retire(record)
                 throw BrokerError(.accessDenied, "the user declined the sign-in in the browser", attemptId: record.id)
             }
             let failure = ProviderError.refused(status: 302, error: error, description: description)
                 .brokerError(attemptId: record.id)
-            try attempts.commit(
-                &record, .providerFailed,
-                error: AttemptError(code: failure.code.rawValue, message: failure.message, serverCode: failure.providerError))
-            closeListener(record.id)
-            try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
+            try await fail(&record, failure)
             throw failure
         case .code(let code):
             let digest = Crypto.digest(code)
@@ -327,7 +316,7 @@ extension BrokerEngine {
             }
             try expireIfDue(&record)
             // Its proofs were read above while it was open (a waiting attempt cannot have ended meanwhile).
-            guard record.state == .waiting, !secrets.codeVerifier.isEmpty else { throw notWaiting(record) }
+            guard record.state == .waiting, let secrets else { throw notWaiting(record) }
             return try await exchangeProvider(&record, code: code, digest: digest, secrets: secrets, signIn: signIn)
         }
     }
@@ -377,11 +366,7 @@ extension BrokerEngine {
         let error = failure.brokerError(attemptId: record.id)
         logger.warning(
             "sign-in refused: \(error.code.rawValue)", ["attempt.id": record.id, "client": record.client])
-        if record.state == .exchanging || record.state == .waiting {
-            try attempts.commit(&record, .providerFailed, error: AttemptError(code: error.code.rawValue, message: error.message))
-        }
-        closeListener(record.id)
-        try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
+        try await fail(&record, error)
         return error
     }
 
@@ -409,12 +394,25 @@ extension BrokerEngine {
                 "the provider gave no definite answer to the exchange (\(failure)); a code is never sent twice, so sign in again",
                 attemptId: record.id)
         }
-        try attempts.commit(
-            &record, .providerFailed,
-            error: AttemptError(code: error.code.rawValue, message: error.message, serverCode: error.providerError))
+        try await fail(&record, error)
+        return error
+    }
+
+    /// Ends a waiting or exchanging provider attempt `failed` with `error`, and retires it.
+    func fail(_ record: inout AttemptRecord, _ error: BrokerError) async throws {
+        if record.state == .waiting || record.state == .exchanging {
+            try attempts.commit(
+                &record, .providerFailed,
+                error: AttemptError(code: error.code.rawValue, message: error.message, serverCode: error.providerError))
+        }
+        await retire(record)
+    }
+
+    /// An ended provider attempt owes its provider nothing: its listener
+    /// closes and its proofs leave the keyring at once.
+    func retire(_ record: AttemptRecord) async {
         closeListener(record.id)
         try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
-        return error
     }
 
     // MARK: - The device authorization grant
@@ -423,9 +421,8 @@ extension BrokerEngine {
         // Refused before any attempt exists when the provider has no device endpoint.
         do throws(ProviderError) {
             let metadata = try await signIn.provider.metadata()
-            if metadata.deviceAuthorizationEndpoint == nil && signIn.settings.endpoints.deviceAuthorization == nil {
-                throw ProviderError.noDeviceEndpoint
-            }
+            // (The metadata already carries the client file's *Endpoint keys.)
+            if metadata.deviceAuthorizationEndpoint == nil { throw ProviderError.noDeviceEndpoint }
         } catch { throw error.brokerError() }
         let id = "at_" + (try Crypto.randomToken(bytes: 12))
         var record = AttemptRecord(
@@ -499,12 +496,7 @@ extension BrokerEngine {
             } catch {
                 if error.isDefinite {
                     guard var record = try? attempt(attemptId), record.state == .waiting else { return }
-                    let failure = error.brokerError(attemptId: attemptId)
-                    _ = try? attempts.commit(
-                        &record, .providerFailed,
-                        error: AttemptError(
-                            code: failure.code.rawValue, message: failure.message, serverCode: failure.providerError))
-                    try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: attemptId))
+                    try? await fail(&record, error.brokerError(attemptId: attemptId))
                     return
                 }
                 // The provider is unreachable or failing: poll again, more slowly.
@@ -522,16 +514,15 @@ extension BrokerEngine {
                 _ = try? attempts.commit(
                     &record, .deniedConfirmed,
                     error: AttemptError(code: BrokerErrorCode.accessDenied.rawValue, message: "the user declined the sign-in"))
-                try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: attemptId))
+                await retire(record)
                 return
             case .expired:
                 try? expireLocally(&record)
-                try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: attemptId))
+                await retire(record)
                 return
             case .tokens(let tokens):
                 do {
-                    try attempts.commit(&record, .exchangeBegan)
-                    attempts.exchangesInFlight.insert(attemptId)
+                    try beginExchange(&record, digest: nil)
                     defer { attempts.exchangeSettled(attemptId) }
                     let issued: IssuedSession
                     do {

@@ -418,7 +418,7 @@ public final class OAuthProvider: Sendable {
     }
 
     /// The `error` auth-param of a `Bearer` challenge (RFC 6750 §3).
-    static func bearerError(_ header: String) -> String? {
+    public static func bearerError(_ header: String) -> String? {
         var rest = Substring(header)
         while let range = rest.firstRange(of: "error=") {
             let before = rest[..<range.lowerBound].last

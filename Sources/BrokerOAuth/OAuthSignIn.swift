@@ -142,7 +142,7 @@ public struct OAuthSignIn: SignInProtocol {
         var info: UserInfo?
         let metadata: ProviderMetadata
         do { metadata = try await provider.metadata() } catch { throw .provider(error) }
-        if metadata.userinfoEndpoint != nil || settings.endpoints.userinfo != nil {
+        if metadata.userinfoEndpoint != nil {
             do {
                 info = try await provider.userinfo(accessToken: tokens.accessToken)
             } catch {

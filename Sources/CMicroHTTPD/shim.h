@@ -21,6 +21,26 @@ typedef void (*bl_mhd_completed_handler)(void *cls, struct MHD_Connection *conne
 /// Why bl_mhd_start returned NULL.
 enum bl_mhd_start_error { BL_MHD_OK = 0, BL_MHD_BAD_ADDRESS = 1, BL_MHD_NO_TLS = 2, BL_MHD_START_FAILED = 3 };
 
+/// Fills `storage` with `address` (an IPv4 or IPv6 literal) and `port`, and
+/// adds MHD_USE_IPv6 to `flags` for IPv6. Answers -1 for anything else.
+static inline int bl_mhd_address(const char *address, uint16_t port, struct sockaddr_storage *storage,
+                                 unsigned int *flags) {
+    struct sockaddr_in *v4 = (struct sockaddr_in *)storage;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)storage;
+    if (inet_pton(AF_INET, address, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons(port);
+        return 0;
+    }
+    if (inet_pton(AF_INET6, address, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons(port);
+        *flags |= MHD_USE_IPv6;
+        return 0;
+    }
+    return -1;
+}
+
 /// MHD_start_daemon is variadic: this typed wrapper starts a daemon with one
 /// internal polling thread (poll(), no FD_SETSIZE limit) and one thread per
 /// connection, bound to `address` (an IPv4 or IPv6 literal) and `port` (0: any
@@ -33,16 +53,7 @@ static inline struct MHD_Daemon *bl_mhd_start(const char *address, uint16_t port
     struct sockaddr_storage storage;
     memset(&storage, 0, sizeof storage);
     unsigned int flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_THREAD_PER_CONNECTION;
-    struct sockaddr_in *v4 = (struct sockaddr_in *)&storage;
-    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&storage;
-    if (inet_pton(AF_INET, address, &v4->sin_addr) == 1) {
-        v4->sin_family = AF_INET;
-        v4->sin_port = htons(port);
-    } else if (inet_pton(AF_INET6, address, &v6->sin6_addr) == 1) {
-        v6->sin6_family = AF_INET6;
-        v6->sin6_port = htons(port);
-        flags |= MHD_USE_IPv6;
-    } else {
+    if (bl_mhd_address(address, port, &storage, &flags) != 0) {
         *error_out = BL_MHD_BAD_ADDRESS;
         return NULL;
     }
@@ -110,16 +121,7 @@ static inline struct MHD_Daemon *bl_mhd_start_loopback(const char *address, uint
     struct sockaddr_storage storage;
     memset(&storage, 0, sizeof storage);
     unsigned int flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
-    struct sockaddr_in *v4 = (struct sockaddr_in *)&storage;
-    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&storage;
-    if (inet_pton(AF_INET, address, &v4->sin_addr) == 1) {
-        v4->sin_family = AF_INET;
-        v4->sin_port = htons(port);
-    } else if (inet_pton(AF_INET6, address, &v6->sin6_addr) == 1) {
-        v6->sin6_family = AF_INET6;
-        v6->sin6_port = htons(port);
-        flags |= MHD_USE_IPv6;
-    } else {
+    if (bl_mhd_address(address, port, &storage, &flags) != 0) {
         *error_out = BL_MHD_BAD_ADDRESS;
         return NULL;
     }
