@@ -54,7 +54,7 @@ def main():
             loop.quit()
 
     for signal in ("SessionChanged", "LoginChanged"):
-        bus.signal_subscribe(None, NAME, signal, PATH, None, Gio.DBusSignalFlags.NONE, on_signal)
+        bus.signal_subscribe(NAME, NAME, signal, PATH, None, Gio.DBusSignalFlags.NONE, on_signal)
 
     if args.subscribe:
         options = {}
