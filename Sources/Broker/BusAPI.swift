@@ -83,7 +83,7 @@ final class BusAPI: Sendable {
     }
 
     /// What `DBusApplication` serves for this API.
-    var description: DBusAPI {
+    var service: DBusAPI {
         DBusAPI(
             busName: Self.busName, objectPath: Self.objectPath, interfaceName: Self.interfaceName,
             interfaceXML: Self.interfaceXML, maxCallsPerCaller: Self.maxCallsPerCaller, maxCalls: Self.maxCalls,

@@ -61,7 +61,7 @@ public struct DaemonOptions: Sendable {
                 "ask each client's login server whether it speaks the protocol (or read its OAuth provider's metadata), print one line per client, and exit (status 69 when one does not answer); --json for JSON"
             ),
             .flag("json", "with --check-servers: print JSON"),
-            .flag("no-dbus", "do not own org.browserlogin.Broker on the session bus"),
+            .flag("no-dbus", "do not own org.browserlogin.Broker or org.browserlogin.Broker1 on the session bus"),
             .flag("version", "print the version"),
         ],
         description: """
@@ -72,6 +72,7 @@ public struct DaemonOptions: Sendable {
         epilogue: """
             With a session bus, the daemon owns org.browserlogin.Broker and implements
             org.freedesktop.Application: Open delivers callback URLs like login.finish.
+            It also serves the API on the bus as org.browserlogin.Broker1 (docs/dbus.md).
 
             Logs go to stderr, one line per event with a journald priority prefix.
             Files: state.sqlite in the state directory; secrets live only in the
@@ -347,7 +348,7 @@ struct SessionBusService: Service {
         let api = BusAPI(methods: methods, engine: engine, logger: logger)
         self.api = api
         application = DBusApplication(
-            busName: DesktopEntry.applicationId, objectPath: DesktopEntry.objectPath, api: api.description,
+            busName: DesktopEntry.applicationId, objectPath: DesktopEntry.objectPath, api: api.service,
             open: { uris in input.yield(uris) },
             events: { event in
                 switch event {

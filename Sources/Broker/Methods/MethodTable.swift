@@ -95,9 +95,6 @@ public struct MethodTable: Sendable {
         try await dispatch(peer, socket: nil, method, params, origin: ["dbus.sender": caller])
     }
 
-    /// The names of `method`'s params; nil for an unknown method.
-    static func parameters(of method: RPCMethod) -> Set<String>? { handlers[method.rawValue]?.parameters }
-
     private func dispatch(
         _ peer: CallerPeer, socket: RPCRequestContext?, _ method: String, _ params: JSONValue?, origin: [String: String]
     ) async throws(RPCError) -> JSONValue {
