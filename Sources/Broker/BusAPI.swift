@@ -74,6 +74,8 @@ final class BusAPI: Sendable {
     private let engine: BrokerEngine
     private let logger: Logger
     private let registry = Mutex(Registry())
+    /// The calls being answered, by caller: cancelled when it leaves the bus (a `WaitSession` ends).
+    private let running = Mutex<(tasks: [String: [UInt64: Task<Void, Never>]], next: UInt64)>(([:], 0))
     private let bus = Mutex<DBusApplication?>(nil)
 
     init(methods: MethodTable, engine: BrokerEngine, logger: Logger) {
@@ -88,7 +90,7 @@ final class BusAPI: Sendable {
             busName: Self.busName, objectPath: Self.objectPath, interfaceName: Self.interfaceName,
             interfaceXML: Self.interfaceXML, maxCallsPerCaller: Self.maxCallsPerCaller, maxCalls: Self.maxCalls,
             busyError: Self.errorPrefix + BrokerErrorCode.busy.rawValue,
-            handle: { [self] call in Task { await answer(call) } },
+            handle: { [self] call in start(call) },
             callerLeft: { [self] name in callerLeft(name) })
     }
 
@@ -122,6 +124,27 @@ final class BusAPI: Sendable {
     }
 
     // MARK: - Calls
+
+    /// Answers `call` in a task of its own, which ends early if its caller leaves the bus.
+    private func start(_ call: DBusMethodCall) {
+        let sender = call.caller.uniqueName
+        let task = running.withLock { state in
+            state.next += 1
+            let key = state.next
+            // Registered under the lock its own end takes, so it cannot end before it is registered.
+            let task = Task { [self] in
+                await answer(call)
+                running.withLock { state in
+                    state.tasks[sender]?[key] = nil
+                    if state.tasks[sender]?.isEmpty == true { state.tasks[sender] = nil }
+                }
+            }
+            state.tasks[sender, default: [:]][key] = task
+            return task
+        }
+        // It left before the task was registered: `callerLeft` may have missed it.
+        if call.callerLeft { task.cancel() }
+    }
 
     private func answer(_ call: DBusMethodCall) async {
         let peer = CallerPeer(pid: call.caller.pid, uid: call.caller.uid)
@@ -253,6 +276,17 @@ final class BusAPI: Sendable {
 
     /// A caller left the bus (nil: the bus went away, with every caller): its subscriptions end.
     private func callerLeft(_ name: String?) {
+        let tasks = running.withLock { state -> [Task<Void, Never>] in
+            if let name { return state.tasks.removeValue(forKey: name).map { Array($0.values) } ?? [] }
+            defer { state.tasks = [:] }
+            return state.tasks.values.flatMap(\.values)
+        }
+        for task in tasks { task.cancel() }
+        if !tasks.isEmpty {
+            logger.debug(
+                "D-Bus calls cancelled: their caller left the bus",
+                ["dbus.sender": name ?? "(the bus closed)", "dbus.calls": "\(tasks.count)"])
+        }
         let (connections, count) = registry.withLock { registry -> ([UInt64], Int) in
             if let name {
                 let caller = registry.callers.removeValue(forKey: name)

@@ -13,7 +13,8 @@ prints "ready" once listening, then one JSON line per signal received:
 
 With --flood N CLIENT it instead makes N WaitSession calls for CLIENT at
 once, from one connection, and prints {"replies": R, "errors": {NAME: COUNT}}
-once all are answered.
+once all are answered; with --leave, it waits for WaitSession to start
+(a GetSession answered after them) and leaves the bus without waiting.
 """
 import argparse
 import json
@@ -37,12 +38,14 @@ def main():
     parser.add_argument("--until-status", default="signedIn")
     parser.add_argument("--timeout", type=float, default=30)
     parser.add_argument("--flood", nargs=2, metavar=("N", "CLIENT"))
+    parser.add_argument("--wait-ms", type=int, default=3000, help="WaitSession's timeoutMs with --flood")
+    parser.add_argument("--leave", action="store_true")
     args = parser.parse_args()
 
     bus = Gio.bus_get_sync(Gio.BusType.SESSION, None)
     loop = GLib.MainLoop()
     if args.flood:
-        return flood(bus, loop, int(args.flood[0]), args.flood[1])
+        return flood(bus, loop, int(args.flood[0]), args.flood[1], args.wait_ms, args.leave)
     outcome = {"status": 0 if args.until_client is None else 3}
 
     def on_signal(_connection, _sender, _path, _interface, signal, parameters):
@@ -78,7 +81,7 @@ def main():
     return outcome["status"]
 
 
-def flood(bus, loop, count, client):
+def flood(bus, loop, count, client, wait_ms, leave):
     tally = {"replies": 0, "errors": {}, "left": count}
 
     def done(connection, result):
@@ -92,10 +95,16 @@ def flood(bus, loop, count, client):
         if tally["left"] == 0:
             loop.quit()
 
-    options = {"timeoutMs": GLib.Variant("x", 3000)}
+    options = {"timeoutMs": GLib.Variant("x", wait_ms)}
     for _ in range(count):
         bus.call(NAME, PATH, NAME, "WaitSession", GLib.Variant("(sa{sv})", (client, options)),
-                 GLib.VariantType("(a{sv})"), Gio.DBusCallFlags.NONE, 20000, None, done)
+                 GLib.VariantType("(a{sv})"), Gio.DBusCallFlags.NONE, wait_ms + 20000, None, done)
+    if leave:
+        # Answered after the calls before it have reached the broker's handler.
+        bus.call_sync(NAME, PATH, NAME, "GetSession", GLib.Variant("(s)", (client,)), GLib.VariantType("(a{sv})"),
+                      Gio.DBusCallFlags.NONE, 10000, None)
+        print("left", flush=True)
+        return 0
     loop.run()
     print(json.dumps({"replies": tally["replies"], "errors": tally["errors"]}, sort_keys=True), flush=True)
     return 0

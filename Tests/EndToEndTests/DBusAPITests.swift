@@ -310,6 +310,26 @@ struct DBusAPITests {
         #expect(try Self.ok(h, "GetSession", "com.example.notes").contains("signedOut"))
     }
 
+    @Test func theCallsOfACallerThatLeavesTheBusEnd() throws {
+        let h = try Harness()
+        defer { h.stopAll() }
+        try h.startServer()
+        h.writeClient()
+        try Self.start(h)
+        let started = Date()
+        let run = try runProgram(
+            "/usr/bin/python3",
+            [Self.listener, "--flood", "15", "com.example.notes", "--wait-ms", "300000", "--leave"],
+            environment: h.environment())
+        #expect(run.out.contains("left"), "\(run.err)")
+        // Its 15 five-minute WaitSession calls end with it, not in five minutes.
+        try waitUntil(10, "the broker to cancel the calls of the caller that left") {
+            h.broker?.output.contains("dbus.calls=15") == true
+        }
+        #expect(h.broker?.output.contains("D-Bus calls cancelled: their caller left the bus") == true)
+        #expect(Date().timeIntervalSince(started) < 60)
+    }
+
     @Test func aCallerHasAtMost32SubscriptionsWhichEndWhenItLeavesTheBus() throws {
         let h = try Harness()
         defer { h.stopAll() }
