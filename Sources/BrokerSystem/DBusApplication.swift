@@ -131,13 +131,27 @@ public final class DBusApplication: @unchecked Sendable {
 
     private func serveOnce(reconnecting: Bool) -> Ended {
         var error: UnsafeMutablePointer<GError>?
-        guard let connection = g_bus_get_sync(G_BUS_TYPE_SESSION, nil, &error) else {
+        // A connection of its own, not GDBus's shared one (`g_bus_get_sync`): the
+        // shared one stays the closed connection after the bus went away for as
+        // long as anything (libsecret) holds it, and could not be served again.
+        let address = g_dbus_address_get_for_bus_sync(G_BUS_TYPE_SESSION, nil, &error)
+        defer { g_free(address) }
+        let flags = GDBusConnectionFlags(
+            rawValue: G_DBUS_CONNECTION_FLAGS_AUTHENTICATION_CLIENT.rawValue
+                | G_DBUS_CONNECTION_FLAGS_MESSAGE_BUS_CONNECTION.rawValue)
+        guard let address, let connection = g_dbus_connection_new_for_address_sync(address, flags, nil, nil, &error)
+        else {
             let detail = takeMessage(error)
             if !reconnecting { events(.noSessionBus(detail)) }
             return .noBus
         }
-        defer { g_object_unref(UnsafeMutableRawPointer(connection)) }
-        // A closed bus must not end the daemon (GDBus's default for bus connections).
+        defer {
+            // Last, after the names are given up and the objects unregistered.
+            g_dbus_connection_flush_sync(connection, nil, nil)
+            g_dbus_connection_close_sync(connection, nil, nil)
+            g_object_unref(UnsafeMutableRawPointer(connection))
+        }
+        // A closed bus must not end the daemon.
         g_dbus_connection_set_exit_on_close(connection, 0)
         if g_dbus_connection_is_closed(connection) != 0 { return .noBus }
 
@@ -198,8 +212,6 @@ public final class DBusApplication: @unchecked Sendable {
             events(.busClosed)
             return .busClosed
         }
-        // Let the unown and unregister reach the bus before the connection goes.
-        g_dbus_connection_flush_sync(connection, nil, nil)
         return .stopped
     }
 

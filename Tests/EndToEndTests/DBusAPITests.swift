@@ -376,5 +376,52 @@ struct DBusAPITests {
         #expect(try session.busCall("NameHasOwner", "org.browserlogin.Broker", environment: h.environment()).contains("true"))
         let rpc = try h.rpc()
         #expect(try rpc.call("session.get", params: ["client": "com.example.notes"])["status"] == "signedOut")
+
+        // The activated daemon stops on SIGTERM.
+        let pidText = try session.busCall("GetConnectionUnixProcessID", Self.name, environment: h.environment())
+        let pid = Int32(pidText.filter(\.isNumber).dropFirst(pidText.hasPrefix("(uint32") ? 2 : 0)) ?? 0
+        #expect(pid > 0)
+        if pid > 0 { kill(pid, SIGTERM) }
+        try waitUntil(10, "the activated daemon to stop") { pid <= 0 || kill(pid, 0) != 0 }
+    }
+
+    @Test func theAPIIsServedAgainWhenTheSessionBusComesBack() throws {
+        let h = try Harness()
+        let keyring = try RestartableKeyring(dir: h.dir + "/keyring")
+        defer { keyring.stopAll() }
+        try keyring.startKeyring(.unlocked)
+        try h.startServer()
+        h.writeClient()
+        h.brokerEnvironment["DBUS_SESSION_BUS_ADDRESS"] = keyring.address
+        try Self.start(h)
+        try h.signIn()
+        let subscriber = try Self.listen(h, ["--subscribe"], log: h.dir + "/subscriber.log")
+        defer { subscriber.stop() }
+
+        keyring.stopKeyring()
+        keyring.stopBus()
+        // The bus took every caller with it: their subscriptions end.
+        try waitUntil(10, "the broker to drop the subscriptions of the closed bus") {
+            h.broker?.output.contains("dbus.sender=\"(the bus closed)\" dbus.subscriptions=1") == true
+        }
+        // broker.info asks the keyring at most every 2 s.
+        let rpc = try h.rpc()
+        try waitUntil(10, "the broker to see the keyring gone") { try rpc.call("broker.info")["vaultAvailable"] == false }
+        try keyring.startBus()
+        try keyring.startKeyring(.unlocked)
+        try waitUntil(15, "the broker to own org.browserlogin.Broker1 again") { keyring.hasOwner(Self.name) }
+        #expect(try Self.ok(h, "GetSession", "com.example.notes").contains("'status': <'signedIn'>"))
+        // The keyring is back too.
+        try waitUntil(15, "the keyring to be used again") {
+            try Self.ok(h, "Info").contains("'vaultAvailable': <true>")
+        }
+        // Signals flow on the new bus.
+        let listener = try Self.listen(
+            h, ["--until-client", "com.example.notes", "--until-status", "signedOut"], log: h.dir + "/listener.log")
+        defer { listener.stop() }
+        #expect(try Self.ok(h, "SignOut", "com.example.notes").contains("'status': <'signedOut'>"))
+        try waitUntil(10, "the listener to see the sign-out") { !listener.isRunning }
+        #expect(listener.output.contains("\"signedOut\""))
+        #expect(h.broker?.isRunning == true)
     }
 }
