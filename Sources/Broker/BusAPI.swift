@@ -75,7 +75,11 @@ final class BusAPI: Sendable {
     private let logger: Logger
     private let registry = Mutex(Registry())
     /// The calls being answered, by caller: cancelled when it leaves the bus (a `WaitSession` ends).
-    private let running = Mutex<(tasks: [String: [UInt64: Task<Void, Never>]], next: UInt64)>(([:], 0))
+    private struct Running {
+        var tasks: [String: [UInt64: Task<Void, Never>]] = [:]
+        var next: UInt64 = 0
+    }
+    private let running = Mutex(Running())
     private let bus = Mutex<DBusApplication?>(nil)
 
     init(methods: MethodTable, engine: BrokerEngine, logger: Logger) {
