@@ -78,7 +78,10 @@ let package = Package(
         .target(name: "CommandLineKit"),
         // The URL handler's desktop file: plain text and subprocesses, shared by the CLI and the daemon.
         .target(name: "DesktopEntry", dependencies: ["SystemSupport"]),
-        .target(name: "BrokerSystem", dependencies: ["BrokerCore", "DesktopEntry", "SystemSupport", "CSystemd", "CGIO"]),
+        // BrokerRPC: the JSON values of the D-Bus API (DBusVariant).
+        .target(
+            name: "BrokerSystem",
+            dependencies: ["BrokerCore", "BrokerRPC", "DesktopEntry", "SystemSupport", "CSystemd", "CGIO"]),
         .target(
             name: "Broker",
             dependencies: [

@@ -266,7 +266,7 @@ public enum BrokerDaemon {
         }
         services.append(.init(engineTicks))
         services.append(.init(TrimService(server: server, activity: activity, logger: logger)))
-        if options.dbus { services.append(.init(SessionBusService(engine: engine, logger: logger))) }
+        if options.dbus { services.append(.init(SessionBusService(engine: engine, methods: methods, logger: logger))) }
         services.append(.init(RPCService(server: server, logger: logger), endsGroup: true))
         logger.notice(
             "serving", ["socket": socketDescription, "clients": "\(loaded.clients.count)", "state": stateDirectory])
@@ -329,21 +329,25 @@ struct RPCService: Service {
 }
 
 /// The session-bus face of the daemon: `Open` goes to the same path as
-/// `login.finish`. URIs are callback URLs, which are secrets: only the
-/// outcome (attempt id, state or error code) is logged. Without a session
-/// bus, `run()` returns at once and the daemon goes on without it.
+/// `login.finish`, and the API `org.browserlogin.Broker1` (BusAPI.swift) is
+/// served on the same connection. URIs are callback URLs, which are
+/// secrets: only the outcome (attempt id, state or error code) is logged.
+/// Without a session bus, `run()` returns at once and the daemon goes on without it.
 struct SessionBusService: Service {
     let application: DBusApplication
     private let opened = AsyncStream.makeStream(of: [String].self)
     let engine: BrokerEngine
+    let api: BusAPI
     let logger: Logger
 
-    init(engine: BrokerEngine, logger: Logger) {
+    init(engine: BrokerEngine, methods: MethodTable, logger: Logger) {
         self.engine = engine
         self.logger = logger
         let input = opened.continuation
+        let api = BusAPI(methods: methods, engine: engine, logger: logger)
+        self.api = api
         application = DBusApplication(
-            busName: DesktopEntry.applicationId, objectPath: DesktopEntry.objectPath,
+            busName: DesktopEntry.applicationId, objectPath: DesktopEntry.objectPath, api: api.description,
             open: { uris in input.yield(uris) },
             events: { event in
                 switch event {
@@ -358,10 +362,14 @@ struct SessionBusService: Service {
                 case .actionRefused: logger.info("D-Bus ActivateAction refused: the broker has no actions")
                 }
             })
+        api.attach(application)
     }
 
     /// Owning the bus name runs on its own thread; each opened URI is delivered in a child task.
     func run() async {
+        do { try await api.startBroadcasting() } catch {
+            logger.warning("cannot broadcast the broker's changes on the session bus", ["error": "\(error)"])
+        }
         await withDiscardingTaskGroup { group in
             group.addTask {
                 await application.run()

@@ -1,3 +1,4 @@
+import BrokerRPC
 import CGIO
 import Foundation
 import Synchronization
@@ -22,12 +23,17 @@ public enum DBusApplicationEvent: Sendable, Equatable {
 /// `Open` hands each URI to `open`; `Activate` reports `.activated`;
 /// `ActivateAction` is refused (the broker has no actions).
 ///
+/// With an `api`, the same connection also owns the API's bus name and
+/// serves its object (`DBusAPI`), and `emit` sends its signals.
+///
 /// GDBus runs on a thread of its own with its own `GMainContext`, pushed as
 /// thread-default before the name is owned; `run()` returns after `shutdown()`.
 public final class DBusApplication: @unchecked Sendable {
     // Safe: `context` and `loop` are created in init and never replaced; GLib
     // allows `g_main_loop_quit` from any thread. Every other GLib call happens
-    // on the loop thread. The callbacks are immutable; the flags are atomics.
+    // on the loop thread, except `emit` (GDBus allows emitting from any
+    // thread) on a connection it holds a reference to, taken under `current`.
+    // The callbacks are immutable; the flags are atomics; the tables mutexes.
     private let context: OpaquePointer
     private let loop: OpaquePointer
     private let stopping = Atomic<Bool>(false)
@@ -36,6 +42,10 @@ public final class DBusApplication: @unchecked Sendable {
     private let events: @Sendable (DBusApplicationEvent) -> Void
     public let busName: String
     public let objectPath: String
+    public let api: DBusAPI?
+    private let callers = Mutex(DBusCallerTable())
+    /// The connection being served (its address), for `emit`.
+    private let current = Mutex<UInt?>(nil)
 
     public static let interfaceXML = """
         <node>
@@ -55,11 +65,12 @@ public final class DBusApplication: @unchecked Sendable {
         """
 
     public init(
-        busName: String, objectPath: String, open: @escaping @Sendable ([String]) -> Void,
+        busName: String, objectPath: String, api: DBusAPI? = nil, open: @escaping @Sendable ([String]) -> Void,
         events: @escaping @Sendable (DBusApplicationEvent) -> Void
     ) {
         self.busName = busName
         self.objectPath = objectPath
+        self.api = api
         self.open = open
         self.events = events
         context = g_main_context_new()
@@ -152,6 +163,9 @@ public final class DBusApplication: @unchecked Sendable {
             return .stopped
         }
         defer { g_dbus_connection_unregister_object(connection, registration) }
+        let served = api.map { serve($0, on: connection) } ?? .serving([])
+        guard case .serving(let undo) = served else { return .stopped }
+        defer { for step in undo.reversed() { step() } }
 
         let owner = g_bus_own_name_on_connection(
             connection, busName, G_BUS_NAME_OWNER_FLAGS_DO_NOT_QUEUE,
@@ -179,6 +193,8 @@ public final class DBusApplication: @unchecked Sendable {
         busClosed.store(false, ordering: .sequentiallyConsistent)
         if !stopping.load(ordering: .sequentiallyConsistent) { g_main_loop_run(loop) }
         if busClosed.load(ordering: .sequentiallyConsistent) && !stopping.load(ordering: .sequentiallyConsistent) {
+            callers.withLock { table in for name in table.entries.keys { table.leave(name) } }
+            api?.callerLeft(nil)
             events(.busClosed)
             return .busClosed
         }
@@ -235,4 +251,209 @@ func takeMessage(_ error: UnsafeMutablePointer<GError>?, or fallback: String = "
     guard let error else { return fallback }
     defer { g_error_free(error) }
     return String(cString: error.pointee.message)
+}
+
+// MARK: - The API object
+
+extension DBusApplication {
+    enum Served {
+        /// Serving; the steps undo it (in reverse order).
+        case serving([() -> Void])
+        case failed
+    }
+
+    /// Registers the API's object, owns its name and watches callers leave,
+    /// on `connection` (on the loop thread).
+    fileprivate func serve(_ api: DBusAPI, on connection: OpaquePointer) -> Served {
+        var error: UnsafeMutablePointer<GError>?
+        guard let node = g_dbus_node_info_new_for_xml(api.interfaceXML, &error) else {
+            events(.registrationFailed(takeMessage(error)))
+            return .failed
+        }
+        defer { g_dbus_node_info_unref(node) }
+        guard let interface = g_dbus_node_info_lookup_interface(node, api.interfaceName) else {
+            events(.registrationFailed("the interface XML has no \(api.interfaceName)"))
+            return .failed
+        }
+        let userData = Unmanaged.passUnretained(self).toOpaque()
+        let registration = bl_dbus_register_object(
+            connection, api.objectPath, interface,
+            { connection, sender, _, _, method, parameters, invocation, userData in
+                guard let userData, let method, let invocation, let connection else { return }
+                let app = Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue()
+                app.arrived(
+                    String(cString: method), sender.map { String(cString: $0) }, parameters, invocation, connection)
+            }, userData, &error)
+        guard registration != 0 else {
+            events(.registrationFailed(takeMessage(error)))
+            return .failed
+        }
+        var undo: [() -> Void] = [{ g_dbus_connection_unregister_object(connection, registration) }]
+        // Callers that leave the bus: NameOwnerChanged with no new owner.
+        let watch = g_dbus_connection_signal_subscribe(
+            connection, "org.freedesktop.DBus", "org.freedesktop.DBus", "NameOwnerChanged", "/org/freedesktop/DBus",
+            nil, G_DBUS_SIGNAL_FLAGS_NONE,
+            { _, _, _, _, _, parameters, userData in
+                guard let userData, let parameters, g_variant_n_children(parameters) == 3 else { return }
+                var name: UnsafePointer<gchar>?
+                var newOwner: UnsafePointer<gchar>?
+                bl_variant_get_name_owner_changed(parameters, &name, &newOwner)
+                guard let name, let newOwner, newOwner.pointee == 0, name.pointee == CChar(UInt8(ascii: ":")) else { return }
+                let left = String(cString: name)
+                let app = Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue()
+                app.callers.withLock { $0.leave(left) }
+                app.api?.callerLeft(left)
+            }, userData, nil)
+        undo.append { g_dbus_connection_signal_unsubscribe(connection, watch) }
+        let owner = g_bus_own_name_on_connection(
+            connection, api.busName, G_BUS_NAME_OWNER_FLAGS_DO_NOT_QUEUE,
+            { _, name, userData in
+                guard let userData, let name else { return }
+                let app = Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue()
+                app.events(.nameAcquired(String(cString: name)))
+            },
+            { _, name, userData in
+                guard let userData, let name else { return }
+                let app = Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue()
+                app.events(.nameLost(String(cString: name)))
+            }, userData, nil)
+        undo.append { g_bus_unown_name(owner) }
+        g_object_ref(UnsafeMutableRawPointer(connection))
+        current.withLock { $0 = UInt(bitPattern: UnsafeMutableRawPointer(connection)) }
+        undo.append { [self] in
+            current.withLock { $0 = nil }
+            g_object_unref(UnsafeMutableRawPointer(connection))
+        }
+        return .serving(undo)
+    }
+
+    /// Emits one of the API's signals with one `a{sv}` argument, to every
+    /// listener or (`destination`, a unique name) to one. False when there
+    /// is no bus or the payload cannot be carried. Safe from any thread.
+    @discardableResult
+    public func emit(signal: String, _ payload: JSONValue, destination: String? = nil) -> Bool {
+        guard let api, let argument = DBusVariant.make(payload, type: "a{sv}") else { return false }
+        var arguments: [OpaquePointer?] = [argument]
+        let tuple = g_variant_new_tuple(&arguments, 1)
+        let connection = current.withLock { bits -> UInt? in
+            guard let bits, let pointer = UnsafeMutableRawPointer(bitPattern: bits) else { return nil }
+            g_object_ref(pointer)
+            return bits
+        }
+        guard let connection, let pointer = UnsafeMutableRawPointer(bitPattern: connection) else {
+            g_variant_unref(g_variant_ref_sink(tuple))
+            return false
+        }
+        defer { g_object_unref(pointer) }
+        var error: UnsafeMutablePointer<GError>?
+        let sent = g_dbus_connection_emit_signal(
+            OpaquePointer(pointer), destination, api.objectPath, api.interfaceName, signal, tuple, &error)
+        if sent == 0 { _ = takeMessage(error) }
+        return sent != 0
+    }
+
+    /// A call arrived (on the loop thread): counted against the limits, its
+    /// arguments read, then its caller's credentials asked of the bus; the
+    /// API's handler gets it once they are in.
+    private func arrived(
+        _ method: String, _ sender: String?, _ parameters: OpaquePointer?, _ invocation: OpaquePointer,
+        _ connection: OpaquePointer
+    ) {
+        guard let api, let sender else {
+            return g_dbus_method_invocation_return_dbus_error(
+                invocation, "org.freedesktop.DBus.Error.Failed", "a call without a sender")
+        }
+        guard callers.withLock({ $0.begin(sender, perCaller: api.maxCallsPerCaller, total: api.maxCalls) }) else {
+            return g_dbus_method_invocation_return_dbus_error(
+                invocation, api.busyError,
+                "too many calls in flight (at most \(api.maxCallsPerCaller) per caller, \(api.maxCalls) in all); retry once some are answered"
+            )
+        }
+        let end: @Sendable () -> Void = { [self] in callers.withLock { $0.end(sender) } }
+        var arguments: [JSONValue] = []
+        if let parameters {
+            for i in 0..<g_variant_n_children(parameters) {
+                guard let child = g_variant_get_child_value(parameters, i) else { continue }
+                defer { g_variant_unref(child) }
+                guard let value = DBusVariant.json(child) else {
+                    end()
+                    return g_dbus_method_invocation_return_dbus_error(
+                        invocation, "org.freedesktop.DBus.Error.InvalidArgs",
+                        "argument \(i + 1) holds a type the broker does not read")
+                }
+                arguments.append(value)
+            }
+        }
+        var outTypes: [String] = []
+        if let info = g_dbus_method_invocation_get_method_info(invocation), var arg = info.pointee.out_args {
+            while let argInfo = arg.pointee {
+                outTypes.append(String(cString: argInfo.pointee.signature))
+                arg += 1
+            }
+        }
+        let pending = PendingCall(
+            method: method, arguments: arguments, sender: sender, invocation: invocation, outTypes: outTypes, end: end)
+        pending.app = self
+        var tupleItems: [OpaquePointer?] = [g_variant_new_string(sender)]
+        g_dbus_connection_call(
+            connection, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+            "GetConnectionCredentials", g_variant_new_tuple(&tupleItems, 1), nil, G_DBUS_CALL_FLAGS_NONE, 10_000, nil,
+            { source, result, userData in
+                guard let userData else { return }
+                let pending = Unmanaged<PendingCall>.fromOpaque(userData).takeRetainedValue()
+                var error: UnsafeMutablePointer<GError>?
+                let reply = source.flatMap { g_dbus_connection_call_finish(OpaquePointer($0), result, &error) }
+                let dictionary = reply.flatMap { g_variant_get_child_value($0, 0) }
+                defer {
+                    reply.map { g_variant_unref($0) }
+                    dictionary.map { g_variant_unref($0) }
+                }
+                let credentials = dictionary.flatMap { DBusVariant.json($0) }?.objectValue
+                _ = takeMessage(error)
+                pending.credentials(credentials?["ProcessID"]?.intValue, credentials?["UnixUserID"]?.intValue)
+            }, Unmanaged.passRetained(pending).toOpaque())
+    }
+
+    /// A call waiting for its caller's credentials (touched on the loop thread only).
+    private final class PendingCall {
+        let method: String
+        let arguments: [JSONValue]
+        let sender: String
+        let invocation: OpaquePointer
+        let outTypes: [String]
+        let end: @Sendable () -> Void
+        var app: DBusApplication?
+
+        init(
+            method: String, arguments: [JSONValue], sender: String, invocation: OpaquePointer, outTypes: [String],
+            end: @escaping @Sendable () -> Void
+        ) {
+            self.method = method
+            self.arguments = arguments
+            self.sender = sender
+            self.invocation = invocation
+            self.outTypes = outTypes
+            self.end = end
+        }
+
+        func credentials(_ pid: Int64?, _ uid: Int64?) {
+            guard let app, let api = app.api, let pid, let uid, pid > 0, pid <= Int64(Int32.max) else {
+                end()
+                return g_dbus_method_invocation_return_dbus_error(
+                    invocation, "org.freedesktop.DBus.Error.Failed",
+                    "the bus did not say which process made the call (GetConnectionCredentials)")
+            }
+            guard uid == Int64(getuid()) else {
+                end()
+                return g_dbus_method_invocation_return_dbus_error(
+                    invocation, "org.freedesktop.DBus.Error.AccessDenied", "the broker serves its own user only")
+            }
+            let sender = sender
+            let call = DBusMethodCall(
+                method: method, arguments: arguments, caller: DBusCaller(uniqueName: sender, pid: Int32(pid), uid: UInt32(uid)),
+                invocation: invocation, outTypes: outTypes, finished: end,
+                left: { app.callers.withLock { $0.hasLeft(sender) } })
+            api.handle(call)
+        }
+    }
 }

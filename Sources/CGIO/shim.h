@@ -20,4 +20,9 @@ typedef void (*bl_dbus_closed_handler)(GDBusConnection *connection, gboolean rem
 static inline gulong bl_dbus_on_closed(GDBusConnection *connection, bl_dbus_closed_handler handler, gpointer user_data) {
     return g_signal_connect_data(connection, "closed", G_CALLBACK(handler), user_data, NULL, (GConnectFlags)0);
 }
+
+/// The name and new owner of a NameOwnerChanged signal's (sss), borrowed from `parameters`.
+static inline void bl_variant_get_name_owner_changed(GVariant *parameters, const gchar **name, const gchar **new_owner) {
+    g_variant_get(parameters, "(&s&s&s)", name, NULL, new_owner);
+}
 #endif

@@ -6,7 +6,7 @@ extension MethodTable {
         .brokerInfo: MethodHandler { call in try result(await call.engine.info()) },
         // The clients this peer may use.
         .clientsList: MethodHandler { call in
-            let pid = call.context.peer.pid
+            let pid = call.peer.pid
             return try result(await call.engine.clientList { PeerBinding.mayUse($0, pid: pid) })
         },
     ]

@@ -10,7 +10,7 @@ extension MethodTable {
         .eventsSubscribe: MethodHandler(["clients"]) { call in
             let params = SubscribeParams(clients: try call.params.stringArray("clients"))
             for client in params.clients ?? [] { try call.requireUse(client) }
-            let connection = call.context.connection
+            let connection = try call.requireSocket(.eventsSubscribe).connection
             guard connection.holdCount < maxSubscriptionsPerConnection else {
                 throw BrokerError(
                     .busy,
@@ -32,11 +32,12 @@ extension MethodTable {
             return try result(SubscribeResult(subscription: id))
         },
         .eventsUnsubscribe: MethodHandler(["subscription"]) { call in
+            let socket = try call.requireSocket(.eventsUnsubscribe)
             let params = UnsubscribeParams(subscription: try call.params.string("subscription"))
-            guard await call.engine.unsubscribe(params.subscription, connection: call.context.connectionID) else {
+            guard await call.engine.unsubscribe(params.subscription, connection: socket.connectionID) else {
                 throw RPCError.invalidParams("no subscription '\(params.subscription)' on this connection")
             }
-            call.context.connection.release()
+            socket.connection.release()
             return try result(EmptyResult())
         },
     ]

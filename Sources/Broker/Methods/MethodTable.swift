@@ -16,15 +16,31 @@ struct MethodHandler: Sendable {
     }
 }
 
-/// One call of a method: its connection, its params, and the engine.
+/// The process that made a call, from the socket's `SO_PEERCRED` or the
+/// bus's `GetConnectionCredentials`: what `Peers=` is checked against.
+struct CallerPeer: Sendable, Hashable {
+    var pid: Int32
+    var uid: UInt32
+}
+
+/// One call of a method: its caller, its params, and the engine; `socket`
+/// is the socket request's context (nil over D-Bus, whose `Subscribe` is
+/// the bus's own, BusAPI.swift).
 struct MethodCall: Sendable {
-    let context: RPCRequestContext
+    let peer: CallerPeer
+    let socket: RPCRequestContext?
     let params: Params
     let engine: BrokerEngine
 
+    /// The socket request's context, for the methods that only exist on the socket (`events.*`).
+    func requireSocket(_ method: RPCMethod) throws -> RPCRequestContext {
+        guard let socket else { throw RPCError.methodNotFound(method.rawValue) }
+        return socket
+    }
+
     /// Checks this connection's peer may use `client` (Peers=); an unknown client is the engine's to refuse.
     func requireUse(_ client: String) throws {
-        if let config = engine.config(for: client), !PeerBinding.mayUse(config, pid: context.peer.pid) {
+        if let config = engine.config(for: client), !PeerBinding.mayUse(config, pid: peer.pid) {
             throw BrokerError(
                 .clientForbidden,
                 "this program may not use the client '\(client)'; its client file's Peers= does not name it")
@@ -38,7 +54,7 @@ struct MethodCall: Sendable {
 
     /// A filter of client ids for this peer (clients without a config are let through).
     func clientFilter() -> @Sendable (String) -> Bool {
-        let (engine, pid) = (engine, context.peer.pid)
+        let (engine, pid) = (engine, peer.pid)
         return { client in engine.config(for: client).map { PeerBinding.mayUse($0, pid: pid) } ?? true }
     }
 }
@@ -66,10 +82,29 @@ public struct MethodTable: Sendable {
     public func handle(_ context: RPCRequestContext, _ method: String, _ params: JSONValue?) async throws(RPCError)
         -> JSONValue
     {
+        try await dispatch(
+            CallerPeer(pid: context.peer.pid, uid: context.peer.uid), socket: context, method, params,
+            origin: ["rpc.connection": "\(context.connectionID)"])
+    }
+
+    /// A call over D-Bus (BusAPI.swift) by the process `peer`: the same
+    /// handlers, without a socket. `caller` (a unique bus name) only goes to logs.
+    func handle(bus peer: CallerPeer, caller: String, _ method: String, _ params: JSONValue?) async throws(RPCError)
+        -> JSONValue
+    {
+        try await dispatch(peer, socket: nil, method, params, origin: ["dbus.sender": caller])
+    }
+
+    /// The names of `method`'s params; nil for an unknown method.
+    static func parameters(of method: RPCMethod) -> Set<String>? { handlers[method.rawValue]?.parameters }
+
+    private func dispatch(
+        _ peer: CallerPeer, socket: RPCRequestContext?, _ method: String, _ params: JSONValue?, origin: [String: String]
+    ) async throws(RPCError) -> JSONValue {
         do {
             guard let handler = Self.handlers[method] else { throw RPCError.methodNotFound(method) }
             let params = try Params(params, allowed: handler.parameters)
-            return try await handler.handle(MethodCall(context: context, params: params, engine: engine))
+            return try await handler.handle(MethodCall(peer: peer, socket: socket, params: params, engine: engine))
         } catch let error as RPCError {
             throw error
         } catch let error as BrokerError {
@@ -83,7 +118,7 @@ public struct MethodTable: Sendable {
             throw Self.rpcError(.storageUnavailable(directory: engine.stateDirectory, cause: error.cause))
         } catch {
             logger.error(
-                "internal error", ["rpc.method": method, "rpc.connection": "\(context.connectionID)", "error": "\(error)"])
+                "internal error", origin.merging(["rpc.method": method, "error": "\(error)"]) { $1 })
             throw RPCError.internalError("internal error; the broker's log has the details (rpc.method=\(method))")
         }
     }

@@ -1,0 +1,163 @@
+import BrokerRPC
+import CGIO
+import Foundation
+import Synchronization
+
+/// An API object that `DBusApplication` serves next to
+/// `org.freedesktop.Application`, on the same connection: its own bus name,
+/// object path and interface. Each call is checked against the in-flight
+/// limits, its arguments read as JSON and its caller's credentials fetched
+/// (`GetConnectionCredentials`) before `handle` sees it.
+public struct DBusAPI: Sendable {
+    public var busName: String
+    public var objectPath: String
+    public var interfaceName: String
+    /// The introspection XML of a node holding the interface.
+    public var interfaceXML: String
+    /// Calls one caller may have unanswered at once; beyond it, `busyError`.
+    public var maxCallsPerCaller: Int
+    /// Calls unanswered at once, all callers together; beyond it, `busyError`.
+    public var maxCalls: Int
+    /// The D-Bus error name of a call refused at the limits.
+    public var busyError: String
+    /// Answers a call, from any thread; must not block (it runs on the D-Bus thread).
+    public var handle: @Sendable (DBusMethodCall) -> Void
+    /// A unique name left the bus, or (nil) the bus itself went away: every caller is gone.
+    public var callerLeft: @Sendable (String?) -> Void
+
+    public init(
+        busName: String, objectPath: String, interfaceName: String, interfaceXML: String, maxCallsPerCaller: Int,
+        maxCalls: Int, busyError: String, handle: @escaping @Sendable (DBusMethodCall) -> Void,
+        callerLeft: @escaping @Sendable (String?) -> Void
+    ) {
+        self.busName = busName
+        self.objectPath = objectPath
+        self.interfaceName = interfaceName
+        self.interfaceXML = interfaceXML
+        self.maxCallsPerCaller = maxCallsPerCaller
+        self.maxCalls = maxCalls
+        self.busyError = busyError
+        self.handle = handle
+        self.callerLeft = callerLeft
+    }
+}
+
+/// Who made a call: its unique bus name and, from the bus, its process and user.
+public struct DBusCaller: Sendable, Hashable {
+    public var uniqueName: String
+    public var pid: Int32
+    public var uid: UInt32
+}
+
+/// A D-Bus error reply: a name such as `org.freedesktop.DBus.Error.InvalidArgs` and a message.
+public struct DBusError: Error, Sendable, Hashable {
+    public var name: String
+    public var message: String
+
+    public init(_ name: String, _ message: String) {
+        self.name = name
+        self.message = message
+    }
+
+    public static func invalidArgs(_ message: String) -> DBusError {
+        DBusError("org.freedesktop.DBus.Error.InvalidArgs", message)
+    }
+    public static func failed(_ message: String) -> DBusError { DBusError("org.freedesktop.DBus.Error.Failed", message) }
+}
+
+/// One method call of a `DBusAPI`, answered exactly once with `reply` or
+/// `fail` (a call dropped unanswered is answered `Failed`).
+public final class DBusMethodCall: @unchecked Sendable {
+    // Safe: every member is immutable except `answered`, an atomic that makes
+    // sure the invocation (whose reference the answer consumes) is answered
+    // once; GDBus allows answering an invocation from any thread.
+    public let method: String
+    public let arguments: [JSONValue]
+    public let caller: DBusCaller
+    private let invocation: OpaquePointer
+    private let outTypes: [String]
+    private let answered = Atomic<Bool>(false)
+    private let finished: @Sendable () -> Void
+    private let left: @Sendable () -> Bool
+
+    init(
+        method: String, arguments: [JSONValue], caller: DBusCaller, invocation: OpaquePointer, outTypes: [String],
+        finished: @escaping @Sendable () -> Void, left: @escaping @Sendable () -> Bool
+    ) {
+        self.method = method
+        self.arguments = arguments
+        self.caller = caller
+        self.invocation = invocation
+        self.outTypes = outTypes
+        self.finished = finished
+        self.left = left
+    }
+
+    deinit { fail(.failed("the call was not answered")) }
+
+    /// The caller left the bus while this call was in flight.
+    public var callerLeft: Bool { left() }
+
+    /// Answers with the method's out arguments, converted to its out types;
+    /// `memberTypes` as in `DBusVariant.make`.
+    public func reply(_ values: [JSONValue], memberTypes: [String: String] = [:]) {
+        guard values.count == outTypes.count else {
+            return fail(.failed("the broker built a reply of the wrong shape"))
+        }
+        var children: [OpaquePointer] = []
+        for (value, type) in zip(values, outTypes) {
+            guard let child = DBusVariant.make(value, type: type, memberTypes: memberTypes) else {
+                for built in children { g_variant_unref(g_variant_ref_sink(built)) }
+                return fail(.failed("the reply cannot be carried over D-Bus (a string with a NUL character?)"))
+            }
+            children.append(child)
+        }
+        guard begin() else {
+            for built in children { g_variant_unref(g_variant_ref_sink(built)) }
+            return
+        }
+        let tuple = children.withUnsafeBufferPointer { buffer in
+            buffer.withMemoryRebound(to: OpaquePointer?.self) { g_variant_new_tuple($0.baseAddress, gsize(buffer.count)) }
+        }
+        g_dbus_method_invocation_return_value(invocation, tuple)
+        finished()
+    }
+
+    public func fail(_ error: DBusError) {
+        guard begin() else { return }
+        g_dbus_method_invocation_return_dbus_error(invocation, error.name, error.message)
+        finished()
+    }
+
+    private func begin() -> Bool { !answered.exchange(true, ordering: .sequentiallyConsistent) }
+}
+
+/// The unanswered calls of each caller, and whether it left the bus while
+/// they were in flight. A caller's entry lives while it has calls in flight.
+struct DBusCallerTable: Sendable {
+    struct Entry {
+        var calls = 0
+        var left = false
+    }
+    var entries: [String: Entry] = [:]
+    var total = 0
+
+    /// Counts a new call of `sender`; false when a limit is reached.
+    mutating func begin(_ sender: String, perCaller: Int, total limit: Int) -> Bool {
+        guard total < limit, entries[sender, default: Entry()].calls < perCaller else { return false }
+        entries[sender, default: Entry()].calls += 1
+        total += 1
+        return true
+    }
+
+    mutating func end(_ sender: String) {
+        guard var entry = entries[sender] else { return }
+        entry.calls -= 1
+        total -= 1
+        entries[sender] = entry.calls > 0 ? entry : nil
+    }
+
+    mutating func leave(_ sender: String) { entries[sender]?.left = true }
+
+    func hasLeft(_ sender: String) -> Bool { entries[sender]?.left ?? true }
+}
