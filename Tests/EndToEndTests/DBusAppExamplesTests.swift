@@ -63,9 +63,17 @@ struct DBusAppExamplesTests {
         let h = try Harness()
         try h.startServer(clients: [
             ("com.example.notes", "Example Notes", "com.example.notes:/callback"),
+            ("com.example.mine", "Mine", "com.example.mine:/callback"),
             ("com.example.bound", "Bound", "com.example.bound:/callback"),
         ])
+        // /proc/PID/exe names the program with its symbolic links resolved.
+        let app = URL(fileURLWithPath: try build(example: example, program: program, into: h.dir + "/build"))
+            .resolvingSymlinksInPath().path
         h.writeClient()
+        // Bound to the example itself: its signals reach it only through Subscribe.
+        h.writeClient(
+            file: "mine.conf", id: "com.example.mine", appName: "Mine", returnURL: "com.example.mine:/callback",
+            extra: "Peers=\(app)")
         h.writeClient(
             file: "bound.conf", id: "com.example.bound", appName: "Bound", returnURL: "com.example.bound:/callback",
             extra: "Peers=/usr/bin/true")
@@ -77,7 +85,6 @@ struct DBusAppExamplesTests {
         h.brokerEnvironment["DEMO_CODE"] = "000000"
         h.brokerEnvironment["DEMO_DELIVER"] = binDirectory + "/browser-login --socket \(h.socketPath) finish"
         try h.startBroker()
-        let app = try build(example: example, program: program, into: h.dir + "/build")
         let run = { (arguments: [String]) in try runProgram(app, arguments, environment: h.environment(), timeout: 90) }
 
         let unknown = try run(["com.example.nothing"])
@@ -93,7 +100,7 @@ struct DBusAppExamplesTests {
         try #require(first.status == 0, "\(first)\nbroker log:\n\(h.broker?.output ?? "")")
         #expect(first.out.contains("client com.example.notes: Example Notes at \(h.serverOrigin)\n"), "\(first)")
         #expect(first.out.contains("com.example.notes: signedOut\n"), "\(first)")
-        #expect(first.out.contains("sign-in waiting"), "\(first)")
+        #expect(first.out.contains("starting a sign-in"), "\(first)")
         #expect(first.out.contains("signedIn as \(h.testEmail)"), "\(first)")
         #expect(first.out.contains("GET /api/me: status 200\n"), "\(first)")
         // The authorize URL (it carries the server's attempt id) is never shown.
@@ -102,10 +109,17 @@ struct DBusAppExamplesTests {
         let second = try run(["com.example.notes", "--sign-out"])
         try #require(second.status == 0, "\(second)")
         #expect(second.out.contains("com.example.notes: signedIn\n"), "\(second)")
-        #expect(!second.out.contains("sign-in "), "signed in already, yet it started a sign-in: \(second)")
+        #expect(!second.out.contains("starting a sign-in"), "signed in already, yet it started a sign-in: \(second)")
         #expect(second.out.contains("GET /api/me: status 200\n"), "\(second)")
         #expect(second.out.hasSuffix("signedOut\n"), "\(second)")
         let session = try h.rpc().call("session.get", params: ["client": "com.example.notes"])
         #expect(session["status"]?.stringValue == "signedOut")
+
+        let mine = try run(["com.example.mine"])
+        try #require(mine.status == 0, "\(mine)\nbroker log:\n\(h.broker?.output ?? "")")
+        #expect(mine.out.contains("client com.example.mine: Mine at \(h.serverOrigin)\n"), "\(mine)")
+        #expect(mine.out.contains("starting a sign-in"), "\(mine)")
+        #expect(mine.out.contains("signedIn as \(h.testEmail)"), "\(mine)")
+        #expect(mine.out.contains("GET /api/me: status 200\n"), "\(mine)")
     }
 }

@@ -223,7 +223,6 @@ on_started (GObject *source, GAsyncResult *result, gpointer data)
   /* Never show or log authorizeUrl: it belongs to this sign-in alone. */
   g_free (app->attempt_id);
   app->attempt_id = g_strdup (lookup_string (attempt, "attemptId"));
-  g_print ("sign-in %s: finish it in the browser\n", lookup_string (attempt, "state"));
   if (app->waiting)
     app->timeout_id = g_timeout_add_seconds (SIGN_IN_TIMEOUT_S, on_sign_in_timeout, app);
 }
@@ -243,6 +242,7 @@ on_session (GObject *source, GAsyncResult *result, gpointer data)
 
   /* Wait from now on: the sign-in may end before Start's answer arrives. */
   app->waiting = TRUE;
+  g_print ("starting a sign-in: finish it in the browser\n");
   GVariantDict options;
   g_variant_dict_init (&options, NULL);
   g_variant_dict_insert (&options, "openBrowser", "b", TRUE);

@@ -152,6 +152,7 @@ private:
     {
         // Wait from now on: the sign-in may end before Start's answer arrives.
         waiting = true;
+        say(QStringLiteral("starting a sign-in: finish it in the browser"));
         const QVariantMap options{{"openBrowser", true}};
         auto alreadySignedIn = [this](const QDBusError &error) {
             if (brokerErrorCode(error) != QLatin1String("ALREADY_SIGNED_IN")) return false;
@@ -164,9 +165,7 @@ private:
             broker.Start(client, options), "Start",
             [this](const auto &reply) {
                 // Never show or log authorizeUrl: it belongs to this sign-in alone.
-                const QVariantMap attempt = reply.value();
-                attemptId = attempt.value("attemptId").toString();
-                say(QStringLiteral("sign-in %1: finish it in the browser").arg(attempt.value("state").toString()));
+                attemptId = reply.value().value("attemptId").toString();
                 if (waiting) timeout.start(signInTimeoutMs);
             },
             alreadySignedIn);
