@@ -52,6 +52,9 @@ install:
 	chmod 0644 $(DESTDIR)$(DATADIR)/dbus-1/services/org.browserlogin.Broker.service
 	install -m 0644 dbus/org.freedesktop.Application.xml \
 	  $(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.browserlogin.Broker.org.freedesktop.Application.xml
+	$(SUBST) dbus/org.browserlogin.Broker1.service.in > $(DESTDIR)$(DATADIR)/dbus-1/services/org.browserlogin.Broker1.service
+	chmod 0644 $(DESTDIR)$(DATADIR)/dbus-1/services/org.browserlogin.Broker1.service
+	install -m 0644 dbus/org.browserlogin.Broker1.xml $(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.browserlogin.Broker1.xml
 	install -d $(DESTDIR)$(DATADIR)/browser-login
 	install -m 0644 dbus/org.browserlogin.Broker.desktop.in $(DESTDIR)$(DATADIR)/browser-login/
 	install -d $(DESTDIR)$(DATADIR)/doc/browser-login
@@ -66,6 +69,8 @@ uninstall:
 	  $(DESTDIR)$(PREFIX)/lib/systemd/user/browser-login-broker.socket \
 	  $(DESTDIR)$(DATADIR)/dbus-1/services/org.browserlogin.Broker.service \
 	  $(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.browserlogin.Broker.org.freedesktop.Application.xml \
+	  $(DESTDIR)$(DATADIR)/dbus-1/services/org.browserlogin.Broker1.service \
+	  $(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.browserlogin.Broker1.xml \
 	  $(DESTDIR)$(DATADIR)/man/man1/browser-login.1 $(DESTDIR)$(DATADIR)/man/man1/browser-login-server.1 \
 	  $(DESTDIR)$(DATADIR)/man/man8/browser-login-broker.8
 	rm -rf $(DESTDIR)$(DATADIR)/browser-login $(DESTDIR)$(DATADIR)/doc/browser-login

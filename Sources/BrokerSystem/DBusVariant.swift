@@ -145,18 +145,23 @@ public enum DBusVariant {
         }
     }
 
-    /// A GVariant from its text form (`g_variant_parse`), owned by the caller; for tests and tools.
-    public static func parse(_ text: String, type: String? = nil) -> OpaquePointer? {
+    /// `value` made as `type`, in GVariant's text form (`g_variant_print`, with types); for tests and tools.
+    public static func text(_ value: JSONValue, type: String, memberTypes: [String: String] = [:]) -> String? {
+        guard let made = make(value, type: type, memberTypes: memberTypes) else { return nil }
+        let variant = g_variant_ref_sink(made)
+        defer { g_variant_unref(variant) }
+        guard let text = g_variant_print(variant, 1) else { return nil }
+        defer { g_free(text) }
+        return String(cString: text)
+    }
+
+    /// The JSON value of a GVariant in text form (`g_variant_parse`); for tests and tools.
+    public static func json(text: String, type: String? = nil) -> JSONValue? {
         let variantType = type.flatMap { g_variant_type_new($0) }
         defer { variantType.map { g_variant_type_free($0) } }
         guard let parsed = g_variant_parse(variantType, text, nil, nil, nil) else { return nil }
-        return g_variant_ref_sink(parsed)
-    }
-
-    /// The text form of a GVariant (`g_variant_print`, with types), for tests and tools.
-    public static func print(_ variant: OpaquePointer) -> String {
-        guard let text = g_variant_print(variant, 1) else { return "" }
-        defer { g_free(text) }
-        return String(cString: text)
+        let variant = g_variant_ref_sink(parsed)
+        defer { g_variant_unref(variant) }
+        return variant.flatMap { json($0) }
     }
 }

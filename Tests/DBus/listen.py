@@ -1,0 +1,102 @@
+#!/usr/bin/python3
+"""A GLib client of org.browserlogin.Broker1 for the end-to-end tests
+(Tests/EndToEndTests/DBusAPITests.swift), on the session bus of
+DBUS_SESSION_BUS_ADDRESS.
+
+It listens to the broker's SessionChanged and LoginChanged signals, calls
+Subscribe first with --subscribe (with --clients, only those clients'),
+prints "ready" once listening, then one JSON line per signal received:
+{"signal": NAME, "payload": {...}}. It exits 0 when a SessionChanged for
+--until-client reaches --until-status, 3 when --timeout seconds pass first
+(or, without --until-client, 0 after --timeout seconds), 4 when a call fails.
+
+With --flood N CLIENT it instead makes N WaitSession calls for CLIENT at
+once, from one connection, and prints {"replies": R, "errors": {NAME: COUNT}}
+once all are answered.
+"""
+import argparse
+import json
+import sys
+
+import gi
+
+gi.require_version("Gio", "2.0")
+from gi.repository import Gio, GLib  # noqa: E402
+
+NAME = "org.browserlogin.Broker1"
+PATH = "/org/browserlogin/Broker1"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--subscribe", action="store_true")
+    parser.add_argument("--clients", default=None, help="comma-separated client ids for Subscribe")
+    parser.add_argument("--until-client")
+    parser.add_argument("--until-status", default="signedIn")
+    parser.add_argument("--timeout", type=float, default=30)
+    parser.add_argument("--flood", nargs=2, metavar=("N", "CLIENT"))
+    args = parser.parse_args()
+
+    bus = Gio.bus_get_sync(Gio.BusType.SESSION, None)
+    loop = GLib.MainLoop()
+    if args.flood:
+        return flood(bus, loop, int(args.flood[0]), args.flood[1])
+    outcome = {"status": 0 if args.until_client is None else 3}
+
+    def on_signal(_connection, _sender, _path, _interface, signal, parameters):
+        payload = parameters.unpack()[0]
+        print(json.dumps({"signal": signal, "payload": payload}, sort_keys=True), flush=True)
+        if (signal == "SessionChanged" and payload.get("client") == args.until_client
+                and payload.get("status") == args.until_status):
+            outcome["status"] = 0
+            loop.quit()
+
+    for signal in ("SessionChanged", "LoginChanged"):
+        bus.signal_subscribe(None, NAME, signal, PATH, None, Gio.DBusSignalFlags.NONE, on_signal)
+
+    if args.subscribe:
+        options = {}
+        if args.clients is not None:
+            options["clients"] = GLib.Variant("as", [c for c in args.clients.split(",") if c])
+        try:
+            reply = bus.call_sync(NAME, PATH, NAME, "Subscribe", GLib.Variant("(a{sv})", (options,)),
+                                  GLib.VariantType("(s)"), Gio.DBusCallFlags.NONE, 10000, None)
+        except GLib.Error as error:
+            print(json.dumps({"error": Gio.DBusError.get_remote_error(error) or str(error)}), flush=True)
+            return 4
+        print(json.dumps({"subscription": reply.unpack()[0]}), flush=True)
+
+    # A round trip first, so the match rules are in place before "ready".
+    bus.call_sync("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "GetId",
+                  None, None, Gio.DBusCallFlags.NONE, 10000, None)
+    print("ready", flush=True)
+    GLib.timeout_add(int(args.timeout * 1000), loop.quit)
+    loop.run()
+    return outcome["status"]
+
+
+def flood(bus, loop, count, client):
+    tally = {"replies": 0, "errors": {}, "left": count}
+
+    def done(connection, result):
+        try:
+            connection.call_finish(result)
+            tally["replies"] += 1
+        except GLib.Error as error:
+            name = Gio.DBusError.get_remote_error(error) or "local"
+            tally["errors"][name] = tally["errors"].get(name, 0) + 1
+        tally["left"] -= 1
+        if tally["left"] == 0:
+            loop.quit()
+
+    options = {"timeoutMs": GLib.Variant("x", 3000)}
+    for _ in range(count):
+        bus.call(NAME, PATH, NAME, "WaitSession", GLib.Variant("(sa{sv})", (client, options)),
+                 GLib.VariantType("(a{sv})"), Gio.DBusCallFlags.NONE, 20000, None, done)
+    loop.run()
+    print(json.dumps({"replies": tally["replies"], "errors": tally["errors"]}, sort_keys=True), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
