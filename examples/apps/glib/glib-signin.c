@@ -111,14 +111,18 @@ on_response (GObject *source, GAsyncResult *result, gpointer data)
   g_autoptr (GError) error = NULL;
   gint64 status = 0;
   if (!browser_login_broker1_call_request_finish (app->broker, &response, result, &error))
-    return fail (app, "Request", error);
+    {
+      fail (app, "Request", error);
+      return;
+    }
   g_variant_lookup (response, "status", "x", &status);
   const char *body = lookup_string (response, "body");
   g_print ("GET /api/me: status %" G_GINT64_FORMAT "\n%s\n", status, body ? body : "(no text body)");
   if (status < 200 || status > 299)
     {
       g_printerr ("the API answered %" G_GINT64_FORMAT "\n", status);
-      return quit (app, 1);
+      quit (app, 1);
+      return;
     }
   if (app->sign_out)
     browser_login_broker1_call_sign_out (app->broker, app->client, NULL, on_signed_out, app);
@@ -133,7 +137,10 @@ on_signed_out (GObject *source, GAsyncResult *result, gpointer data)
   g_autoptr (GVariant) session = NULL;
   g_autoptr (GError) error = NULL;
   if (!browser_login_broker1_call_sign_out_finish (app->broker, &session, result, &error))
-    return fail (app, "SignOut", error);
+    {
+      fail (app, "SignOut", error);
+      return;
+    }
   g_print ("%s\n", lookup_string (session, "status"));
   quit (app, 0);
 }
@@ -187,7 +194,10 @@ on_cancelled (GObject *source, GAsyncResult *result, gpointer data)
   g_autoptr (GVariant) attempt = NULL;
   g_autoptr (GError) error = NULL;
   if (!browser_login_broker1_call_cancel_finish (app->broker, &attempt, result, &error))
-    return fail (app, "Cancel", error);
+    {
+      fail (app, "Cancel", error);
+      return;
+    }
   quit (app, 1);
 }
 
@@ -218,7 +228,8 @@ on_started (GObject *source, GAsyncResult *result, gpointer data)
           browser_login_broker1_call_get_session (app->broker, app->client, NULL, on_session, app);
           return;
         }
-      return fail (app, "Start", error);
+      fail (app, "Start", error);
+      return;
     }
   /* Never show or log authorizeUrl: it belongs to this sign-in alone. */
   g_free (app->attempt_id);
@@ -234,11 +245,17 @@ on_session (GObject *source, GAsyncResult *result, gpointer data)
   g_autoptr (GVariant) session = NULL;
   g_autoptr (GError) error = NULL;
   if (!browser_login_broker1_call_get_session_finish (app->broker, &session, result, &error))
-    return fail (app, "GetSession", error);
+    {
+      fail (app, "GetSession", error);
+      return;
+    }
   const char *status = lookup_string (session, "status");
   g_print ("%s: %s\n", app->client, status);
   if (g_strcmp0 (status, "signedIn") == 0)
-    return signed_in (app, session);
+    {
+      signed_in (app, session);
+      return;
+    }
 
   /* Wait from now on: the sign-in may end before Start's answer arrives. */
   app->waiting = TRUE;
@@ -258,7 +275,10 @@ on_subscribed (GObject *source, GAsyncResult *result, gpointer data)
   g_autoptr (GError) error = NULL;
   /* The subscription ends when this program leaves the bus. */
   if (!browser_login_broker1_call_subscribe_finish (app->broker, &subscription, result, &error))
-    return fail (app, "Subscribe", error);
+    {
+      fail (app, "Subscribe", error);
+      return;
+    }
   browser_login_broker1_call_get_session (app->broker, app->client, NULL, on_session, app);
 }
 
@@ -269,7 +289,10 @@ on_clients (GObject *source, GAsyncResult *result, gpointer data)
   g_autoptr (GVariant) clients = NULL;
   g_autoptr (GError) error = NULL;
   if (!browser_login_broker1_call_list_clients_finish (app->broker, &clients, result, &error))
-    return fail (app, "ListClients", error);
+    {
+      fail (app, "ListClients", error);
+      return;
+    }
   /* aa{sv}: one a{sv} per client this program may use. */
   GVariantIter iter;
   GVariant *client;
@@ -298,7 +321,10 @@ on_proxy (GObject *source, GAsyncResult *result, gpointer data)
   g_autoptr (GError) error = NULL;
   app->broker = browser_login_broker1_proxy_new_for_bus_finish (result, &error);
   if (app->broker == NULL)
-    return fail (app, "connecting to the session bus", error);
+    {
+      fail (app, "connecting to the session bus", error);
+      return;
+    }
   g_dbus_proxy_set_default_timeout (G_DBUS_PROXY (app->broker), CALL_TIMEOUT_MS);
   /* Connected before the first call, so that no change is missed. */
   g_signal_connect (app->broker, "session-changed", G_CALLBACK (on_session_changed), app);
