@@ -253,14 +253,18 @@ final class BusAPI: Sendable {
 
     /// A caller left the bus (nil: the bus went away, with every caller): its subscriptions end.
     private func callerLeft(_ name: String?) {
-        let connections = registry.withLock { registry -> [UInt64] in
+        let (connections, count) = registry.withLock { registry -> ([UInt64], Int) in
             if let name {
-                return registry.callers.removeValue(forKey: name).map { [$0.connection] } ?? []
+                let caller = registry.callers.removeValue(forKey: name)
+                return (caller.map { [$0.connection] } ?? [], caller?.count ?? 0)
             }
             defer { registry.callers = [:] }
-            return registry.callers.values.map(\.connection)
+            return (registry.callers.values.map(\.connection), registry.total)
         }
         guard !connections.isEmpty else { return }
+        logger.debug(
+            "D-Bus subscriptions ended: their caller left the bus",
+            ["dbus.sender": name ?? "(the bus closed)", "dbus.subscriptions": "\(count)"])
         let engine = engine
         Task { for connection in connections { await engine.connectionClosed(connection) } }
     }

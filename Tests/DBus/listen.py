@@ -4,7 +4,8 @@
 DBUS_SESSION_BUS_ADDRESS.
 
 It listens to the broker's SessionChanged and LoginChanged signals, calls
-Subscribe first with --subscribe (with --clients, only those clients'),
+Subscribe first with --subscribe (--subscriptions times; with --clients,
+only those clients'),
 prints "ready" once listening, then one JSON line per signal received:
 {"signal": NAME, "payload": {...}}. It exits 0 when a SessionChanged for
 --until-client reaches --until-status, 3 when --timeout seconds pass first
@@ -30,6 +31,7 @@ PATH = "/org/browserlogin/Broker1"
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--subscribe", action="store_true")
+    parser.add_argument("--subscriptions", type=int, default=1, help="how many times to call Subscribe")
     parser.add_argument("--clients", default=None, help="comma-separated client ids for Subscribe")
     parser.add_argument("--until-client")
     parser.add_argument("--until-status", default="signedIn")
@@ -52,19 +54,20 @@ def main():
             loop.quit()
 
     for signal in ("SessionChanged", "LoginChanged"):
-        bus.signal_subscribe(None, NAME, signal, PATH, None, Gio.DBusSignalFlags.NONE, on_signal)
+        bus.signal_subscribe(NAME, NAME, signal, PATH, None, Gio.DBusSignalFlags.NONE, on_signal)
 
     if args.subscribe:
         options = {}
         if args.clients is not None:
             options["clients"] = GLib.Variant("as", [c for c in args.clients.split(",") if c])
-        try:
-            reply = bus.call_sync(NAME, PATH, NAME, "Subscribe", GLib.Variant("(a{sv})", (options,)),
-                                  GLib.VariantType("(s)"), Gio.DBusCallFlags.NONE, 10000, None)
-        except GLib.Error as error:
-            print(json.dumps({"error": Gio.DBusError.get_remote_error(error) or str(error)}), flush=True)
-            return 4
-        print(json.dumps({"subscription": reply.unpack()[0]}), flush=True)
+        for _ in range(args.subscriptions):
+            try:
+                reply = bus.call_sync(NAME, PATH, NAME, "Subscribe", GLib.Variant("(a{sv})", (options,)),
+                                      GLib.VariantType("(s)"), Gio.DBusCallFlags.NONE, 10000, None)
+            except GLib.Error as error:
+                print(json.dumps({"error": Gio.DBusError.get_remote_error(error) or str(error)}), flush=True)
+                return 4
+            print(json.dumps({"subscription": reply.unpack()[0]}), flush=True)
 
     # A round trip first, so the match rules are in place before "ready".
     bus.call_sync("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "GetId",

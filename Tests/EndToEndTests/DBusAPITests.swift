@@ -309,4 +309,52 @@ struct DBusAPITests {
         // The broker still answers that caller's next call.
         #expect(try Self.ok(h, "GetSession", "com.example.notes").contains("signedOut"))
     }
+
+    @Test func aCallerHasAtMost32SubscriptionsWhichEndWhenItLeavesTheBus() throws {
+        let h = try Harness()
+        defer { h.stopAll() }
+        try h.startServer()
+        h.writeClient()
+        try Self.start(h)
+        let run = try runProgram(
+            "/usr/bin/python3", [Self.listener, "--subscribe", "--subscriptions", "33", "--timeout", "0"],
+            environment: h.environment())
+        #expect(run.status == 4)
+        #expect(run.out.components(separatedBy: "\"subscription\"").count == 33)
+        #expect(run.out.contains("org.browserlogin.Error.BUSY"), "\(run.out)")
+        // The listener has gone: the broker drops its 32 subscriptions.
+        try waitUntil(10, "the broker to end the subscriptions of the caller that left") {
+            h.broker?.output.contains("dbus.subscriptions=32") == true
+        }
+        #expect(h.broker?.output.contains("D-Bus subscriptions ended: their caller left the bus") == true)
+    }
+
+    @Test func theFirstCallStartsTheBrokerByDBusActivation() throws {
+        let h = try Harness()
+        defer { h.stopAll() }
+        try h.startServer()
+        h.writeClient()
+        let dataHome = h.dir + "/data-home"
+        try FileManager.default.createDirectory(atPath: dataHome + "/dbus-1/services", withIntermediateDirectories: true)
+        // dbus/org.browserlogin.Broker1.service.in with Exec= pointing at the built broker.
+        let template = try String(
+            contentsOfFile: repositoryRoot + "/dbus/org.browserlogin.Broker1.service.in", encoding: .utf8)
+        let service = template.replacingOccurrences(of: "@bindir@", with: binDirectory)
+            .replacingOccurrences(of: "browser-login-broker\n", with: "browser-login-broker --log-level debug\n")
+        _ = FileManager.default.createFile(
+            atPath: dataHome + "/dbus-1/services/\(Self.name).service", contents: Data(service.utf8))
+        h.brokerEnvironment["XDG_DATA_HOME"] = dataHome
+        let session = try PrivateSession(dir: h.dir, environment: h.environment())
+        defer { session.stop() }
+        h.brokerEnvironment["DBUS_SESSION_BUS_ADDRESS"] = session.address
+        #expect(try session.busCall("NameHasOwner", Self.name, environment: h.environment()).contains("false"))
+
+        let info = try Self.ok(h, "Info")
+        #expect(info.contains("'protocol': <int64 1>"))
+        #expect(try session.busCall("NameHasOwner", Self.name, environment: h.environment()).contains("true"))
+        // The same daemon serves the socket and owns the desktop name too.
+        #expect(try session.busCall("NameHasOwner", "org.browserlogin.Broker", environment: h.environment()).contains("true"))
+        let rpc = try h.rpc()
+        #expect(try rpc.call("session.get", params: ["client": "com.example.notes"])["status"] == "signedOut")
+    }
 }
