@@ -160,5 +160,27 @@ class PlanTests(unittest.TestCase):
                 _core.socket_path()
 
 
+class DocsTests(unittest.TestCase):
+    def setUp(self):
+        page = REPO_ROOT / "docs" / "apps" / "python.md"
+        if not page.exists():
+            self.skipTest("docs/apps/python.md is not here (the package was copied out of the repository)")
+        self.page = page.read_text(encoding="utf-8")
+
+    def test_the_page_shows_the_tested_example_verbatim(self):
+        from .support import PACKAGE_ROOT
+
+        example = (PACKAGE_ROOT / "examples" / "sign_in.py").read_text(encoding="utf-8")
+        self.assertIn("```python\n" + example + "```", self.page)
+
+    def test_the_page_lists_every_error_class(self):
+        names = [name for name in browser_login.__all__
+                 if isinstance(getattr(browser_login, name), type)
+                 and issubclass(getattr(browser_login, name), browser_login.BrowserLoginError)]
+        self.assertGreater(len(names), 28)
+        missing = [name for name in names if f"| `{name}` |" not in self.page]
+        self.assertEqual(missing, [], "error classes missing from the table of docs/apps/python.md")
+
+
 if __name__ == "__main__":
     unittest.main()
