@@ -4,7 +4,7 @@ Unix streams. The calls, views and errors are `_core`'s, as for `Broker`."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Dict, Iterable, List, Mapping, Optional, Union
+from typing import Any, AsyncIterator, Dict, Iterable, List, Mapping, Optional, TypeVar, Union
 
 from . import _core
 from ._core import Call, Notification, Orphan, Plan, Reply
@@ -12,6 +12,8 @@ from ._errors import BrowserLoginError, ConnectionLostError, ProtocolError
 from ._views import Attempt, Client, Event, Info, Response, Session
 
 __all__ = ["AsyncBroker", "AsyncEventStream"]
+
+T = TypeVar("T")
 
 _UNSET: Any = object()
 
@@ -193,7 +195,7 @@ class AsyncBroker:
         except _NotSent as not_sent:
             raise not_sent.failure from None
 
-    async def _run(self, plan: Plan[Any]) -> Any:
+    async def _run(self, plan: Plan[T]) -> T:
         try:
             call = next(plan)
             while True:
@@ -204,7 +206,8 @@ class AsyncBroker:
                 else:
                     call = plan.send(result)
         except StopIteration as stop:
-            return stop.value
+            value: T = stop.value
+            return value
 
     async def call(self, method: str, **params: Any) -> Any:
         """Any RPC method by name, with its wire params; the raw result."""

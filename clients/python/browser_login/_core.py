@@ -14,7 +14,7 @@ import base64
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Generator, Iterable, List, Mapping, Optional, TypeVar, Union
 
 from ._errors import BrokerNotRunningError, BrowserLoginError, ProtocolError, WaitTimeoutError, error_from_rpc
@@ -63,8 +63,9 @@ class Call:
     """One JSON-RPC call of a plan, and how to decode its result."""
 
     method: str
-    params: Dict[str, Any]
-    decode: Callable[[Any], Any]
+    # Out of repr: params may hold a callback URL or a request body.
+    params: Dict[str, Any] = field(repr=False)
+    decode: Callable[[Any], Any] = field(repr=False)
 
 
 Plan = Generator[Call, Any, T]
@@ -140,11 +141,13 @@ def _ms(seconds: float, name: str) -> int:
 
 
 def info() -> Plan[Info]:
-    return (yield Call("broker.info", {}, parse_info))
+    result: Info = yield Call("broker.info", {}, parse_info)
+    return result
 
 
 def clients() -> Plan[List[Client]]:
-    return (yield Call("clients.list", {}, parse_clients))
+    result: List[Client] = yield Call("clients.list", {}, parse_clients)
+    return result
 
 
 def start(client: str, open_browser: bool, switch_account: bool, flow: Optional[str], ephemeral: bool) -> Plan[Attempt]:
@@ -152,27 +155,33 @@ def start(client: str, open_browser: bool, switch_account: bool, flow: Optional[
                               "ephemeral": ephemeral}
     if flow is not None:
         params["flow"] = flow
-    return (yield Call("login.start", params, parse_attempt))
+    result: Attempt = yield Call("login.start", params, parse_attempt)
+    return result
 
 
 def resume(attempt_id: str, open_browser: bool) -> Plan[Attempt]:
-    return (yield Call("login.resume", {"attemptId": attempt_id, "openBrowser": open_browser}, parse_attempt))
+    result: Attempt = yield Call("login.resume", {"attemptId": attempt_id, "openBrowser": open_browser}, parse_attempt)
+    return result
 
 
 def finish(url: str) -> Plan[Attempt]:
-    return (yield Call("login.finish", {"url": url}, parse_attempt))
+    result: Attempt = yield Call("login.finish", {"url": url}, parse_attempt)
+    return result
 
 
 def cancel(attempt_id: str) -> Plan[Attempt]:
-    return (yield Call("login.cancel", {"attemptId": attempt_id}, parse_attempt))
+    result: Attempt = yield Call("login.cancel", {"attemptId": attempt_id}, parse_attempt)
+    return result
 
 
 def status(attempt_id: str, reconcile: bool) -> Plan[Attempt]:
-    return (yield Call("login.status", {"attemptId": attempt_id, "reconcile": reconcile}, parse_attempt))
+    result: Attempt = yield Call("login.status", {"attemptId": attempt_id, "reconcile": reconcile}, parse_attempt)
+    return result
 
 
 def acknowledge(attempt_id: str) -> Plan[Attempt]:
-    return (yield Call("login.acknowledge", {"attemptId": attempt_id}, parse_attempt))
+    result: Attempt = yield Call("login.acknowledge", {"attemptId": attempt_id}, parse_attempt)
+    return result
 
 
 def attempts(client: Optional[str], states: Optional[Iterable[str]]) -> Plan[List[Attempt]]:
@@ -183,11 +192,13 @@ def attempts(client: Optional[str], states: Optional[Iterable[str]]) -> Plan[Lis
         if isinstance(states, str):
             raise TypeError("states is a list of states, not one string")
         params["states"] = list(states)
-    return (yield Call("login.list", params, parse_attempts))
+    result: List[Attempt] = yield Call("login.list", params, parse_attempts)
+    return result
 
 
 def session(client: str) -> Plan[Session]:
-    return (yield Call("session.get", {"client": client}, parse_session))
+    result: Session = yield Call("session.get", {"client": client}, parse_session)
+    return result
 
 
 def wait(client: str, timeout: float, clock: Callable[[], float] = time.monotonic) -> Plan[Session]:
@@ -199,8 +210,10 @@ def wait(client: str, timeout: float, clock: Callable[[], float] = time.monotoni
         remaining = max(0.0, deadline - clock())
         chunk = min(remaining, MAX_WAIT_CALL)
         calls += 1
+        params = {"client": client, "timeoutMs": _ms(chunk, "timeout")}
         try:
-            return (yield Call("session.wait", {"client": client, "timeoutMs": _ms(chunk, "timeout")}, parse_session))
+            result: Session = yield Call("session.wait", params, parse_session)
+            return result
         except WaitTimeoutError as error:
             if deadline - clock() > 0.001:
                 continue
@@ -214,7 +227,8 @@ def wait(client: str, timeout: float, clock: Callable[[], float] = time.monotoni
 
 
 def sign_out(client: str) -> Plan[Session]:
-    return (yield Call("session.signOut", {"client": client}, parse_session))
+    result: Session = yield Call("session.signOut", {"client": client}, parse_session)
+    return result
 
 
 def request(
@@ -241,7 +255,8 @@ def request(
         raise TypeError("body is str or bytes; use json= for other values")
     if timeout is not None:
         params["timeoutMs"] = _ms(timeout, "timeout")
-    return (yield Call("http.request", params, parse_response))
+    result: Response = yield Call("http.request", params, parse_response)
+    return result
 
 
 def subscribe(clients: Optional[Iterable[str]]) -> Call:

@@ -337,7 +337,8 @@ def error_from_rpc(error: Any) -> BrowserLoginError:
     message = error.get("message")
     if not isinstance(message, str) or not message:
         message = "the broker reported an error without a message"
-    data = error.get("data") if isinstance(error.get("data"), dict) else {}
+    raw_data = error.get("data")
+    data: Dict[str, Any] = raw_data if isinstance(raw_data, dict) else {}
     app_code = data.get("code")
     if rpc_code == -32000 and isinstance(app_code, str):
         cls = ERROR_CLASSES.get(app_code)

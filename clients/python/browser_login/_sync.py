@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket as _socket
 import threading
 import time
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, TypeVar, Union
 
 from . import _core
 from ._core import Call, Notification, Orphan, Plan, Reply
@@ -13,6 +13,8 @@ from ._errors import BrowserLoginError, ConnectionLostError, ProtocolError
 from ._views import Attempt, Client, Event, Info, Response, Session
 
 __all__ = ["Broker", "EventStream"]
+
+T = TypeVar("T")
 
 _UNSET: Any = object()
 _END: Any = object()
@@ -27,7 +29,7 @@ class _NotSent(Exception):
         self.failure = failure
 
 
-def _run(plan: Plan[Any], perform: Any) -> Any:
+def _run(plan: Plan[T], perform: Callable[[Call], Any]) -> T:
     """Carry a plan out with `perform(call) -> raw result`."""
     try:
         call = next(plan)
@@ -39,7 +41,8 @@ def _run(plan: Plan[Any], perform: Any) -> Any:
             else:
                 call = plan.send(result)
     except StopIteration as stop:
-        return stop.value
+        value: T = stop.value
+        return value
 
 
 def _connect(path: str) -> _socket.socket:
@@ -248,7 +251,7 @@ class Broker:
         except _NotSent as not_sent:
             raise not_sent.failure from None
 
-    def _run(self, plan: Plan[Any]) -> Any:
+    def _run(self, plan: Plan[T]) -> T:
         return _run(plan, self._perform)
 
     def call(self, method: str, **params: Any) -> Any:

@@ -8,6 +8,8 @@ ignored, so a newer broker's additions never break an older app.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json as _json
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -356,9 +358,6 @@ def parse_info(value: Any) -> Info:
 
 
 def parse_response(value: Any) -> Response:
-    import base64
-    import binascii
-
     o = _obj(value, "http response")
     status = o.get("status")
     if not isinstance(status, int) or isinstance(status, bool):

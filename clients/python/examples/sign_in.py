@@ -9,29 +9,31 @@ requests it sends for the app.
 
 import sys
 
-from browser_login import Broker, BrowserFailedError, BrowserLoginError
+from browser_login import Broker, BrowserFailedError, BrowserLoginError, Session
 
 
-def sign_in(broker: Broker, client: str) -> None:
+def sign_in(broker: Broker, client: str) -> Session:
     session = broker.session(client)
     if session.signed_in:
-        return
+        return session
     try:
         broker.start(client)  # opens the system browser at the login page
         print("Continue in your browser to sign in.")
     except BrowserFailedError as error:
         # No browser could be opened; the attempt still waits: offer its link.
+        if error.attempt_id is None:
+            raise
         attempt = broker.resume(error.attempt_id, open_browser=False)
         print(f"Open this link to sign in:\n  {attempt.authorize_url}")
-    broker.wait(client, timeout=600)  # seconds; raises WaitTimeoutError
+    return broker.wait(client, timeout=600)  # seconds; raises WaitTimeoutError
 
 
 def main(client: str) -> int:
     try:
         with Broker() as broker:
-            sign_in(broker, client)
-            session = broker.session(client)
-            print(f"Signed in as {session.account.email}")
+            session = sign_in(broker, client)
+            if session.account is not None:
+                print(f"Signed in as {session.account.email}")
 
             me = broker.request(client, "GET", "/api/me")
             print(f"GET /api/me: {me.status} {me.json()['email']}")

@@ -29,7 +29,8 @@ async def main(client: str) -> int:
                         elif isinstance(event, SessionChanged) and event.session.signed_in:
                             break
             session = await broker.session(client)
-            print(f"Signed in as {session.account.email}")
+            if session.account is not None:
+                print(f"Signed in as {session.account.email}")
             me = await broker.request(client, "GET", "/api/me")
             print(f"GET /api/me: {me.status} {me.json()['email']}")
     except BrowserLoginError as error:

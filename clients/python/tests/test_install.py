@@ -62,8 +62,8 @@ class InstallTests(unittest.TestCase):
             self.assertTrue(consistent)
 
             if SOCKET:
-                info = run([str(python), "-I", "-c", "import browser_login; print(browser_login.Broker().info().protocol)"],
-                           cwd=root / "venv", env=env)
+                script = "import browser_login; print(browser_login.Broker().info().protocol)"
+                info = run([str(python), "-I", "-c", script], cwd=root / "venv", env=env)
                 self.assertEqual(info.stdout.strip(), "1")
 
 

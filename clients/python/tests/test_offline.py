@@ -83,7 +83,8 @@ class ViewTests(unittest.TestCase):
         self.assertEqual(caught.exception.code, "INVALID_REPLY")
 
     def test_response_body_from_text_or_base64(self):
-        text = _views.parse_response({"status": 200, "headers": {"Content-Type": "application/json"}, "body": '{"a":1}'})
+        text = _views.parse_response(
+            {"status": 200, "headers": {"Content-Type": "application/json"}, "body": '{"a":1}'})
         self.assertEqual((text.headers, text.json(), text.text, text.ok),
                          ({"content-type": "application/json"}, {"a": 1}, '{"a":1}', True))
         raw = _views.parse_response({"status": 404, "headers": {}, "bodyBase64": "AAE="})

@@ -84,7 +84,8 @@ class BrokerTests(unittest.TestCase):
             attempt = self.broker.start(CLIENT)
             seen = collect(events, lambda e: isinstance(e, SessionChanged) and e.session.status == "signedIn")
         self.assertEqual(seen[-1].session.account.email, EMAIL)
-        states = [e.attempt.state for e in seen if isinstance(e, LoginChanged) and e.attempt.attempt_id == attempt.attempt_id]
+        states = [e.attempt.state for e in seen
+                  if isinstance(e, LoginChanged) and e.attempt.attempt_id == attempt.attempt_id]
         self.assertIn("completed", states)
         self.assertEqual(list(events), [], "a closed stream ends the iteration")
 
