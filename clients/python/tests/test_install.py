@@ -21,20 +21,27 @@ def run(argv, **kwargs):
     return done
 
 
+CAN_BUILD = ("import importlib.util as u, sys; "
+             "sys.exit(0 if u.find_spec('wheel') or u.find_spec('setuptools.command.bdist_wheel') else 1)")
+
+
 def make_venv(path: Path) -> Path:
-    """A fresh venv that can build a wheel without the network. Its own
-    setuptools may need the `wheel` package (setuptools < 70.1); a Debian
-    system has it as python3-wheel, so the venv then sees the system's."""
-    run([sys.executable, "-m", "venv", str(path)])
-    python = path / "bin" / "python"
-    can_build = "import importlib.util as u, sys; sys.exit(0 if u.find_spec('wheel') or " \
-                "u.find_spec('setuptools.command.bdist_wheel') else 1)"
-    if subprocess.run([str(python), "-c", can_build]).returncode != 0:
-        shutil.rmtree(path)
-        run([sys.executable, "-m", "venv", "--system-site-packages", str(path)])
-        if subprocess.run([str(python), "-c", can_build]).returncode != 0:
-            raise unittest.SkipTest("no offline way to build a wheel: install python3-wheel")
-    return python
+    """A fresh venv that can build a wheel without the network.
+
+    The system's interpreter comes first (the one the project's tests use),
+    then this one. A venv's own setuptools may need the `wheel` package
+    (setuptools < 70.1): a Debian system has it as python3-wheel, which a
+    venv with the system's site-packages sees."""
+    interpreters = list(dict.fromkeys(p for p in ("/usr/bin/python3", sys.executable) if Path(p).exists()))
+    for interpreter in interpreters:
+        for options in ([], ["--system-site-packages"]):
+            if path.exists():
+                shutil.rmtree(path)
+            run([interpreter, "-m", "venv", *options, str(path)])
+            python = path / "bin" / "python"
+            if subprocess.run([str(python), "-c", CAN_BUILD]).returncode == 0:
+                return python
+    raise unittest.SkipTest("no offline way to build a wheel here: install python3-wheel (Debian) or wheel")
 
 
 class InstallTests(unittest.TestCase):
