@@ -8,7 +8,7 @@ from typing import Any, AsyncIterator, Dict, Iterable, List, Mapping, Optional, 
 
 from . import _core
 from ._core import Call, Notification, Orphan, Plan, Reply
-from ._errors import BrowserLoginError, ConnectionLostError, ProtocolError
+from ._errors import BrowserLoginError, ConnectionLostError, ProtocolError, fresh
 from ._views import Attempt, Client, Event, Info, Response, Session
 
 __all__ = ["AsyncBroker", "AsyncEventStream"]
@@ -117,10 +117,12 @@ class _Connection:
                             future.set_result(incoming.result)
                 elif isinstance(incoming, Orphan):
                     ending = incoming.error
-        except ProtocolError as error:
+        except BrowserLoginError as error:
             ending = error
         except asyncio.CancelledError:
             pass
+        except Exception:  # never leave a caller waiting for a reply that cannot come
+            ending = ProtocolError("the broker's reply could not be read", code="INVALID_REPLY")
         if self._closed:
             ending = ConnectionLostError("the AsyncBroker was closed")
         self._fail(ending)
@@ -131,7 +133,7 @@ class _Connection:
         pending, self._pending = self._pending, {}
         for future in pending.values():
             if not future.done():
-                future.set_exception(error)
+                future.set_exception(fresh(error))
         self._writer.close()
 
     async def close(self) -> None:
@@ -193,7 +195,7 @@ class AsyncBroker:
         try:
             return await (await self._connected()).call(call)
         except _NotSent as not_sent:
-            raise not_sent.failure from None
+            raise fresh(not_sent.failure) from None
 
     async def _run(self, plan: Plan[T]) -> T:
         try:

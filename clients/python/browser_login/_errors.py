@@ -9,6 +9,7 @@ URL, no token).
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Dict, Mapping, Optional, Type
 
 __all__ = [
@@ -327,6 +328,15 @@ _RPC_NAMES = {
     -32602: "INVALID_PARAMS",
     -32603: "INTERNAL_ERROR",
 }
+
+
+def fresh(error: BrowserLoginError) -> BrowserLoginError:
+    """A copy of `error` to raise once more: one failure of a connection is
+    the answer of every call in flight, and raising one instance again and
+    again would pile their tracebacks onto it."""
+    clone = copy.copy(error)
+    clone.__traceback__ = None
+    return clone
 
 
 def error_from_rpc(error: Any) -> BrowserLoginError:

@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 
 from . import _core
 from ._core import Call, Notification, Orphan, Plan, Reply
-from ._errors import BrowserLoginError, ConnectionLostError, ProtocolError
+from ._errors import BrowserLoginError, ConnectionLostError, ProtocolError, fresh
 from ._views import Attempt, Client, Event, Info, Response, Session
 
 __all__ = ["Broker", "EventStream"]
@@ -141,7 +141,7 @@ class _Connection:
             raise _NotSent(lost) from None
         slot.done.wait()
         if slot.error is not None:
-            raise slot.error
+            raise fresh(slot.error)
         return slot.result
 
     def _read_loop(self) -> None:
@@ -163,10 +163,12 @@ class _Connection:
                         slot.done.set()
                 elif isinstance(incoming, Orphan):
                     ending = incoming.error  # BUSY and the like: the answer of what is in flight
-        except ProtocolError as error:
+        except BrowserLoginError as error:
             ending = error
         except OSError:
             pass
+        except Exception:  # never leave a caller waiting for a reply that cannot come
+            ending = ProtocolError("the broker's reply could not be read", code="INVALID_REPLY")
         if self._closed:
             ending = ConnectionLostError("the Broker was closed")
         self._fail(ending)
@@ -249,7 +251,7 @@ class Broker:
         try:
             return self._connected().call(call)
         except _NotSent as not_sent:
-            raise not_sent.failure from None
+            raise fresh(not_sent.failure) from None
 
     def _run(self, plan: Plan[T]) -> T:
         return _run(plan, self._perform)
