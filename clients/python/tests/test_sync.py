@@ -89,6 +89,24 @@ class BrokerTests(unittest.TestCase):
         self.assertIn("completed", states)
         self.assertEqual(list(events), [], "a closed stream ends the iteration")
 
+    def test_events_without_clients_cover_every_client(self):
+        signed_in(self.broker)
+        with self.broker.events() as events:
+            self.broker.sign_out(CLIENT)
+            seen = collect(events, lambda e: isinstance(e, SessionChanged) and e.session.status == "signedOut")
+        self.assertEqual(seen[-1].session.client, CLIENT)
+
+    def test_attempts_filtered_by_state(self):
+        self.broker.sign_out(CLIENT)
+        attempt = self.broker.start(CLIENT, open_browser=False)
+        try:
+            waiting = self.broker.attempts(CLIENT, states=["waiting"])
+            self.assertEqual([a.attempt_id for a in waiting], [attempt.attempt_id])
+            self.assertIsNone(waiting[0].authorize_url, "only start and resume carry the link")
+        finally:
+            self.broker.cancel(attempt.attempt_id)
+        self.assertEqual(self.broker.attempts(CLIENT, states=["waiting"]), [])
+
     def test_sign_out_then_not_signed_in_and_wait_timeout(self):
         signed_in(self.broker)
         session = self.broker.sign_out(CLIENT)
