@@ -85,6 +85,15 @@ function nextEvent(emitter, name, test = () => true, timeoutMs = 20000) {
   });
 }
 
+/** Resolves once check() is true; rejects after timeoutMs. */
+async function eventually(check, timeoutMs = 20000) {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`not so within ${timeoutMs} ms: ${check}`);
+    await sleep(20);
+  }
+}
+
 /** Collects `name` events of emitter until stopped. */
 function record(emitter, name) {
   const seen = [];
@@ -94,4 +103,4 @@ function record(emitter, name) {
   return seen;
 }
 
-module.exports = { env, live, repoRoot, sleep, withSessionLock, nextEvent, record };
+module.exports = { env, live, repoRoot, sleep, withSessionLock, nextEvent, record, eventually };
