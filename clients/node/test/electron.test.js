@@ -15,7 +15,7 @@ const { env, live, withSessionLock, eventually } = require("../test-support/help
 
 const example = path.join(__dirname, "..", "examples", "electron");
 const PUBLIC_KEYS = ["status", "displayName", "email", "expiresAt", "error"];
-const PAGE_URL = `file://${path.join(example, "index.html")}`;
+const PAGE_URL = require("node:url").pathToFileURL(path.join(example, "index.html")).href;
 
 /** A stand-in for the parts of Electron the example uses. */
 function fakeElectron() {
@@ -58,6 +58,11 @@ function fakeElectron() {
         this.file = file;
         return Promise.resolve();
       }
+    },
+    shell: {
+      openExternal: async () => {
+        throw new Error("the test world's broker opens its own browser");
+      },
     },
     ipcMain: {
       handle: (channel, handler) => handlers.set(channel, handler),

@@ -7,12 +7,14 @@
 //   npm install && npx electron .      (NOTES_CLIENT picks another client id)
 
 const path = require("node:path");
-const { app, BrowserWindow, ipcMain } = require("electron");
-const { Broker, BrowserLoginError, AlreadySignedInError } = require("browser-login");
+const { pathToFileURL } = require("node:url");
+const { app, BrowserWindow, ipcMain, shell } = require("electron");
+const { Broker, BrowserLoginError, AlreadySignedInError, BrowserFailedError } = require("browser-login");
 
 const CLIENT = process.env.NOTES_CLIENT || "com.example.notes";
 const SIGN_IN_TIMEOUT_MS = 5 * 60 * 1000;
 const ENDED = new Set(["cancelled", "expired", "denied", "failed"]);
+const PAGE = path.join(__dirname, "index.html");
 
 const broker = new Broker();
 let window = null;
@@ -31,7 +33,7 @@ function publicState(session, error = null) {
 
 /** Handlers answer our own page only, not a frame navigated elsewhere. */
 function fromOurPage(event) {
-  return event.senderFrame?.url?.startsWith("file://") ?? false;
+  return event.senderFrame?.url === pathToFileURL(PAGE).href;
 }
 
 function handle(channel, action) {
@@ -61,7 +63,12 @@ handle("account:signIn", async () => {
   try {
     // Opens the system browser; the broker receives the callback and
     // exchanges it. This process only learns the outcome.
-    await broker.start(CLIENT);
+    await broker.start(CLIENT).catch(async (error) => {
+      if (!(error instanceof BrowserFailedError)) throw error;
+      // The broker could not open a browser; the attempt still waits.
+      const attempt = await broker.resume(error.data.attemptId, { openBrowser: false });
+      await shell.openExternal(attempt.authorizeUrl);
+    });
     return await broker.wait(CLIENT, SIGN_IN_TIMEOUT_MS, { signal: ended.signal });
   } catch (error) {
     if (error instanceof AlreadySignedInError) return broker.session(CLIENT);
@@ -93,7 +100,7 @@ function createWindow() {
   window.on("closed", () => {
     window = null;
   });
-  return window.loadFile(path.join(__dirname, "index.html"));
+  return window.loadFile(PAGE);
 }
 
 // Follow the session; after the broker restarts, subscribe again and send
