@@ -170,3 +170,14 @@ test("index.d.ts declares every exported name, and the ESM entry exports them to
   assert.deepEqual(pkg.dependencies ?? {}, {});
   for (const file of ["index.js", "index.mjs", "index.d.ts"]) assert.ok(fs.existsSync(path.join(__dirname, "..", file)));
 });
+
+test("docs/apps/electron.md shows the examples as they are", (t) => {
+  const root = repoRoot();
+  if (!root) return t.skip("not inside the repository");
+  const doc = fs.readFileSync(path.join(root, "docs", "apps", "electron.md"), "utf8");
+  const examples = path.join(__dirname, "..", "examples");
+  for (const file of ["electron/main.js", "electron/preload.js", "electron/renderer.js", "electron/index.html", "sign-in.mjs"]) {
+    const text = fs.readFileSync(path.join(examples, file), "utf8").trimEnd();
+    assert.ok(doc.includes("\n" + text + "\n```"), `${file} is in docs/apps/electron.md as it is`);
+  }
+});

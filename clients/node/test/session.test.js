@@ -107,3 +107,25 @@ test("sign-in, session, http.request, events and sign-out", live, () =>
       watcher.close();
     }
   }));
+
+test("examples/sign-in.mjs signs in and calls the API, then exits by itself", live, () =>
+  withSessionLock(async () => {
+    const { execFile } = require("node:child_process");
+    const path = require("node:path");
+    const broker = new bl.Broker();
+    try {
+      await broker.signOut(env.client);
+      const script = path.join(__dirname, "..", "examples", "sign-in.mjs");
+      const stdout = await new Promise((resolve, reject) =>
+        execFile(process.execPath, [script, env.client], { timeout: 60000 }, (error, out, err) =>
+          error ? reject(new Error(`${error.message}\n${err}`)) : resolve(out),
+        ),
+      );
+      assert.match(stdout, new RegExp(`^signed in as ${env.email.replace(/[+.]/g, "\\$&")} \\(HTTP 200\\)$`, "m"));
+      assert.match(stdout, /^note \S+ created \(HTTP 201\)$/m);
+      assert.equal((await broker.session(env.client)).status, "signedIn");
+      await broker.signOut(env.client);
+    } finally {
+      broker.close();
+    }
+  }));
