@@ -198,9 +198,11 @@ class Broker extends EventEmitter {
         },
         onClose: (error) => {
           if (this._feed !== events) return;
+          // A subscribe() still in flight rejects instead: one signal per loss.
+          const subscribed = this._subscription !== null;
           this._feed = null;
           this._subscription = null;
-          this.emit("disconnected", error);
+          if (subscribed) this.emit("disconnected", error);
         },
       });
       this._feed = events;

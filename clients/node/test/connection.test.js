@@ -308,3 +308,18 @@ test("an idle Broker does not keep a Node process alive; a subscription does unt
     await server.close();
   }
 });
+
+test("a subscribe() that fails rejects, and emits no 'disconnected'", async () => {
+  const server = await scriptedServer("subfail.sock", (request, socket) => socket.destroy());
+  const broker = new bl.Broker({ socket: server.path });
+  let disconnected = 0;
+  broker.on("disconnected", () => disconnected++);
+  try {
+    await assert.rejects(broker.subscribe(), bl.ConnectionLostError);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.equal(disconnected, 0);
+  } finally {
+    broker.close();
+    await server.close();
+  }
+});
