@@ -146,7 +146,7 @@ class Connection {
       }
       start = newline + 1;
       this.onLine(socket, line);
-      if (this.socket !== socket) return;
+      if (this.socket !== socket || socket.destroyed) return;
     }
     if (start < chunk.length) socket.parts.push(chunk.subarray(start));
   }
