@@ -74,7 +74,7 @@ func waitForSignIn(_ broker: BrowserLoginClient, attempt: AttemptView, timeout: 
     let deadline = timeout.map { ContinuousClock.now + $0 }
     while true {
         // Short waits, so that an attempt that ends otherwise is noticed.
-        var chunk: Duration = .seconds(10)
+        var chunk: Duration = .seconds(3)
         if let deadline {
             chunk = min(chunk, deadline - ContinuousClock.now)
             guard chunk > .zero else {
