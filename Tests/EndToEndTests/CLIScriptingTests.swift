@@ -223,6 +223,8 @@ struct CLIScriptingTests {
     @Test func theShellExampleSignsInAndAddsANote() throws {
         let h = try Self.world()
         let script = repositoryRoot + "/examples/apps/shell/notes.sh"
+        let page = try String(contentsOfFile: repositoryRoot + "/docs/apps/shell.md", encoding: .utf8)
+        #expect(page.contains("```sh\n" + (try String(contentsOfFile: script, encoding: .utf8)) + "```\n"))
         let first = try Self.shell(h, "'\(script)' 'a note from \"sh\"'")
         #expect(first.status == 0, "\(first.out)\(first.err)")
         #expect(first.err.contains("signing in"))
