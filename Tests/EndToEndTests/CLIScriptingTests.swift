@@ -220,6 +220,26 @@ struct CLIScriptingTests {
         }
     }
 
+    @Test func makeInstallPutsTheCompletionsWhereShellsLook() throws {
+        let dest = try makeTemporaryDirectory("blc")
+        defer { try? FileManager.default.removeItem(atPath: dest) }
+        let files = [
+            "usr/share/bash-completion/completions/browser-login", "usr/share/zsh/vendor-completions/_browser-login",
+            "usr/share/fish/vendor_completions.d/browser-login.fish",
+        ]
+        let make = { (target: String) throws -> Int32 in
+            let result = try runProgram(
+                "/usr/bin/env", ["make", "-s", target, "DESTDIR=\(dest)", "PREFIX=/usr", "BINDIR_SRC=\(binDirectory)"],
+                directory: repositoryRoot)
+            #expect(result.status == 0, "\(result.out)\(result.err)")
+            return result.status
+        }
+        #expect(try make("install") == 0)
+        for file in files { #expect(FileManager.default.fileExists(atPath: dest + "/" + file), "\(file)") }
+        #expect(try make("uninstall") == 0)
+        for file in files { #expect(!FileManager.default.fileExists(atPath: dest + "/" + file), "\(file)") }
+    }
+
     @Test func theShellExampleSignsInAndAddsANote() throws {
         let h = try Self.world()
         let script = repositoryRoot + "/examples/apps/shell/notes.sh"
