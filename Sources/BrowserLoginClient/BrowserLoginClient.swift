@@ -241,8 +241,8 @@ public struct HTTPResponse: Sendable, Equatable {
     }
 }
 
-/// Whole milliseconds of a duration, at least 0.
-func milliseconds(_ duration: Duration) -> Int {
+/// Whole milliseconds of a duration, at least 0 (the `timeoutMs` of the API).
+package func milliseconds(_ duration: Duration) -> Int {
     let (seconds, attoseconds) = duration.components
     return max(0, Int(seconds) * 1000 + Int(attoseconds / 1_000_000_000_000_000))
 }

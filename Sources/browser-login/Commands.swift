@@ -202,7 +202,8 @@ let subcommands: [Subcommand] = [
             prints its session: exit status 0 once signed in (also when it already
             was), 1 when the attempt ends otherwise (cancelled, denied, expired,
             failed), 75 (WAIT_TIMEOUT) when --timeout passes first; the attempt
-            goes on. Without --timeout it waits until the attempt ends.
+            goes on. Without --timeout it waits until the attempt ends. When the
+            browser cannot be opened, the link is printed and the wait goes on.
 
             With --device (or for a client whose file says Flow=device), nothing
             opens here: the broker asks the provider for a code, and the command
@@ -222,23 +223,25 @@ let subcommands: [Subcommand] = [
                 client: args.positionals[0], ephemeral: args.has("ephemeral"),
                 openBrowser: !args.has("no-browser") && !device, switchAccount: args.has("switch-account"),
                 flow: device ? "device" : nil)
-            let answer: JSONValue
+            var answer: JSONValue
             do {
                 answer = try await broker.call(.loginStart, params: encode(params))
             } catch let error as BrowserLoginError where error.code == .browserFailed {
-                // The attempt stays waiting when the browser failed: offer its link.
+                // The attempt stays waiting when the browser failed: offer its
+                // link (and with --wait, go on waiting for it).
                 guard let id = error.data.attemptId,
                     let resumed = try? await broker.call(
                         .loginResume, params: encode(LoginResumeParams(attemptId: id, openBrowser: false))),
                     let url = (try? decode(resumed, as: AttemptView.self))?.authorizeUrl
                 else { throw error }
                 writeError(CLIError(error))
-                if args.has("json") {
+                if args.has("json") && !wait {
                     printJSON(resumed)
-                } else {
+                } else if !args.has("json") {
                     print("open this link in your browser to sign in:\n  \(url)")
                 }
-                return .unavailable
+                guard wait else { return .unavailable }
+                answer = resumed
             } catch let error as BrowserLoginError where error.code == .alreadySignedIn && wait {
                 let session = try await broker.call(.sessionGet, params: encode(ClientParams(client: params.client)))
                 if args.has("json") { printJSON(session) } else { print("signed in: " + describeSession(try decode(session))) }

@@ -78,10 +78,12 @@ func waitForSignIn(_ broker: BrowserLoginClient, attempt: AttemptView, timeout: 
         if let deadline {
             chunk = min(chunk, deadline - ContinuousClock.now)
             guard chunk > .zero else {
-                throw CLIError(
+                var timedOut = CLIError(
                     BrokerErrorCode.waitTimeout.rawValue,
                     "\(attempt.client) is not signed in yet; the attempt \(attempt.attemptId) goes on", .tempFail,
                     data: ["attemptId": .string(attempt.attemptId)])
+                timedOut.text = timedOut.code + ": " + timedOut.message
+                throw timedOut
             }
         }
         do {
@@ -117,10 +119,4 @@ func timeoutOption(_ args: Arguments) throws -> Duration? {
         throw CLIError("USAGE", "--timeout needs a number of seconds, more than 0", .usage)
     }
     return .milliseconds(Int64(seconds * 1000))
-}
-
-/// Whole milliseconds of a duration.
-func milliseconds(_ duration: Duration) -> Int {
-    let (seconds, attoseconds) = duration.components
-    return max(0, Int(seconds) * 1000 + Int(attoseconds / 1_000_000_000_000_000))
 }

@@ -127,6 +127,18 @@ struct CLIScriptingTests {
         #expect(ended.out.contains("cancelled") && ended.out.hasSuffix("status=1\n"), "\(ended)")
     }
 
+    @Test func startWaitGoesOnWhenTheBrowserFails() throws {
+        let h = try Harness()
+        try h.startServer()
+        h.writeClient(extra: "Browser=/bin/false %u")
+        try h.startBroker()
+        let waited = try h.cli(["start", Self.notes, "--wait", "--timeout", "1"])
+        #expect(waited.status == 75, "\(waited)")
+        #expect(waited.err.contains("BROWSER_FAILED") && waited.err.contains("WAIT_TIMEOUT"))
+        #expect(waited.out.contains("open this link in your browser to sign in:\n  \(h.serverOrigin)"))
+        #expect(try h.cli(["start", Self.notes]).status == 69, "without --wait: 69 at once")
+    }
+
     @Test func errorsAreOneJSONObjectOnStderr() throws {
         let h = try Self.world(selfSigningIn: false)
         let cases: [([String], Int32, String)] = [
