@@ -151,6 +151,33 @@ struct ClientTests {
         #expect(try await broker.info().protocol == 1)
     }
 
+    /// The broker's open sockets (its listener, its clients, its D-Bus and HTTP connections).
+    static func brokerSockets(_ h: Harness) -> Int {
+        guard let pid = h.broker?.pid,
+            let fds = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")
+        else { return -1 }
+        return fds.filter {
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\($0)"))?.hasPrefix("socket:")
+                == true
+        }.count
+    }
+
+    @Test func aDroppedEventStreamClosesItsConnection() async throws {
+        let h = try Self.world(selfSigningIn: false)
+        let broker = BrowserLoginClient(socketPath: h.socketPath)
+        _ = try await broker.start(Self.notes, openBrowser: false)
+        let before = Self.brokerSockets(h)
+        var events: AsyncThrowingStream<BrokerEvent, any Error>? = try await broker.events()
+        #expect(Self.brokerSockets(h) == before + 1, "the subscription has a connection of its own")
+        // Consumed: a change arrives.
+        _ = try await broker.cancel(try await broker.attempts(states: [.waiting])[0].attemptId)
+        var iterator = events?.makeAsyncIterator()
+        #expect(try await iterator?.next()?.client == Self.notes)
+        iterator = nil
+        events = nil
+        try waitUntil(5, "the dropped stream's connection to close") { Self.brokerSockets(h) <= before }
+    }
+
     @Test func aLongWaitDoesNotHoldUpOtherCalls() async throws {
         let h = try Self.world(selfSigningIn: false)
         let broker = BrowserLoginClient(socketPath: h.socketPath)
