@@ -62,6 +62,11 @@ install:
 	install -d $(DESTDIR)$(DATADIR)/man/man1 $(DESTDIR)$(DATADIR)/man/man8
 	install -m 0644 man/browser-login.1 man/browser-login-server.1 $(DESTDIR)$(DATADIR)/man/man1/
 	install -m 0644 man/browser-login-broker.8 $(DESTDIR)$(DATADIR)/man/man8/
+	install -d $(DESTDIR)$(DATADIR)/bash-completion/completions $(DESTDIR)$(DATADIR)/zsh/vendor-completions \
+	  $(DESTDIR)$(DATADIR)/fish/vendor_completions.d
+	install -m 0644 completions/browser-login.bash $(DESTDIR)$(DATADIR)/bash-completion/completions/browser-login
+	install -m 0644 completions/_browser-login $(DESTDIR)$(DATADIR)/zsh/vendor-completions/_browser-login
+	install -m 0644 completions/browser-login.fish $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/browser-login.fish
 
 uninstall:
 	for p in $(PROGRAMS); do rm -f $(DESTDIR)$(BINDIR)/$$p; done
@@ -72,7 +77,10 @@ uninstall:
 	  $(DESTDIR)$(DATADIR)/dbus-1/services/org.browserlogin.Broker1.service \
 	  $(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.browserlogin.Broker1.xml \
 	  $(DESTDIR)$(DATADIR)/man/man1/browser-login.1 $(DESTDIR)$(DATADIR)/man/man1/browser-login-server.1 \
-	  $(DESTDIR)$(DATADIR)/man/man8/browser-login-broker.8
+	  $(DESTDIR)$(DATADIR)/man/man8/browser-login-broker.8 \
+	  $(DESTDIR)$(DATADIR)/bash-completion/completions/browser-login \
+	  $(DESTDIR)$(DATADIR)/zsh/vendor-completions/_browser-login \
+	  $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/browser-login.fish
 	rm -rf $(DESTDIR)$(DATADIR)/browser-login $(DESTDIR)$(DATADIR)/doc/browser-login
 
 clean:

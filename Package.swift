@@ -18,6 +18,7 @@ let package = Package(
         .executable(name: "browser-login", targets: ["browser-login"]),
         .library(name: "BrowserLoginProtocol", targets: ["BrowserLoginProtocol"]),
         .library(name: "BrowserLoginAPI", targets: ["BrowserLoginAPI"]),
+        .library(name: "BrowserLoginClient", targets: ["BrowserLoginClient"]),
         .executable(name: "browser-login-server", targets: ["browser-login-server"]),
     ],
     targets: [
@@ -38,6 +39,8 @@ let package = Package(
         .target(name: "BrowserLoginProtocol", dependencies: ["CCrypto", "CJansson"]),
         // The broker's wire API (docs/rpc.md): shared by the daemon, the CLI and client libraries.
         .target(name: "BrowserLoginAPI", dependencies: ["BrowserLoginProtocol"]),
+        // The Swift client library of the broker's API (docs/apps/swift.md): async calls over BrokerRPC's client.
+        .target(name: "BrowserLoginClient", dependencies: ["BrowserLoginAPI", "BrokerRPC", "SystemSupport"]),
         // One implementation per facility, used by every program: the logger,
         // signals, /proc, XDG and socket paths, subprocesses, service lifecycle; and the one libcurl wrapper.
         .target(name: "SystemSupport"),
@@ -95,8 +98,7 @@ let package = Package(
         .executableTarget(
             name: "browser-login",
             dependencies: [
-                "BrokerRPC", "BrowserLoginAPI", "BrowserLoginProtocol", "CommandLineKit", "CQRencode", "DesktopEntry",
-                "SystemSupport",
+                "BrokerRPC", "BrowserLoginClient", "CommandLineKit", "CQRencode", "DesktopEntry", "SystemSupport",
             ]),
 
         // Shared by the tests and the benchmarks: temporary directories, processes, private keyrings, and the
@@ -115,6 +117,13 @@ let package = Package(
         .testTarget(name: "BrokerRPCTests", dependencies: ["BrokerRPC", "BrowserLoginTestSupport", "BrowserLoginTestTraits"]),
         .testTarget(name: "BrowserLoginAPITests", dependencies: ["BrowserLoginAPI", "BrowserLoginProtocol"]),
         .testTarget(name: "CommandLineKitTests", dependencies: ["CommandLineKit"]),
+        // The Swift client library against the real daemon, server and keyring.
+        .testTarget(
+            name: "BrowserLoginClientTests",
+            dependencies: [
+                "BrowserLoginClient", "BrokerRPC", "browser-login-broker", "browser-login", "browser-login-server",
+                "browser-login-demo-agent", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
+            ]),
         // The in-memory doubles of the unit tests.
         .target(name: "BrokerTestDoubles", dependencies: ["BrokerVault", "BrokerCore"], path: "Tests/BrokerTestDoubles"),
         .testTarget(

@@ -2,9 +2,11 @@
 /// options, flags and positional arguments with their help text; the parser
 /// checks a command line against them and writes `--help`.
 ///
-/// Syntax: `--name VALUE` or `--name=VALUE` for an option, `--flag`, `--`
-/// ends the options, `-h`/`--help` anywhere before it asks for help. Anything
-/// else is a positional argument.
+/// Syntax: `--name VALUE` or `--name=VALUE` for an option, `--flag`; an
+/// option or flag declared with a short name also as `-n VALUE` or `-nVALUE`
+/// (`-f` for a flag; short names are not bundled); `--` ends the options,
+/// `-h`/`--help` anywhere before it asks for help. Anything else (`-` too)
+/// is a positional argument.
 
 /// One option (with a value) or flag (without).
 public struct Option: Sendable {
@@ -14,16 +16,24 @@ public struct Option: Sendable {
     public let help: String
     /// Given more than once, every value is kept (else the last one counts).
     public let repeatable: Bool
+    /// The one-letter name (`d` for `-d`), if any; `h` is help's.
+    public let short: Character?
 
-    public static func flag(_ name: String, _ help: String) -> Option {
-        Option(name: name, value: nil, help: help, repeatable: false)
+    public static func flag(_ name: String, _ help: String, short: Character? = nil) -> Option {
+        Option(name: name, value: nil, help: help, repeatable: false, short: short)
     }
 
-    public static func value(_ name: String, _ placeholder: String, _ help: String, repeatable: Bool = false) -> Option {
-        Option(name: name, value: placeholder, help: help, repeatable: repeatable)
+    public static func value(
+        _ name: String, _ placeholder: String, _ help: String, repeatable: Bool = false, short: Character? = nil
+    ) -> Option {
+        Option(name: name, value: placeholder, help: help, repeatable: repeatable, short: short)
     }
 
-    var synopsis: String { "--" + name + (value.map { " " + $0 } ?? "") }
+    /// `-d DATA`, else `--data DATA`: in a usage line.
+    var synopsis: String { (short.map { "-\($0)" } ?? "--" + name) + (value.map { " " + $0 } ?? "") }
+
+    /// `-d, --data DATA`: in the option table.
+    var tableName: String { (short.map { "-\($0), " } ?? "") + "--" + name + (value.map { " " + $0 } ?? "") }
 }
 
 /// A command-line mistake: the program prints the message and exits 64 (sysexits' EX_USAGE).
@@ -83,7 +93,7 @@ public struct Command: Sendable {
 
     /// The text of `--help` (the option table and a generated synopsis wrapped to 80 columns).
     public var help: String {
-        let table = Self.table(options.map { ($0.synopsis, $0.help) } + [("-h, --help", "this help")])
+        let table = Self.table(options.map { ($0.tableName, $0.help) } + [("-h, --help", "this help")])
         // A generated synopsis is one line: wrapped, its continuation indented.
         let usage =
             synopsis.map { "Usage: " + $0 }
@@ -148,6 +158,10 @@ public struct Command: Sendable {
                 continue
             }
             if arg == "--help" || arg == "-h" { return .help }
+            if !arg.hasPrefix("--") {
+                try parseShort(arg, args, &i, into: &parsed)
+                continue
+            }
             var name = String(arg.drop { $0 == "-" })
             var inline: String?
             if let eq = name.firstIndex(of: "=") {
@@ -176,6 +190,29 @@ public struct Command: Sendable {
             throw UsageError("expected \(expected); see --help")
         }
         return .run(parsed)
+    }
+
+    /// `-n VALUE`, `-nVALUE` or `-f`.
+    private func parseShort(_ arg: String, _ args: [String], _ i: inout Int, into parsed: inout Arguments)
+        throws(UsageError)
+    {
+        let letter = arg.dropFirst().first
+        guard let option = options.first(where: { $0.short != nil && $0.short == letter }) else {
+            throw UsageError("unknown option \(arg); see --help")
+        }
+        let attached = String(arg.dropFirst(2))
+        guard option.value != nil else {
+            guard attached.isEmpty else { throw UsageError("unknown option \(arg); see --help") }
+            parsed.flags.insert(option.name)
+            return
+        }
+        if !attached.isEmpty {
+            parsed.values[option.name, default: []].append(attached)
+            return
+        }
+        guard i < args.count else { throw UsageError("-\(option.short.map(String.init) ?? "") needs a value") }
+        parsed.values[option.name, default: []].append(args[i])
+        i += 1
     }
 }
 

@@ -1,87 +1,79 @@
 import BrokerRPC
-import BrowserLoginAPI
+import BrowserLoginClient
 import Foundation
-import SystemSupport
 
-/// sysexits(3) exit codes.
+/// sysexits(3) exit codes, and curl's 22 for an HTTP error status.
 enum Exit: Int32 {
     case ok = 0
     case failure = 1
+    /// `request`: the API answered, with a status other than 2xx (as `curl -f`).
+    case httpError = 22
     case usage = 64
     case dataError = 65
     case noInput = 66
     case unavailable = 69
     case software = 70
+    case ioError = 74
     case tempFail = 75
     case noPermission = 77
     case config = 78
 }
 
-/// A failure the CLI reports on stderr with an exit code.
+/// A failure the CLI reports on stderr with an exit code: `message` for
+/// people, or with `--json` one object `{"code", "message", …data}`.
 struct CLIError: Error {
+    /// The broker's error code, or one of the CLI's own (`USAGE`, `NO_INPUT`, `HTTP_ERROR`, …).
+    var code: String
     var message: String
+    /// What people read, when it differs from `message` (the broker's code in front).
+    var text: String?
     var exit: Exit
-    init(_ message: String, _ exit: Exit) {
+    /// More members of the JSON form (`attemptId`, `serverCode`, `status`, …).
+    var data: [String: JSONValue] = [:]
+
+    init(_ code: String, _ message: String, _ exit: Exit, data: [String: JSONValue] = [:]) {
+        self.code = code
         self.message = message
         self.exit = exit
+        self.data = data
+    }
+
+    /// A failed library call: the text says the broker's code where there is one, as it always has.
+    init(_ error: BrowserLoginError) {
+        var data: [String: JSONValue] = [:]
+        if let v = error.data.attemptId { data["attemptId"] = .string(v) }
+        if let v = error.data.serverCode { data["serverCode"] = .string(v) }
+        if let v = error.data.providerError { data["providerError"] = .string(v) }
+        if let v = error.data.retryAfterSeconds { data["retryAfterSeconds"] = .integer(Int64(v)) }
+        let plain = error.isLocal || error.code == .invalidParams || error.code == .internalError
+        self.init(error.code.rawValue, error.message, exitCode(error), data: data)
+        if !plain { text = error.description }
+    }
+
+    /// The JSON form: `code`, `message` and the data members.
+    var json: JSONValue {
+        var object = data
+        object["code"] = .string(code)
+        object["message"] = .string(message)
+        return .object(object)
     }
 }
 
-/// Where the broker's socket is: `--socket`, else `$BROWSER_LOGIN_SOCKET`,
-/// else `$XDG_RUNTIME_DIR/browser-login/broker.sock`.
-func socketPath(_ option: String?) throws -> String {
-    guard let path = UserPaths(environment: ProcessInfo.processInfo.environment).brokerSocket(option: option) else {
-        throw CLIError(
-            "XDG_RUNTIME_DIR is not set, so the broker's socket cannot be found; pass --socket PATH", .config)
+/// Whether errors go to stderr as JSON: `--json` anywhere before `--`
+/// (so that a mistake on the command line is JSON too).
+let errorsAsJSON = CommandLine.arguments.dropFirst().prefix { $0 != "--" }.contains("--json")
+
+/// The exit status of a failed call (sysexits(3), by the error's code).
+func exitCode(_ error: BrowserLoginError) -> Exit {
+    switch error.code {
+    case .noSocket: return .config
+    case .brokerNotRunning, .brokerUnreachable, .connectionLost: return .unavailable
+    case .timedOut: return .tempFail
+    case .protocolError, .internalError: return .software
+    case .invalidParams: return .usage
+    default: break
     }
-    return path
-}
-
-/// Connects to the broker, turning transport errors into clear messages.
-func connect(_ path: String, timeout: Duration = .seconds(130)) throws -> RPCClient {
-    do {
-        return try RPCClient(socketPath: path, timeout: timeout)
-    } catch {
-        if error.meansNotRunning {
-            throw CLIError(
-                "the broker is not running (no answer at \(path)); start it with 'systemctl --user start browser-login-broker.socket' or run 'browser-login-broker'",
-                .unavailable)
-        }
-        throw CLIError("cannot reach the broker at \(path): \(error)", .unavailable)
-    }
-}
-
-/// Calls a method, mapping an RPC error to a CLI error with an exit code.
-/// The raw result is what `--json` prints; `decode` gives its typed view.
-func call(_ client: RPCClient, _ method: RPCMethod, _ params: (any Encodable)? = nil) throws -> JSONValue {
-    do {
-        return try client.call(method.rawValue, params: try params.map { try JSONValue(encoding: $0) })
-    } catch let error as RPCError {
-        throw CLIError(describe(error), exitCode(error))
-    } catch let error as RPCClientError {
-        throw CLIError("the broker connection failed: \(error)", .unavailable)
-    }
-}
-
-/// A result as its API type (docs/rpc.md "Public views").
-func decode<T: Decodable>(_ value: JSONValue, as type: T.Type = T.self) throws -> T {
-    do { return try value.decode(type) } catch {
-        throw CLIError("the broker's answer could not be read: \(error)", .software)
-    }
-}
-
-func describe(_ error: RPCError) -> String {
-    var text = error.message
-    if let code = error.applicationCode { text = "\(code): \(text)" }
-    if let server = error.data?["serverCode"]?.stringValue { text += " [server: \(server)]" }
-    if let provider = error.data?["providerError"]?.stringValue { text += " [provider: \(provider)]" }
-    if let attempt = error.data?["attemptId"]?.stringValue { text += " (attempt \(attempt))" }
-    return text
-}
-
-func exitCode(_ error: RPCError) -> Exit {
-    guard let code = error.applicationCode else { return error.code == .invalidParams ? .usage : .software }
-    switch BrokerErrorCode(rawValue: code) {
+    switch error.code.brokerCode {
     case .clientUnknown?, .attemptUnknown?: return .noInput
     case .callbackInvalid?, .callbackMismatch?, .issuerMismatch?, .idTokenInvalid?: return .dataError
     case .serverUnreachable?, .providerUnreachable?, .vaultLocked?, .exchangeUncertain?, .waitTimeout?, .busy?:
@@ -92,10 +84,23 @@ func exitCode(_ error: RPCError) -> Exit {
     }
 }
 
+/// A result as its API type (docs/rpc.md "Public views").
+func decode<T: Decodable>(_ value: JSONValue, as type: T.Type = T.self) throws(CLIError) -> T {
+    do { return try value.decode(type) } catch {
+        throw CLIError("PROTOCOL_ERROR", "the broker's answer could not be read: \(error)", .software)
+    }
+}
+
 func printJSON(_ value: JSONValue) {
     print(value.jsonText)
 }
 
+/// An error or warning on stderr: `browser-login: text`, or with `--json` the error's JSON object.
+func writeError(_ error: CLIError) {
+    let line = errorsAsJSON ? error.json.jsonText : "browser-login: " + (error.text ?? error.message)
+    FileHandle.standardError.write(Data((line + "\n").utf8))
+}
+
 func writeError(_ text: String) {
-    FileHandle.standardError.write(Data(("browser-login: " + text + "\n").utf8))
+    writeError(CLIError("WARNING", text, .failure))
 }

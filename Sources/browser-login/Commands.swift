@@ -1,17 +1,17 @@
 import BrokerRPC
-import BrowserLoginAPI
-import BrowserLoginProtocol
+import BrowserLoginClient
 import CommandLineKit
 import Foundation
 
 /// One subcommand: its declaration (options, help) and what it does.
 struct Subcommand: Sendable {
     let command: Command
-    let run: @Sendable (Arguments, RPCClientFactory) throws -> Exit
+    /// Errors it throws (`BrowserLoginError`, `CLIError`) are reported by `main`.
+    let run: @Sendable (Arguments, BrowserLoginClient) async throws -> Exit
 
     init(
         _ name: String, summary: String, arguments: [String] = [], options: [Option] = [], help: String,
-        run: @escaping @Sendable (Arguments, RPCClientFactory) throws -> Exit
+        run: @escaping @Sendable (Arguments, BrowserLoginClient) async throws -> Exit
     ) {
         command = Command(
             "browser-login " + name, summary: summary, arguments: arguments, options: options, description: help)
@@ -21,27 +21,24 @@ struct Subcommand: Sendable {
     var name: String { String(command.name.dropFirst("browser-login ".count)) }
 }
 
-/// Opens connections lazily so `--help` never needs the daemon.
-struct RPCClientFactory: Sendable {
-    let socketOption: String?
-    func make() throws -> RPCClient { try connect(try socketPath(socketOption)) }
-}
-
 let json = Option.flag("json", "print the answer as JSON")
 let noBrowser = Option.flag("no-browser", "do not open the browser; print the link to open instead")
 
 /// The `run` of a command that takes one positional argument, makes one call
 /// with it, and prints the answer with `describe` (or as JSON).
 func oneArgumentCall<View: Decodable & Sendable>(
-    _ method: RPCMethod, params: @escaping @Sendable (String) -> any Encodable,
+    _ method: RPCMethod, params: @escaping @Sendable (String) -> any Encodable & Sendable,
     describe: @escaping @Sendable (View) -> String
-) -> @Sendable (Arguments, RPCClientFactory) throws -> Exit {
-    { args, rpc in
-        let answer = try call(try rpc.make(), method, params(args.positionals[0]))
+) -> @Sendable (Arguments, BrowserLoginClient) async throws -> Exit {
+    { args, broker in
+        let answer = try await broker.call(method, params: try encode(params(args.positionals[0])))
         if args.has("json") { printJSON(answer) } else { print(describe(try decode(answer))) }
         return .ok
     }
 }
+
+/// Params as JSON for a raw call.
+func encode(_ params: any Encodable & Sendable) throws -> JSONValue { try JSONValue(encoding: params) }
 
 /// Prints an attempt of `login.start` or `login.resume`, with its link when the browser was not opened.
 func printStarted(_ answer: JSONValue, _ args: Arguments) throws -> Exit {
@@ -148,16 +145,16 @@ let subcommands: [Subcommand] = [
             Waiting and uncertain attempts are checked with their server first
             (an uncertain attempt is reconciled), unless --no-reconcile.
             """,
-        run: { args, rpc in
-            let client = try rpc.make()
+        run: { args, broker in
             let states = args.has("all") ? nil : AttemptState.allCases.filter(\.needsAttention)
             var attempts =
-                try call(client, .loginList, LoginListParams(client: args["client"], states: states))
+                try await broker.call(.loginList, params: encode(LoginListParams(client: args["client"], states: states)))
                 .arrayValue ?? []
             var views: [AttemptView] = try attempts.map { try decode($0) }
             if !args.has("no-reconcile") {
                 for (i, a) in views.enumerated() where a.state == .waiting || a.state == .uncertain {
-                    if let fresh = try? call(client, .loginStatus, LoginStatusParams(attemptId: a.attemptId, reconcile: true)),
+                    let params = try encode(LoginStatusParams(attemptId: a.attemptId, reconcile: true))
+                    if let fresh = try? await broker.call(.loginStatus, params: params),
                         let view: AttemptView = try? decode(fresh)
                     {
                         (attempts[i], views[i]) = (fresh, view)
@@ -193,11 +190,20 @@ let subcommands: [Subcommand] = [
                 "device",
                 "sign in on another device (phone, laptop): print an address and a code, then wait (OAuth 2.0 and OpenID Connect clients)"
             ),
-            .flag("json", "print the attempt as JSON (and do not wait)"),
+            .flag("wait", "wait until the client is signed in (see below)"),
+            .value("timeout", "SECONDS", "with --wait or --device: stop waiting after SECONDS"),
+            .flag("json", "print the attempt as JSON (with --wait: the session once signed in)"),
         ],
         help: """
             Starts a sign-in for CLIENT and opens the browser on the login page.
             If the client already has a waiting attempt, that attempt is reopened.
+
+            With --wait, the command then waits until CLIENT is signed in and
+            prints its session: exit status 0 once signed in (also when it already
+            was), 1 when the attempt ends otherwise (cancelled, denied, expired,
+            failed), 75 (WAIT_TIMEOUT) when --timeout passes first; the attempt
+            goes on. Without --timeout it waits until the attempt ends. When the
+            browser cannot be opened, the link is printed and the wait goes on.
 
             With --device (or for a client whose file says Flow=device), nothing
             opens here: the broker asks the provider for a code, and the command
@@ -206,35 +212,54 @@ let subcommands: [Subcommand] = [
             the sign-in is finished, refused or expired. This is the way in over
             SSH or on a machine without a browser (RFC 8628; docs/providers.md).
             """,
-        run: { args, rpc in
-            let client = try rpc.make()
+        run: { args, broker in
             let device = args.has("device")
+            let wait = args.has("wait")
+            let timeout = try timeoutOption(args)
+            if timeout != nil && !wait && !device {
+                throw CLIError("USAGE", "--timeout is for --wait (or --device); see --help", .usage)
+            }
             let params = LoginStartParams(
                 client: args.positionals[0], ephemeral: args.has("ephemeral"),
                 openBrowser: !args.has("no-browser") && !device, switchAccount: args.has("switch-account"),
                 flow: device ? "device" : nil)
-            let answer: JSONValue
+            var answer: JSONValue
             do {
-                answer = try client.call(RPCMethod.loginStart.rawValue, params: try JSONValue(encoding: params))
-            } catch let error as RPCError {
-                // The attempt stays waiting when the browser failed: offer its link.
-                if error.applicationCode == BrokerErrorCode.browserFailed.rawValue,
-                    let id = error.data?["attemptId"]?.stringValue,
-                    let resumed = try? call(client, .loginResume, LoginResumeParams(attemptId: id, openBrowser: false)),
+                answer = try await broker.call(.loginStart, params: encode(params))
+            } catch let error as BrowserLoginError where error.code == .browserFailed {
+                // The attempt stays waiting when the browser failed: offer its
+                // link (and with --wait, go on waiting for it).
+                guard let id = error.data.attemptId,
+                    let resumed = try? await broker.call(
+                        .loginResume, params: encode(LoginResumeParams(attemptId: id, openBrowser: false))),
                     let url = (try? decode(resumed, as: AttemptView.self))?.authorizeUrl
-                {
-                    writeError(describe(error))
+                else { throw error }
+                writeError(CLIError(error))
+                if args.has("json") && !wait {
+                    printJSON(resumed)
+                } else if !args.has("json") {
                     print("open this link in your browser to sign in:\n  \(url)")
-                    return .unavailable
                 }
-                throw CLIError(describe(error), exitCode(error))
-            } catch let error as RPCClientError {
-                throw CLIError("the broker connection failed: \(error)", .unavailable)
+                guard wait else { return .unavailable }
+                answer = resumed
+            } catch let error as BrowserLoginError where error.code == .alreadySignedIn && wait {
+                let session = try await broker.call(.sessionGet, params: encode(ClientParams(client: params.client)))
+                if args.has("json") { printJSON(session) } else { print("signed in: " + describeSession(try decode(session))) }
+                return .ok
             }
-            if !args.has("json"), let attempt: AttemptView = try? decode(answer), let shown = attempt.device {
-                return try waitForDeviceSignIn(client, attempt: attempt, device: shown)
+            let attempt: AttemptView = try decode(answer)
+            if let shown = attempt.device, !args.has("json") {
+                return try await waitForDeviceSignIn(broker, attempt: attempt, device: shown, timeout: timeout)
             }
-            return try printStarted(answer, args)
+            guard wait else { return try printStarted(answer, args) }
+            if args.has("json") {
+                if attempt.device != nil { printJSON(answer) }
+            } else {
+                _ = try printStarted(answer, args)
+                print("waiting for the sign-in to finish…")
+            }
+            fflush(nil)
+            return try await waitForSignIn(broker, attempt: attempt, timeout: timeout, json: args.has("json"))
         }),
     Subcommand(
         "finish", summary: "deliver a callback URL to the broker (the URL handler runs this)", arguments: ["URL"],
@@ -255,9 +280,9 @@ let subcommands: [Subcommand] = [
         "resume", summary: "reopen the browser for a waiting attempt", arguments: ["ATTEMPT_ID"],
         options: [.flag("no-browser", "print the link instead of opening it"), json],
         help: "Reopens the login page of a waiting attempt (for example after a restart).",
-        run: { args, rpc in
+        run: { args, broker in
             let params = LoginResumeParams(attemptId: args.positionals[0], openBrowser: !args.has("no-browser"))
-            return try printStarted(try call(try rpc.make(), .loginResume, params), args)
+            return try printStarted(try await broker.call(.loginResume, params: encode(params)), args)
         }),
     Subcommand(
         "acknowledge", summary: "clear a finished or reconciled attempt", arguments: ["ATTEMPT_ID"], options: [json],
@@ -270,8 +295,17 @@ let subcommands: [Subcommand] = [
             .loginAcknowledge, params: { AttemptParams(attemptId: $0) }, describe: describeAttempt)),
     Subcommand(
         "session", summary: "show a client's session", arguments: ["CLIENT"], options: [json],
-        help: "Shows whether CLIENT is signed in, as which account, and until when.",
-        run: oneArgumentCall(.sessionGet, params: { ClientParams(client: $0) }, describe: describeSession)),
+        help: """
+            Shows whether CLIENT is signed in, as which account, and until when.
+            Exit status 0 only when it is signed in; 1 (with the state printed)
+            when it is signed out, signing in, expired or revoked.
+            """,
+        run: { args, broker in
+            let answer = try await broker.call(.sessionGet, params: encode(ClientParams(client: args.positionals[0])))
+            let session: SessionView = try decode(answer)
+            if args.has("json") { printJSON(answer) } else { print(describeSession(session)) }
+            return session.status == .signedIn ? .ok : .failure
+        }),
     Subcommand(
         "sign-out", summary: "sign a client out", arguments: ["CLIENT"], options: [json],
         help: """
@@ -280,8 +314,8 @@ let subcommands: [Subcommand] = [
             (GitHub, Entra) cannot be told: the tokens are forgotten here, and the
             provider's own sign-out page ends the browser session there.
             """,
-        run: { args, rpc in
-            let answer = try call(try rpc.make(), .sessionSignOut, ClientParams(client: args.positionals[0]))
+        run: { args, broker in
+            let answer = try await broker.call(.sessionSignOut, params: encode(ClientParams(client: args.positionals[0])))
             if args.has("json") {
                 printJSON(answer)
                 return .ok
@@ -294,6 +328,7 @@ let subcommands: [Subcommand] = [
             }
             return .ok
         }),
+    requestCommand,
     Subcommand(
         "clients", summary: "list the configured clients", options: [json],
         help: """
@@ -301,8 +336,8 @@ let subcommands: [Subcommand] = [
             one's protocol (browser-login, oidc or oauth2), its server or issuer, and
             its redirect (a custom scheme, or a loopback http://127.0.0.1/… address).
             """,
-        run: { args, rpc in
-            let answer = try call(try rpc.make(), .clientsList)
+        run: { args, broker in
+            let answer = try await broker.call(.clientsList, params: nil)
             if args.has("json") {
                 printJSON(answer)
                 return .ok
@@ -323,30 +358,23 @@ let subcommands: [Subcommand] = [
         "watch", summary: "stream session and attempt changes",
         options: [.value("client", "ID", "only this client's changes", repeatable: true), json],
         help: "Subscribes to the broker's events and prints each change as it happens,\nuntil interrupted.",
-        run: { args, rpc in
-            let client = try rpc.make()
-            _ = try call(client, .eventsSubscribe, SubscribeParams(clients: args["client"].map { [$0] }))
-            while true {
-                let message: RPCClientMessage
-                do { message = try client.nextMessage(timeout: .seconds(86400)) } catch RPCClientError.timedOut {
-                    continue
-                } catch {
-                    throw CLIError("the broker closed the connection", .unavailable)
-                }
-                guard case .notification(let method, let params) = message else { continue }
+        run: { args, broker in
+            let clients = args.all("client")
+            for try await event in try await broker.rawEvents(clients: clients.isEmpty ? nil : clients) {
                 if args.has("json") {
-                    printJSON(["method": .string(method), "params": params ?? .null])
-                } else if method == RPCNotification.sessionChanged.rawValue, let p = params,
-                    let changed: SessionChanged = try? decode(p)
+                    printJSON(["method": .string(event.method), "params": event.params])
+                } else if event.method == RPCNotification.sessionChanged.rawValue,
+                    let changed: SessionChanged = try? decode(event.params)
                 {
                     print("session  " + describeSession(changed.session))
-                } else if method == RPCNotification.loginChanged.rawValue, let p = params,
-                    let changed: LoginChanged = try? decode(p)
+                } else if event.method == RPCNotification.loginChanged.rawValue,
+                    let changed: LoginChanged = try? decode(event.params)
                 {
                     print("attempt  " + describeAttempt(changed.attempt).replacingOccurrences(of: "\n", with: " "))
                 }
                 fflush(nil)
             }
+            throw CLIError("CONNECTION_LOST", "the broker closed the connection", .unavailable)
         }),
     installHandlerCommand,
     doctorCommand,

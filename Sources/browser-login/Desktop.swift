@@ -1,5 +1,5 @@
 import BrokerRPC
-import BrowserLoginAPI
+import BrowserLoginClient
 import CommandLineKit
 import DesktopEntry
 import Foundation
@@ -24,8 +24,8 @@ func brokerExecutable(_ env: [String: String]) -> String? {
 /// The schemes of the broker's clients (the scheme of each `returnUrl`). A
 /// loopback redirect (`http://127.0.0.1/…`, docs/providers.md) needs no URL
 /// handler: the broker listens for it itself.
-func clientSchemes(_ client: RPCClient) throws -> [(client: String, scheme: String)] {
-    let list: [ClientSummary] = try decode(try call(client, .clientsList))
+func clientSchemes(_ broker: BrowserLoginClient) async throws -> [(client: String, scheme: String)] {
+    let list = try await broker.clients()
     return list.compactMap { c in
         DesktopEntry.scheme(ofURL: c.returnUrl).flatMap { $0 == "http" || $0 == "https" ? nil : (c.id, $0) }
     }
@@ -36,6 +36,7 @@ let installHandlerCommand = Subcommand(
     options: [
         .value("scheme", "SCHEME", "register this scheme (repeatable) instead of asking the broker", repeatable: true),
         .flag("uninstall", "remove the desktop file and its defaults from mimeapps.list"),
+        .flag("json", "print {\"steps\": [...], \"problems\": [...], \"schemes\": [...]}"),
     ],
     help: """
         Writes $XDG_DATA_HOME/applications/\(DesktopEntry.fileName), the desktop
@@ -50,7 +51,7 @@ let installHandlerCommand = Subcommand(
         Without --scheme, the schemes come from the broker's clients (clients.list),
         so the broker must be running.
         """,
-    run: { args, rpc in
+    run: { args, broker in
         let env = ProcessInfo.processInfo.environment
         let installer = HandlerInstaller(environment: env)
         let report: HandlerInstaller.Report
@@ -59,17 +60,27 @@ let installHandlerCommand = Subcommand(
         } else {
             var schemes = args.all("scheme")
             for scheme in schemes where !DesktopEntry.isValidScheme(scheme) {
-                throw CLIError("'\(scheme)' is not a URL scheme (lower-case letters, digits, '+', '-', '.')", .usage)
+                throw CLIError(
+                    "USAGE", "'\(scheme)' is not a URL scheme (lower-case letters, digits, '+', '-', '.')", .usage)
             }
             if schemes.isEmpty {
-                schemes = try clientSchemes(try rpc.make()).map(\.scheme)
+                schemes = try await clientSchemes(broker).map(\.scheme)
                 if schemes.isEmpty {
                     throw CLIError(
+                        "NO_SCHEMES",
                         "the broker has no clients, so there is no scheme to register; add a client file or pass --scheme",
                         .config)
                 }
             }
             report = installer.install(schemes: schemes, exec: ownExecutable())
+        }
+        if args.has("json") {
+            printJSON([
+                "steps": .array(report.steps.map { .string($0) }),
+                "problems": .array(report.problems.map { .string($0) }),
+                "schemes": .array(report.schemes.map { .string($0) }),
+            ])
+            return report.problems.isEmpty ? .ok : .failure
         }
         for step in report.steps { print(step) }
         for problem in report.problems { writeError(problem) }
@@ -103,7 +114,7 @@ func busNameQuery(_ method: String, _ argument: String?, _ env: [String: String]
     return result.output
 }
 
-func doctorFindings(socketOption: String?) -> [Finding] {
+func doctorFindings(_ client: BrowserLoginClient) async -> [Finding] {
     let env = ProcessInfo.processInfo.environment
     var findings: [Finding] = []
     func pass(_ check: String, _ detail: String) { findings.append(Finding(check: check, ok: true, detail: detail)) }
@@ -112,25 +123,25 @@ func doctorFindings(socketOption: String?) -> [Finding] {
     }
 
     // The socket and the daemon.
-    var broker: RPCClient?
+    var broker: BrowserLoginClient?
     var info: BrokerInfo?
     let startFix =
         env["INVOCATION_ID"] == nil
             && Subprocess.run(["systemctl", "--user", "is-system-running"], environment: env)?.status == nil
         ? "browser-login-broker &" : "systemctl --user enable --now browser-login-broker.socket"
-    do {
-        let path = try socketPath(socketOption)
+    if let path = client.socketPath {
         do {
-            let client = try RPCClient(socketPath: path, timeout: .seconds(10))
-            info = try decode(try call(client, .brokerInfo))
+            info = try await client.info()
             broker = client
             pass("daemon", "browser-login-broker \(info?.version ?? "?") answers at \(path)")
         } catch {
             fail("daemon", "nothing answers at \(path): the broker is not running", fix: startFix)
         }
-    } catch let error as CLIError {
-        fail("socket", error.message, fix: "export XDG_RUNTIME_DIR=/run/user/$(id -u)")
-    } catch {}
+    } else {
+        fail(
+            "socket", "XDG_RUNTIME_DIR is not set, so the broker's socket cannot be found; pass --socket PATH",
+            fix: "export XDG_RUNTIME_DIR=/run/user/$(id -u)")
+    }
 
     // The session bus and the Secret Service.
     let (keyringFix, busFix) = ("gnome-keyring-daemon --start --components=secrets", "dbus-run-session -- $SHELL")
@@ -184,7 +195,7 @@ func doctorFindings(socketOption: String?) -> [Finding] {
     }
 
     // The URL handler of each client's scheme.
-    if let broker, let schemes = try? clientSchemes(broker) {
+    if let broker, let schemes = try? await clientSchemes(broker) {
         let installer = HandlerInstaller(environment: env)
         let installed = Set(installer.installedSchemes())
         for (client, scheme) in schemes {
@@ -251,11 +262,12 @@ let doctorCommand = Subcommand(
         the URL handler of each client's scheme (desktop file and xdg-mime
         default; not for loopback redirects, which need none); each login
         server's reachability (it must answer a status request with a protocol
-        error), or each OAuth 2.0 / OpenID Connect provider's metadata. Each problem is printed with the exact
-        command that fixes it. Exit status 0 when everything is right, 1 otherwise.
+        error), or each OAuth 2.0 / OpenID Connect provider's metadata. Each
+        problem is printed with the exact command that fixes it. Exit status 0
+        when everything is right, 1 otherwise.
         """,
-    run: { args, rpc in
-        let findings = doctorFindings(socketOption: rpc.socketOption)
+    run: { args, broker in
+        let findings = await doctorFindings(broker)
         let ok = findings.allSatisfy(\.ok)
         if args.has("json") {
             printJSON(["ok": .bool(ok), "checks": .array(findings.map(\.json))])

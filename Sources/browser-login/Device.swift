@@ -1,6 +1,7 @@
 import BrokerRPC
-import BrowserLoginAPI
+import BrowserLoginClient
 import CQRencode
+import CommandLineKit
 import Foundation
 
 /// A device sign-in (RFC 8628, docs/providers.md "Without a browser on this
@@ -49,36 +50,73 @@ func terminalQRCode(_ text: String, quietZone: Int = 2) -> String? {
 }
 
 /// Prints a device sign-in's instructions (and its QR code on a terminal),
-/// then waits with `session.wait` until the client is signed in or the
-/// attempt ends. Interrupting the CLI leaves the attempt waiting.
-func waitForDeviceSignIn(_ client: RPCClient, attempt: AttemptView, device: AttemptView.DeviceView) throws -> Exit {
-    let appName =
-        (try? decode(call(client, .clientsList), as: [ClientSummary].self))?.first { $0.id == attempt.client }?.appName
-        ?? attempt.client
+/// then waits until the client is signed in or the attempt ends.
+/// Interrupting the CLI leaves the attempt waiting.
+func waitForDeviceSignIn(
+    _ broker: BrowserLoginClient, attempt: AttemptView, device: AttemptView.DeviceView, timeout: Duration?
+) async throws -> Exit {
+    let appName = (try? await broker.clients())?.first { $0.id == attempt.client }?.appName ?? attempt.client
     print(deviceInstructions(device, appName: appName))
     if isatty(STDOUT_FILENO) == 1, let qr = terminalQRCode(device.verificationUriComplete ?? device.verificationUri) {
         print("\nor scan this code with a phone:\n" + qr)
     }
     print("\nwaiting for the sign-in to finish (attempt \(attempt.attemptId); Ctrl-C stops waiting, the attempt goes on)…")
     fflush(nil)
+    return try await waitForSignIn(broker, attempt: attempt, timeout: timeout, json: false)
+}
+
+/// Waits with `session.wait` until the attempt's client is signed in (0,
+/// the session printed), the attempt ends otherwise (1, the attempt
+/// printed) or `timeout` passes (`WAIT_TIMEOUT`, 75).
+func waitForSignIn(_ broker: BrowserLoginClient, attempt: AttemptView, timeout: Duration?, json: Bool) async throws
+    -> Exit
+{
+    let deadline = timeout.map { ContinuousClock.now + $0 }
     while true {
+        // Short waits, so that an attempt that ends otherwise is noticed.
+        var chunk: Duration = .seconds(3)
+        if let deadline {
+            chunk = min(chunk, deadline - ContinuousClock.now)
+            guard chunk > .zero else {
+                var timedOut = CLIError(
+                    BrokerErrorCode.waitTimeout.rawValue,
+                    "\(attempt.client) is not signed in yet; the attempt \(attempt.attemptId) goes on", .tempFail,
+                    data: ["attemptId": .string(attempt.attemptId)])
+                timedOut.text = timedOut.code + ": " + timedOut.message
+                throw timedOut
+            }
+        }
         do {
-            let answer = try client.call(
-                RPCMethod.sessionWait.rawValue,
-                params: try JSONValue(encoding: SessionWaitParams(client: attempt.client, timeoutMs: 10_000)))
-            print("signed in: " + describeSession(try decode(answer)))
+            let params = try encode(SessionWaitParams(client: attempt.client, timeoutMs: milliseconds(chunk)))
+            let answer = try await broker.call(.sessionWait, params: params, timeout: chunk + .seconds(30))
+            if json { printJSON(answer) } else { print("signed in: " + describeSession(try decode(answer))) }
             return .ok
-        } catch let error as RPCError where error.applicationCode == BrokerErrorCode.waitTimeout.rawValue {
-            let view: AttemptView = try decode(
-                call(client, .loginStatus, LoginStatusParams(attemptId: attempt.attemptId, reconcile: false)))
+        } catch let error as BrowserLoginError where error.code == .waitTimeout {
+            let raw = try await broker.call(
+                .loginStatus, params: encode(LoginStatusParams(attemptId: attempt.attemptId, reconcile: false)))
+            let view: AttemptView = try decode(raw)
             if view.state.isTerminal {
-                print(describeAttempt(view))
+                if json {
+                    printJSON(raw)
+                    writeError(
+                        CLIError(
+                            view.error?.code ?? "ATTEMPT_" + view.state.rawValue.uppercased(),
+                            "the attempt ended \(view.state.rawValue)" + (view.error.map { ": " + $0.message } ?? ""),
+                            .failure, data: ["attemptId": .string(view.attemptId)]))
+                } else {
+                    print(describeAttempt(view))
+                }
                 return .failure
             }
-        } catch let error as RPCError {
-            throw CLIError(describe(error), exitCode(error))
-        } catch let error as RPCClientError {
-            throw CLIError("the broker connection failed: \(error)", .unavailable)
         }
     }
+}
+
+/// `--timeout SECONDS`, for commands that wait.
+func timeoutOption(_ args: Arguments) throws -> Duration? {
+    guard let text = args["timeout"] else { return nil }
+    guard let seconds = Double(text), seconds > 0, seconds <= 86_400 * 365 else {
+        throw CLIError("USAGE", "--timeout needs a number of seconds, more than 0", .usage)
+    }
+    return .milliseconds(Int64(seconds * 1000))
 }

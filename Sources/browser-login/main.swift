@@ -1,4 +1,5 @@
 import BrokerRPC
+import BrowserLoginClient
 import CommandLineKit
 import Foundation
 
@@ -10,29 +11,38 @@ let program = Command(
         .value(
             "socket", "PATH",
             "the broker's socket (default $XDG_RUNTIME_DIR/browser-login/broker.sock, or $BROWSER_LOGIN_SOCKET)"),
+        .flag("json", "print answers and errors as JSON (as each command's --json)"),
         .flag("version", "the version"),
     ],
     description: "Commands:\n" + Command.table(subcommands.map { ($0.name, $0.command.summary) }),
     epilogue: """
-        Exit status follows sysexits(3): 0 ok, 64 usage, 65 bad callback, issuer or
-        ID token, 66 unknown client or attempt, 69 broker, keyring, browser or
-        device flow unavailable, 75 try again later, 77 not allowed, 1 refused.
+        Exit status follows sysexits(3): 0 ok, 1 refused (or not signed in, for
+        session), 22 an HTTP status other than 2xx (request), 64 usage,
+        65 bad callback, issuer or ID token, 66 unknown client or attempt,
+        69 broker, keyring, browser or device flow unavailable, 70 internal
+        error, 75 try again later (WAIT_TIMEOUT too), 77 not allowed,
+        78 no socket path. With --json, an error is one JSON object on stderr:
+        {"code": "...", "message": "...", ...}.
         """,
     synopsis: "browser-login [--socket PATH] COMMAND [ARGS]\n       browser-login COMMAND --help",
     title: "browser-login — talk to the browser-login broker", optionsTitle: "Options:", stopsAtArgument: true)
 
-func main() -> Int32 {
+func main() async -> Int32 {
     do {
         guard case .run(let global) = try program.parse(Array(CommandLine.arguments.dropFirst())) else {
             print(program.help)
             return Exit.ok.rawValue
         }
         if global.has("version") {
-            print("browser-login \(version)")
+            if global.has("json") { printJSON(["version": .string(version)]) } else { print("browser-login \(version)") }
             return Exit.ok.rawValue
         }
         guard let name = global.rest.first else {
-            FileHandle.standardError.write(Data((program.help + "\n").utf8))
+            if errorsAsJSON {
+                writeError(CLIError("USAGE", "no command given; run 'browser-login --help' for the list", .usage))
+            } else {
+                FileHandle.standardError.write(Data((program.help + "\n").utf8))
+            }
             return Exit.usage.rawValue
         }
         if name == "help" {
@@ -40,23 +50,29 @@ func main() -> Int32 {
             return Exit.ok.rawValue
         }
         guard let subcommand = subcommands.first(where: { $0.name == name }) else {
-            throw CLIError("unknown command '\(name)'; run 'browser-login --help' for the list", .usage)
+            throw CLIError("USAGE", "unknown command '\(name)'; run 'browser-login --help' for the list", .usage)
         }
-        guard case .run(let args) = try subcommand.command.parse(Array(global.rest.dropFirst())) else {
+        guard case .run(var args) = try subcommand.command.parse(Array(global.rest.dropFirst())) else {
             print(subcommand.command.help)
             return Exit.ok.rawValue
         }
-        return try subcommand.run(args, RPCClientFactory(socketOption: global["socket"])).rawValue
+        if global.has("json") { args.flags.insert("json") }
+        let broker = BrowserLoginClient(socketPath: global["socket"])
+        return try await subcommand.run(args, broker).rawValue
     } catch let error as UsageError {
-        writeError(error.message)
+        writeError(CLIError("USAGE", error.message, .usage))
         return UsageError.exitStatus
     } catch let error as CLIError {
-        writeError(error.message)
+        writeError(error)
         return error.exit.rawValue
+    } catch let error as BrowserLoginError {
+        let failure = CLIError(error)
+        writeError(failure)
+        return failure.exit.rawValue
     } catch {
-        writeError("\(error)")
+        writeError(CLIError("INTERNAL_ERROR", "\(error)", .software))
         return Exit.software.rawValue
     }
 }
 
-exit(main())
+exit(await main())

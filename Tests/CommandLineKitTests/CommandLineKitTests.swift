@@ -80,4 +80,53 @@ import Testing
         #expect(parsed["socket"] == "s")
         #expect(parsed.rest == ["run", "--json", "x"])
     }
+
+    /// A command with short names, as `browser-login request` declares them.
+    let curlish = Command(
+        "tool get", arguments: ["PATH"],
+        options: [
+            .value("data", "DATA", "the body", short: "d"),
+            .value("header", "'NAME: VALUE'", "a header", repeatable: true, short: "H"),
+            .flag("verbose", "say more", short: "v"), .flag("json", "print JSON"),
+        ])
+
+    func curlishArguments(_ args: [String]) throws -> Arguments {
+        guard case .run(let parsed) = try curlish.parse(args) else { throw UsageError("help") }
+        return parsed
+    }
+
+    @Test func parsesShortOptionsAsTheirLongNames() throws {
+        let parsed = try curlishArguments(["-d", "@file", "/p", "-H", "A: 1", "-HB: 2", "-v", "--header=C: 3"])
+        #expect(parsed["data"] == "@file")
+        #expect(parsed.all("header") == ["A: 1", "B: 2", "C: 3"])
+        #expect(parsed.has("verbose"))
+        #expect(parsed.positionals == ["/p"])
+        #expect(try curlishArguments(["-d-", "/p"])["data"] == "-")
+        #expect(try curlishArguments(["-", "-d", "x"]).positionals == ["-"])
+    }
+
+    @Test func reportsShortOptionMistakes() {
+        func failure(_ args: [String]) -> String? {
+            do {
+                _ = try curlish.parse(args)
+                return nil
+            } catch { return error.message }
+        }
+        #expect(failure(["/p", "-x"]) == "unknown option -x; see --help")
+        #expect(failure(["/p", "-vx"]) == "unknown option -vx; see --help")
+        #expect(failure(["/p", "-d"]) == "-d needs a value")
+        #expect(failure(["/p", "-D", "x"]) == "unknown option -D; see --help")
+    }
+
+    @Test func shortHelpAnywhereAndShortNamesInTheHelp() throws {
+        guard case .help = try curlish.parse(["/p", "-d", "x", "-h"]) else {
+            Issue.record("-h did not ask for help")
+            return
+        }
+        #expect(curlish.usage == "tool get PATH [-d DATA] [-H 'NAME: VALUE']... [-v] [--json]")
+        #expect(curlish.help.contains("\n  -d, --data DATA             the body\n"))
+        #expect(curlish.help.contains("\n  -H, --header 'NAME: VALUE'  a header\n"))
+        #expect(curlish.help.contains("\n  --json                      print JSON\n"))
+        #expect(curlish.help.hasSuffix("\n  -h, --help                  this help"))
+    }
 }
