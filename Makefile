@@ -59,6 +59,8 @@ install:
 	install -m 0644 dbus/org.browserlogin.Broker.desktop.in $(DESTDIR)$(DATADIR)/browser-login/
 	install -d $(DESTDIR)$(DATADIR)/doc/browser-login
 	install -m 0644 README.md docs/*.md $(DESTDIR)$(DATADIR)/doc/browser-login/
+	install -d $(DESTDIR)$(DATADIR)/doc/browser-login/apps
+	install -m 0644 docs/apps/*.md $(DESTDIR)$(DATADIR)/doc/browser-login/apps/
 	install -d $(DESTDIR)$(DATADIR)/man/man1 $(DESTDIR)$(DATADIR)/man/man8
 	install -m 0644 man/browser-login.1 man/browser-login-server.1 $(DESTDIR)$(DATADIR)/man/man1/
 	install -m 0644 man/browser-login-broker.8 $(DESTDIR)$(DATADIR)/man/man8/

@@ -38,6 +38,12 @@ struct InstallTests {
             "usr/share/browser-login/org.browserlogin.Broker.desktop.in", "usr/share/doc/browser-login/desktop.md",
             "usr/share/doc/browser-login/README.md", "usr/share/man/man1/browser-login.1",
             "usr/share/man/man1/browser-login-server.1", "usr/share/man/man8/browser-login-broker.8",
+            // The D-Bus API (docs/dbus.md), the app developer's guide and the completions.
+            "usr/share/dbus-1/services/org.browserlogin.Broker1.service",
+            "usr/share/dbus-1/interfaces/org.browserlogin.Broker1.xml", "usr/share/doc/browser-login/apps.md",
+            "usr/share/doc/browser-login/apps/python.md", "usr/share/doc/browser-login/dbus.md",
+            "usr/share/bash-completion/completions/browser-login", "usr/share/zsh/vendor-completions/_browser-login",
+            "usr/share/fish/vendor_completions.d/browser-login.fish",
         ]
         for path in expected { #expect(FileManager.default.fileExists(atPath: dest + "/" + path), "\(path)") }
         for program in ["browser-login", "browser-login-broker", "browser-login-server"] {
@@ -51,7 +57,12 @@ struct InstallTests {
         #expect(dbus.contains("Exec=/usr/bin/browser-login-broker\n"))
         #expect(dbus.contains("Name=\(DesktopEntry.applicationId)\n"))
         #expect(dbus.contains("SystemdService=browser-login-broker.service\n"))
-        #expect(!service.contains("@bindir@") && !dbus.contains("@bindir@"))
+        let api = try String(
+            contentsOfFile: dest + "/usr/share/dbus-1/services/org.browserlogin.Broker1.service", encoding: .utf8)
+        #expect(api.contains("Name=org.browserlogin.Broker1\n"))
+        #expect(api.contains("Exec=/usr/bin/browser-login-broker\n"))
+        #expect(api.contains("SystemdService=browser-login-broker.service\n"))
+        #expect(!service.contains("@bindir@") && !dbus.contains("@bindir@") && !api.contains("@bindir@"))
         // The man pages are real pages: groff renders them without warnings.
         for page in ["man1/browser-login.1", "man8/browser-login-broker.8", "man1/browser-login-server.1"] {
             let rendered = try runTool(["groff", "-man", "-Tutf8", "-P-cbou", "-ww", dest + "/usr/share/man/" + page])

@@ -220,6 +220,18 @@ public final class Harness: @unchecked Sendable {
         return attempt
     }
 
+    /// Makes the broker's "browser" the scripted user agent (as `make demo`
+    /// does): a `login.start` that opens the browser then signs in by itself
+    /// as `testEmail` and delivers the callback with `browser-login finish`.
+    /// Call after `startServer` and before `startBroker`.
+    public func useScriptedUserAgent() {
+        brokerEnvironment["BROWSER"] = binDirectory + "/browser-login-demo-agent %s"
+        brokerEnvironment["DEMO_SERVER_ORIGIN"] = serverOrigin
+        brokerEnvironment["DEMO_EMAIL"] = testEmail
+        brokerEnvironment["DEMO_CODE"] = "000000"
+        brokerEnvironment["DEMO_DELIVER"] = binDirectory + "/browser-login --socket " + socketPath + " finish"
+    }
+
     /// The server's attempt id, from an authorize URL (`…?attempt=ID`).
     public static func serverAttemptId(_ authorizeURL: String) -> String {
         String(authorizeURL.split(separator: "=").last ?? "")
