@@ -181,18 +181,7 @@ public final class DBusApplication: @unchecked Sendable {
         guard case .serving(let undo) = served else { return .stopped }
         defer { for step in undo.reversed() { step() } }
 
-        let owner = g_bus_own_name_on_connection(
-            connection, busName, G_BUS_NAME_OWNER_FLAGS_DO_NOT_QUEUE,
-            { _, name, userData in
-                guard let userData, let name else { return }
-                let app = Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue()
-                app.events(.nameAcquired(String(cString: name)))
-            },
-            { _, name, userData in
-                guard let userData, let name else { return }
-                let app = Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue()
-                app.events(.nameLost(String(cString: name)))
-            }, userData, nil)
+        let owner = own(busName, on: connection)
         defer { g_bus_unown_name(owner) }
         // The bus went away: serve a new one once it is back.
         let closedHandler = bl_dbus_on_closed(
@@ -213,6 +202,23 @@ public final class DBusApplication: @unchecked Sendable {
             return .busClosed
         }
         return .stopped
+    }
+
+    /// Owns `name` on `connection` (not queued behind another owner), reporting
+    /// `.nameAcquired` / `.nameLost`; answers the id for `g_bus_unown_name`.
+    private func own(_ name: String, on connection: OpaquePointer) -> guint {
+        g_bus_own_name_on_connection(
+            connection, name, G_BUS_NAME_OWNER_FLAGS_DO_NOT_QUEUE,
+            { _, name, userData in
+                guard let userData, let name else { return }
+                let app = Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue()
+                app.events(.nameAcquired(String(cString: name)))
+            },
+            { _, name, userData in
+                guard let userData, let name else { return }
+                let app = Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue()
+                app.events(.nameLost(String(cString: name)))
+            }, Unmanaged.passUnretained(self).toOpaque(), nil)
     }
 
     /// Runs the loop for `milliseconds` (or until `shutdown()`).
@@ -317,18 +323,7 @@ extension DBusApplication {
                 app.api?.callerLeft(left)
             }, userData, nil)
         undo.append { g_dbus_connection_signal_unsubscribe(connection, watch) }
-        let owner = g_bus_own_name_on_connection(
-            connection, api.busName, G_BUS_NAME_OWNER_FLAGS_DO_NOT_QUEUE,
-            { _, name, userData in
-                guard let userData, let name else { return }
-                let app = Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue()
-                app.events(.nameAcquired(String(cString: name)))
-            },
-            { _, name, userData in
-                guard let userData, let name else { return }
-                let app = Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue()
-                app.events(.nameLost(String(cString: name)))
-            }, userData, nil)
+        let owner = own(api.busName, on: connection)
         undo.append { g_bus_unown_name(owner) }
         g_object_ref(UnsafeMutableRawPointer(connection))
         current.withLock { $0 = UInt(bitPattern: UnsafeMutableRawPointer(connection)) }

@@ -18,11 +18,7 @@ struct CLIScriptingTests {
         try h.startServer()
         h.writeClient()
         if selfSigningIn {
-            h.brokerEnvironment["BROWSER"] = binDirectory + "/browser-login-demo-agent %s"
-            h.brokerEnvironment["DEMO_SERVER_ORIGIN"] = h.serverOrigin
-            h.brokerEnvironment["DEMO_EMAIL"] = h.testEmail
-            h.brokerEnvironment["DEMO_CODE"] = "000000"
-            h.brokerEnvironment["DEMO_DELIVER"] = binDirectory + "/browser-login --socket \(h.socketPath) finish"
+            h.useScriptedUserAgent()
         }
         try h.startBroker()
         return h

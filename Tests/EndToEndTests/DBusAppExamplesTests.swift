@@ -79,11 +79,7 @@ struct DBusAppExamplesTests {
             extra: "Peers=/usr/bin/true")
         // The broker's "browser" is the scripted user agent: it signs in on
         // the hosted page and hands the callback to `browser-login finish`.
-        h.brokerEnvironment["BROWSER"] = binDirectory + "/browser-login-demo-agent %s"
-        h.brokerEnvironment["DEMO_SERVER_ORIGIN"] = h.serverOrigin
-        h.brokerEnvironment["DEMO_EMAIL"] = h.testEmail
-        h.brokerEnvironment["DEMO_CODE"] = "000000"
-        h.brokerEnvironment["DEMO_DELIVER"] = binDirectory + "/browser-login --socket \(h.socketPath) finish"
+        h.useScriptedUserAgent()
         try h.startBroker()
         let run = { (arguments: [String]) in try runProgram(app, arguments, environment: h.environment(), timeout: 90) }
 
