@@ -6,8 +6,11 @@ import Foundation
 extension BrokerEngine {
     // MARK: - login.start
 
+    /// Starts a sign-in; `activationToken` (never stored) gives the browser
+    /// this call opens the focus (`XDG_ACTIVATION_TOKEN`, `DESKTOP_STARTUP_ID`).
     public func start(
-        client clientId: String, ephemeral: Bool, openBrowser: Bool, switchAccount: Bool, flow: SignInFlow? = nil
+        client clientId: String, ephemeral: Bool, openBrowser: Bool, switchAccount: Bool, flow: SignInFlow? = nil,
+        activationToken: String? = nil
     ) async throws -> AttemptView {
         let client = try client(clientId)
         if flow == .device && client.provider == nil {
@@ -27,7 +30,8 @@ extension BrokerEngine {
         }
         let task = Task {
             try await self.startNow(
-                client, ephemeral: ephemeral, openBrowser: openBrowser, switchAccount: switchAccount, flow: flow)
+                client, ephemeral: ephemeral, openBrowser: openBrowser, switchAccount: switchAccount, flow: flow,
+                activationToken: activationToken)
         }
         starting[clientId] = task
         defer { starting[clientId] = nil }
@@ -35,7 +39,8 @@ extension BrokerEngine {
     }
 
     private func startNow(
-        _ client: ClientConfig, ephemeral: Bool, openBrowser: Bool, switchAccount: Bool, flow: SignInFlow?
+        _ client: ClientConfig, ephemeral: Bool, openBrowser: Bool, switchAccount: Bool, flow: SignInFlow?,
+        activationToken: String?
     ) async throws -> AttemptView {
         if let session = try store.session(client: client.id), session.status == .signedIn {
             guard switchAccount else {
@@ -47,11 +52,12 @@ extension BrokerEngine {
             _ = try await signOut(client: client.id)
         }
         if var live = try store.list(client: client.id, states: [.waiting], limit: 1).first, try !expireIfDue(&live) {
-            return try await resume(attemptId: live.id, openBrowser: openBrowser)
+            return try await resume(attemptId: live.id, openBrowser: openBrowser, activationToken: activationToken)
         }
         if let signIn = oauth(client.id) {
             return try await startProvider(
-                client, signIn: signIn, ephemeral: ephemeral, openBrowser: openBrowser, flow: flow)
+                client, signIn: signIn, ephemeral: ephemeral, openBrowser: openBrowser, flow: flow,
+                activationToken: activationToken)
         }
 
         // Both proofs are in the vault and the row is committed before create is sent.
@@ -116,7 +122,9 @@ extension BrokerEngine {
         var result = AttemptView(record)
         result.authorizeUrl = created.authorizeUrl
         if openBrowser {
-            try await launch(created.authorizeUrl, client: client, ephemeral: ephemeral, attemptId: id)
+            try await launch(
+                created.authorizeUrl, client: client, ephemeral: ephemeral, attemptId: id,
+                activationToken: activationToken)
         }
         return result
     }
@@ -142,10 +150,12 @@ extension BrokerEngine {
         return nil
     }
 
-    func launch(_ url: String, client: ClientConfig, ephemeral: Bool, attemptId: String) async throws {
+    func launch(
+        _ url: String, client: ClientConfig, ephemeral: Bool, attemptId: String, activationToken: String?
+    ) async throws {
         let command = ephemeral ? client.privateBrowserCommand : client.browserCommand
         do {
-            try await launcher.open(url, command: command)
+            try await launcher.open(url, command: command, activationToken: activationToken)
         } catch {
             throw error.with(attemptId: attemptId)
         }
@@ -153,7 +163,9 @@ extension BrokerEngine {
 
     // MARK: - login.resume
 
-    public func resume(attemptId: String, openBrowser: Bool) async throws -> AttemptView {
+    public func resume(attemptId: String, openBrowser: Bool, activationToken: String? = nil) async throws
+        -> AttemptView
+    {
         var record = try attempt(attemptId)
         try expireIfDue(&record)
         var result = AttemptView(record)
@@ -177,7 +189,9 @@ extension BrokerEngine {
         }
         result.authorizeUrl = url
         if openBrowser {
-            try await launch(url, client: client, ephemeral: record.ephemeral, attemptId: attemptId)
+            try await launch(
+                url, client: client, ephemeral: record.ephemeral, attemptId: attemptId,
+                activationToken: activationToken)
         }
         return result
     }

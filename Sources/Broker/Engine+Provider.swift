@@ -31,7 +31,8 @@ extension BrokerEngine {
     // MARK: - login.start
 
     func startProvider(
-        _ client: ClientConfig, signIn: OAuthSignIn, ephemeral: Bool, openBrowser: Bool, flow: SignInFlow?
+        _ client: ClientConfig, signIn: OAuthSignIn, ephemeral: Bool, openBrowser: Bool, flow: SignInFlow?,
+        activationToken: String? = nil
     ) async throws -> AttemptView {
         let settings = signIn.settings
         if (flow ?? settings.flow) == .device {
@@ -94,7 +95,9 @@ extension BrokerEngine {
         result.authorizeUrl = authorizeUrl
         if openBrowser {
             do {
-                try await launch(authorizeUrl, client: client, ephemeral: ephemeral, attemptId: id)
+                try await launch(
+                    authorizeUrl, client: client, ephemeral: ephemeral, attemptId: id,
+                    activationToken: activationToken)
             } catch let failure as BrokerError
                 where failure.code == .browserFailed && flow == nil && metadata.deviceAuthorizationEndpoint != nil
             {

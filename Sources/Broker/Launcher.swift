@@ -11,6 +11,17 @@ public protocol BrowserLauncher: Sendable {
     /// Opens `url` with `command` (a template with `%u`), or the default
     /// browser when nil. Throws `BROWSER_FAILED` when the browser could not be started.
     func open(_ url: String, command: String?) async throws(BrokerError)
+
+    /// As `open(_:command:)`, handing the browser the app's focus token
+    /// (xdg-activation on Wayland, startup notification on X11), when one is given.
+    func open(_ url: String, command: String?, activationToken: String?) async throws(BrokerError)
+}
+
+extension BrowserLauncher {
+    /// A launcher that cannot pass focus on opens the browser without it.
+    public func open(_ url: String, command: String?, activationToken: String?) async throws(BrokerError) {
+        try await open(url, command: command)
+    }
 }
 
 /// Launches a browser process: a configured command template, else the
@@ -18,6 +29,11 @@ public protocol BrowserLauncher: Sendable {
 /// `%s` for the URL, as `sensible-browser` reads it), `xdg-open`, `gio open`. The URL is passed as one argument, never
 /// through a shell. A command that exits non-zero within two seconds is a
 /// failure; one still running then (a browser in the foreground) is success.
+///
+/// Focus: the broker's own `XDG_ACTIVATION_TOKEN` and `DESKTOP_STARTUP_ID`
+/// (whatever started the broker was given them, long since spent) never
+/// reach a browser. An app's token is set as both, for the one launch it
+/// came with, so the compositor lets the browser window come to the front.
 public struct ProcessBrowserLauncher: BrowserLauncher {
     let environment: [String: String]
     let logger: Logger
@@ -58,6 +74,17 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
     /// Whether the broker runs inside a Flatpak sandbox.
     var inFlatpak: Bool { environment["BROWSER_LOGIN_FLATPAK_INFO"].map { !$0.isEmpty } ?? (access("/.flatpak-info", F_OK) == 0) }
 
+    /// The variables that carry a focus token to a launched program.
+    static let focusVariables = ["XDG_ACTIVATION_TOKEN", "DESKTOP_STARTUP_ID"]
+
+    /// The environment of a launch: the broker's, with its own stale focus
+    /// variables removed and the app's `activationToken` (if any) set as both.
+    func launchEnvironment(activationToken: String?) -> [String: String] {
+        var result = environment
+        for name in Self.focusVariables { result[name] = activationToken }
+        return result
+    }
+
     /// The commands to try, in order, each an argv with the URL in place:
     /// the configured template alone when there is one; else the
     /// `org.freedesktop.portal.OpenURI` portal inside a Flatpak sandbox,
@@ -68,8 +95,12 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
     /// the browser never inherits the service's sandbox (`ProtectSystem=`,
     /// `MemoryDenyWriteExecute=`, the system call filter) and is not stopped
     /// with the broker. The unit's description is fixed text: the URL stays
-    /// out of the journal.
-    func plans(url: String, command: String?) -> [[String]] {
+    /// out of the journal. The unit gets the user manager's environment, not
+    /// the caller's: a focus token is passed on with `--setenv=NAME`, which
+    /// takes the value from systemd-run's own environment, so the token never
+    /// appears in an argv. In a Flatpak sandbox the portal is given it as its
+    /// `activation_token` option.
+    func plans(url: String, command: String?, activationToken: String? = nil) -> [[String]] {
         var plans: [[String]] = []
         if let command {
             plans.append(Self.arguments(template: command, url: url))
@@ -78,7 +109,8 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
                 plans.append([
                     "gdbus", "call", "--session", "--dest", "org.freedesktop.portal.Desktop", "--object-path",
                     "/org/freedesktop/portal/desktop", "--method", "org.freedesktop.portal.OpenURI.OpenURI", "",
-                    Self.gvariantString(url), "{}",
+                    Self.gvariantString(url),
+                    activationToken.map { "{'activation_token': <\(Self.gvariantString($0))>}" } ?? "{}",
                 ])
             }
             if let browser = environment["BROWSER"], !browser.isEmpty {
@@ -88,11 +120,12 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
             plans.append(["gio", "open", url])
         }
         guard let invocation = environment["INVOCATION_ID"], !invocation.isEmpty, !inFlatpak else { return plans }
+        let focus = activationToken == nil ? [] : Self.focusVariables.map { "--setenv=" + $0 }
         return plans.map { argv in
             [
                 "systemd-run", "--user", "--quiet", "--collect", "--no-ask-password",
-                "--description=browser-login: open the sign-in page", "--",
-            ] + argv
+                "--description=browser-login: open the sign-in page",
+            ] + focus + ["--"] + argv
         }
     }
 
@@ -102,11 +135,18 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
     }
 
     public func open(_ url: String, command: String?) async throws(BrokerError) {
+        try await open(url, command: command, activationToken: nil)
+    }
+
+    public func open(_ url: String, command: String?, activationToken: String?) async throws(BrokerError) {
         var lastProblem = "no browser command"
-        for argv in plans(url: url, command: command) {
+        let environment = launchEnvironment(activationToken: activationToken)
+        for argv in plans(url: url, command: command, activationToken: activationToken) {
             guard let program = argv.first else { continue }
-            // Logged by name only: the argv holds the authorize URL.
-            let name = program == "systemd-run" ? "systemd-run " + (argv.dropFirst(7).first ?? "") : program
+            // Logged by name only: the argv holds the authorize URL (and, for the portal, the focus token).
+            let name =
+                program == "systemd-run"
+                ? "systemd-run " + (argv.firstIndex(of: "--").flatMap { argv.dropFirst($0 + 1).first } ?? "") : program
             guard let problem = await Self.run(argv, environment: environment) else {
                 logger.info("browser opened", ["browser.program": name])
                 return

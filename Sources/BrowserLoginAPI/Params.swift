@@ -10,15 +10,33 @@ public struct LoginStartParams: Codable, Sendable, Equatable {
     public var switchAccount: Bool?
     /// `"browser"` or `"device"` (docs/providers.md); absent: the client's `Flow=`.
     public var flow: String?
+    /// An xdg-activation token (Wayland) or startup-notification id (X11)
+    /// from the app's toolkit: the browser gets it as `XDG_ACTIVATION_TOKEN`
+    /// and `DESKTOP_STARTUP_ID`, so the compositor lets its window come to
+    /// the front. Used for this launch only, never stored.
+    public var activationToken: String?
     public init(
         client: String, ephemeral: Bool? = nil, openBrowser: Bool? = nil, switchAccount: Bool? = nil,
-        flow: String? = nil
+        flow: String? = nil, activationToken: String? = nil
     ) {
         self.client = client
         self.ephemeral = ephemeral
         self.openBrowser = openBrowser
         self.switchAccount = switchAccount
         self.flow = flow
+        self.activationToken = activationToken
+    }
+
+    /// The longest `activationToken` the broker takes: real ones (a
+    /// compositor's xdg-activation token, an X11 startup id) are well under 100 bytes.
+    public static let maximumActivationTokenBytes = 256
+
+    /// Whether `token` may be an `activationToken`: 1 to 256 visible ASCII
+    /// characters (no blanks or control characters), as it goes into the
+    /// browser's environment.
+    public static func isValidActivationToken(_ token: String) -> Bool {
+        !token.isEmpty && token.utf8.count <= maximumActivationTokenBytes
+            && token.utf8.allSatisfy { (0x21...0x7E).contains($0) }
     }
 }
 
@@ -26,9 +44,12 @@ public struct LoginStartParams: Codable, Sendable, Equatable {
 public struct LoginResumeParams: Codable, Sendable, Equatable {
     public var attemptId: String
     public var openBrowser: Bool?
-    public init(attemptId: String, openBrowser: Bool? = nil) {
+    /// As in `LoginStartParams`: focus for the browser this call opens.
+    public var activationToken: String?
+    public init(attemptId: String, openBrowser: Bool? = nil, activationToken: String? = nil) {
         self.attemptId = attemptId
         self.openBrowser = openBrowser
+        self.activationToken = activationToken
     }
 }
 

@@ -52,20 +52,27 @@ public final class BrowserLoginClient: Sendable {
     /// unless `openBrowser` is false (the attempt's `authorizeUrl` is then the
     /// link to show). A client with a waiting attempt gets that attempt back.
     /// `flow` `.device` signs in on another device (the attempt carries `device`).
+    /// `activationToken`, an xdg-activation token (Wayland) or startup id
+    /// (X11) from the app's toolkit, lets the browser window come to the front.
     public func start(
         _ client: String, openBrowser: Bool = true, switchAccount: Bool = false, flow: LoginFlow? = nil,
-        ephemeral: Bool = false
+        ephemeral: Bool = false, activationToken: String? = nil
     ) async throws(BrowserLoginError) -> AttemptView {
         try await call(
             .loginStart,
             LoginStartParams(
                 client: client, ephemeral: ephemeral ? true : nil, openBrowser: openBrowser,
-                switchAccount: switchAccount ? true : nil, flow: flow?.rawValue))
+                switchAccount: switchAccount ? true : nil, flow: flow?.rawValue, activationToken: activationToken))
     }
 
-    /// Reopens the login page of a waiting attempt (`login.resume`).
-    public func resume(_ attemptId: String, openBrowser: Bool = true) async throws(BrowserLoginError) -> AttemptView {
-        try await call(.loginResume, LoginResumeParams(attemptId: attemptId, openBrowser: openBrowser))
+    /// Reopens the login page of a waiting attempt (`login.resume`), with
+    /// focus as `start` gives it.
+    public func resume(_ attemptId: String, openBrowser: Bool = true, activationToken: String? = nil)
+        async throws(BrowserLoginError) -> AttemptView
+    {
+        try await call(
+            .loginResume,
+            LoginResumeParams(attemptId: attemptId, openBrowser: openBrowser, activationToken: activationToken))
     }
 
     /// Delivers a callback URL as the browser opened it (`login.finish`; the URL handler's job).

@@ -40,6 +40,23 @@ func oneArgumentCall<View: Decodable & Sendable>(
 /// Params as JSON for a raw call.
 func encode(_ params: any Encodable & Sendable) throws -> JSONValue { try JSONValue(encoding: params) }
 
+/// `--activation-token` of `start` and `resume`.
+let activationTokenOption = Option.value(
+    "activation-token", "TOKEN",
+    "give the browser the focus with this xdg-activation token or startup id (default: $XDG_ACTIVATION_TOKEN)")
+
+/// The focus token for a browser this command opens: `--activation-token`,
+/// else a valid `$XDG_ACTIVATION_TOKEN` of this process, which is then
+/// removed from the environment (a token is good for one window; nothing
+/// this command starts later may reuse it). Nil when no browser opens.
+func activationToken(_ args: Arguments, opening: Bool) -> String? {
+    guard opening else { return nil }
+    if let given = args["activation-token"] { return given }
+    guard let inherited = ProcessInfo.processInfo.environment["XDG_ACTIVATION_TOKEN"] else { return nil }
+    unsetenv("XDG_ACTIVATION_TOKEN")
+    return LoginStartParams.isValidActivationToken(inherited) ? inherited : nil
+}
+
 /// Prints an attempt of `login.start` or `login.resume`, with its link when the browser was not opened.
 func printStarted(_ answer: JSONValue, _ args: Arguments) throws -> Exit {
     if args.has("json") {
@@ -192,6 +209,7 @@ let subcommands: [Subcommand] = [
             ),
             .flag("wait", "wait until the client is signed in (see below)"),
             .value("timeout", "SECONDS", "with --wait or --device: stop waiting after SECONDS"),
+            activationTokenOption,
             .flag("json", "print the attempt as JSON (with --wait: the session once signed in)"),
         ],
         help: """
@@ -211,6 +229,12 @@ let subcommands: [Subcommand] = [
             code of the address when the output is a terminal, then waits until
             the sign-in is finished, refused or expired. This is the way in over
             SSH or on a machine without a browser (RFC 8628; docs/providers.md).
+
+            On Wayland a compositor raises a new window only with an activation
+            token. --activation-token passes one (from the app's toolkit) to the
+            browser as XDG_ACTIVATION_TOKEN and DESKTOP_STARTUP_ID; without it,
+            the command's own $XDG_ACTIVATION_TOKEN (set by whatever launched the
+            command, for example a terminal) is used, once.
             """,
         run: { args, broker in
             let device = args.has("device")
@@ -222,7 +246,8 @@ let subcommands: [Subcommand] = [
             let params = LoginStartParams(
                 client: args.positionals[0], ephemeral: args.has("ephemeral"),
                 openBrowser: !args.has("no-browser") && !device, switchAccount: args.has("switch-account"),
-                flow: device ? "device" : nil)
+                flow: device ? "device" : nil,
+                activationToken: activationToken(args, opening: !args.has("no-browser") && !device))
             var answer: JSONValue
             do {
                 answer = try await broker.call(.loginStart, params: encode(params))
@@ -278,10 +303,15 @@ let subcommands: [Subcommand] = [
             .loginCancel, params: { AttemptParams(attemptId: $0) }, describe: describeAttempt)),
     Subcommand(
         "resume", summary: "reopen the browser for a waiting attempt", arguments: ["ATTEMPT_ID"],
-        options: [.flag("no-browser", "print the link instead of opening it"), json],
-        help: "Reopens the login page of a waiting attempt (for example after a restart).",
+        options: [.flag("no-browser", "print the link instead of opening it"), activationTokenOption, json],
+        help: """
+            Reopens the login page of a waiting attempt (for example after a restart).
+            --activation-token works as for 'start'.
+            """,
         run: { args, broker in
-            let params = LoginResumeParams(attemptId: args.positionals[0], openBrowser: !args.has("no-browser"))
+            let params = LoginResumeParams(
+                attemptId: args.positionals[0], openBrowser: !args.has("no-browser"),
+                activationToken: activationToken(args, opening: !args.has("no-browser")))
             return try printStarted(try await broker.call(.loginResume, params: encode(params)), args)
         }),
     Subcommand(

@@ -117,6 +117,12 @@ export interface StartOptions {
   flow?: "browser" | "device";
   /** Use the client's PrivateBrowser= (default false). */
   ephemeral?: boolean;
+  /**
+   * The app's xdg-activation token (Wayland) or startup id (X11), from its toolkit (in Electron, for example, what
+   * the launching compositor gave the app): the browser gets it as XDG_ACTIVATION_TOKEN and DESKTOP_STARTUP_ID, so
+   * its window comes to the front. 1 to 256 visible ASCII characters; used for this launch only.
+   */
+  activationToken?: string;
 }
 
 export interface WaitOptions {
@@ -177,7 +183,7 @@ export class Broker extends EventEmitter {
   info(): Promise<BrokerInfo>;
   clients(): Promise<ClientInfo[]>;
   start(client: string, options?: StartOptions): Promise<Attempt>;
-  resume(attemptId: string, options?: { openBrowser?: boolean }): Promise<Attempt>;
+  resume(attemptId: string, options?: { openBrowser?: boolean; activationToken?: string }): Promise<Attempt>;
   finish(url: string): Promise<Attempt>;
   cancel(attemptId: string): Promise<Attempt>;
   status(attemptId: string, options?: { reconcile?: boolean }): Promise<Attempt>;

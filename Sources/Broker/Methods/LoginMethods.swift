@@ -3,13 +3,14 @@ import BrokerRPC
 
 extension MethodTable {
     static let loginMethods: [RPCMethod: MethodHandler] = [
-        .loginStart: MethodHandler(["client", "ephemeral", "openBrowser", "switchAccount", "flow"]) { call in
+        .loginStart: MethodHandler(["client", "ephemeral", "openBrowser", "switchAccount", "flow", "activationToken"]) {
+            call in
             let p = call.params
             try call.requireUse(try p.string("client"))
             let params = LoginStartParams(
                 client: try p.string("client"), ephemeral: try p.bool("ephemeral"),
                 openBrowser: try p.bool("openBrowser"), switchAccount: try p.bool("switchAccount"),
-                flow: try p.optionalString("flow"))
+                flow: try p.optionalString("flow"), activationToken: try activationToken(p))
             var flow: SignInFlow?
             if let text = params.flow {
                 guard let known = SignInFlow(rawValue: text) else {
@@ -20,14 +21,18 @@ extension MethodTable {
             return try result(
                 await call.engine.start(
                     client: params.client, ephemeral: params.ephemeral ?? false,
-                    openBrowser: params.openBrowser ?? true, switchAccount: params.switchAccount ?? false, flow: flow))
+                    openBrowser: params.openBrowser ?? true, switchAccount: params.switchAccount ?? false, flow: flow,
+                    activationToken: params.activationToken))
         },
-        .loginResume: MethodHandler(["attemptId", "openBrowser"]) { call in
-            try await call.requireAttemptUse()
+        .loginResume: MethodHandler(["attemptId", "openBrowser", "activationToken"]) { call in
             let params = LoginResumeParams(
-                attemptId: try call.params.string("attemptId"), openBrowser: try call.params.bool("openBrowser"))
+                attemptId: try call.params.string("attemptId"), openBrowser: try call.params.bool("openBrowser"),
+                activationToken: try activationToken(call.params))
+            try await call.requireAttemptUse()
             return try result(
-                await call.engine.resume(attemptId: params.attemptId, openBrowser: params.openBrowser ?? true))
+                await call.engine.resume(
+                    attemptId: params.attemptId, openBrowser: params.openBrowser ?? true,
+                    activationToken: params.activationToken))
         },
         // Any program may deliver a callback (the URL handler does).
         .loginFinish: MethodHandler(["url"]) { call in
@@ -65,4 +70,16 @@ extension MethodTable {
             return try result(try await call.engine.list(client: params.client, states: params.states, mayUse: mayUse))
         },
     ]
+
+    /// The optional `activationToken`, checked as it goes into the browser's
+    /// environment. The message never repeats the token.
+    private static func activationToken(_ params: Params) throws(RPCError) -> String? {
+        guard let token = try params.optionalString("activationToken") else { return nil }
+        guard LoginStartParams.isValidActivationToken(token) else {
+            throw RPCError.invalidParams(
+                "'activationToken' must be 1 to \(LoginStartParams.maximumActivationTokenBytes) visible ASCII characters (no spaces or control characters), as the app's toolkit gives it"
+            )
+        }
+        return token
+    }
 }

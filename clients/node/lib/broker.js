@@ -88,14 +88,17 @@ class Broker extends EventEmitter {
     return this.call("clients.list");
   }
 
-  /** login.start: starts (or returns the live) sign-in attempt; opens the browser by default. */
-  start(client, { openBrowser = true, switchAccount = false, flow, ephemeral } = {}) {
-    return this.call("login.start", defined({ client, openBrowser, switchAccount, flow, ephemeral }));
+  /**
+   * login.start: starts (or returns the live) sign-in attempt; opens the browser by default.
+   * activationToken (xdg-activation on Wayland, a startup id on X11) lets that browser window come to the front.
+   */
+  start(client, { openBrowser = true, switchAccount = false, flow, ephemeral, activationToken } = {}) {
+    return this.call("login.start", defined({ client, openBrowser, switchAccount, flow, ephemeral, activationToken }));
   }
 
-  /** login.resume: the attempt again, reopening the browser unless openBrowser is false. */
-  resume(attemptId, { openBrowser } = {}) {
-    return this.call("login.resume", defined({ attemptId, openBrowser }));
+  /** login.resume: the attempt again, reopening the browser unless openBrowser is false (activationToken as for start). */
+  resume(attemptId, { openBrowser, activationToken } = {}) {
+    return this.call("login.resume", defined({ attemptId, openBrowser, activationToken }));
   }
 
   /** login.finish: delivers a callback URL (what the URL handler does). */

@@ -32,6 +32,27 @@ test("defaultSocketPath follows the one rule of docs/rpc.md", () => {
   assert.equal(new bl.Broker().socketPath, bl.defaultSocketPath());
 });
 
+test("activationToken is sent by start and resume only when given", async () => {
+  const sent = [];
+  const stub = new bl.Broker({ socket: "/nonexistent.sock" });
+  stub.call = async (method, params) => sent.push([method, params]);
+  await stub.start("c", { activationToken: "wl-tok_1" });
+  await stub.start("c");
+  await stub.resume("at_1", { activationToken: "x11-id_TIME1" });
+  assert.equal(sent[0][1].activationToken, "wl-tok_1");
+  assert.ok(!("activationToken" in sent[1][1]));
+  assert.deepEqual(sent[2], ["login.resume", { attemptId: "at_1", activationToken: "x11-id_TIME1" }]);
+});
+
+test("the broker refuses a malformed activationToken with INVALID_PARAMS", live, async () => {
+  await assert.rejects(broker.start(env.client, { activationToken: "has spaces" }), (error) => {
+    assert.equal(error.code, "INVALID_PARAMS");
+    assert.match(error.message, /activationToken/);
+    assert.doesNotMatch(error.message, /has spaces/);
+    return true;
+  });
+});
+
 test("info", live, async () => {
   const info = await broker.info();
   assert.equal(info.protocol, 1);

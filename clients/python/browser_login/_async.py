@@ -225,14 +225,15 @@ class AsyncBroker:
 
     async def start(
         self, client: str, *, open_browser: bool = True, switch_account: bool = False, flow: Optional[str] = None,
-        ephemeral: bool = False,
+        ephemeral: bool = False, activation_token: Optional[str] = None,
     ) -> Attempt:
         """`login.start` (see `Broker.start`)."""
-        return await self._run(_core.start(client, open_browser, switch_account, flow, ephemeral))
+        return await self._run(_core.start(client, open_browser, switch_account, flow, ephemeral, activation_token))
 
-    async def resume(self, attempt_id: str, *, open_browser: bool = True) -> Attempt:
+    async def resume(self, attempt_id: str, *, open_browser: bool = True,
+                     activation_token: Optional[str] = None) -> Attempt:
         """`login.resume` (see `Broker.resume`)."""
-        return await self._run(_core.resume(attempt_id, open_browser))
+        return await self._run(_core.resume(attempt_id, open_browser, activation_token))
 
     async def finish(self, url: str) -> Attempt:
         """`login.finish`: deliver a callback URL."""

@@ -150,17 +150,23 @@ def clients() -> Plan[List[Client]]:
     return result
 
 
-def start(client: str, open_browser: bool, switch_account: bool, flow: Optional[str], ephemeral: bool) -> Plan[Attempt]:
+def start(client: str, open_browser: bool, switch_account: bool, flow: Optional[str], ephemeral: bool,
+          activation_token: Optional[str] = None) -> Plan[Attempt]:
     params: Dict[str, Any] = {"client": client, "openBrowser": open_browser, "switchAccount": switch_account,
                               "ephemeral": ephemeral}
     if flow is not None:
         params["flow"] = flow
+    if activation_token is not None:
+        params["activationToken"] = activation_token
     result: Attempt = yield Call("login.start", params, parse_attempt)
     return result
 
 
-def resume(attempt_id: str, open_browser: bool) -> Plan[Attempt]:
-    result: Attempt = yield Call("login.resume", {"attemptId": attempt_id, "openBrowser": open_browser}, parse_attempt)
+def resume(attempt_id: str, open_browser: bool, activation_token: Optional[str] = None) -> Plan[Attempt]:
+    params: Dict[str, Any] = {"attemptId": attempt_id, "openBrowser": open_browser}
+    if activation_token is not None:
+        params["activationToken"] = activation_token
+    result: Attempt = yield Call("login.resume", params, parse_attempt)
     return result
 
 

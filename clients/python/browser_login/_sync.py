@@ -272,16 +272,19 @@ class Broker:
 
     def start(
         self, client: str, *, open_browser: bool = True, switch_account: bool = False, flow: Optional[str] = None,
-        ephemeral: bool = False,
+        ephemeral: bool = False, activation_token: Optional[str] = None,
     ) -> Attempt:
         """`login.start`: begin a sign-in (opening the browser), or return the
-        client's waiting attempt. `flow` is ``"browser"`` or ``"device"``."""
-        return self._run(_core.start(client, open_browser, switch_account, flow, ephemeral))
+        client's waiting attempt. `flow` is ``"browser"`` or ``"device"``.
+        `activation_token` is the app's xdg-activation token (Wayland) or
+        startup id (X11) from its toolkit: with it the browser window comes
+        to the front. It is used for this launch only."""
+        return self._run(_core.start(client, open_browser, switch_account, flow, ephemeral, activation_token))
 
-    def resume(self, attempt_id: str, *, open_browser: bool = True) -> Attempt:
+    def resume(self, attempt_id: str, *, open_browser: bool = True, activation_token: Optional[str] = None) -> Attempt:
         """`login.resume`: reopen the browser (or, with ``open_browser=False``,
-        get the `authorize_url` to show as a link)."""
-        return self._run(_core.resume(attempt_id, open_browser))
+        get the `authorize_url` to show as a link); `activation_token` as for `start`."""
+        return self._run(_core.resume(attempt_id, open_browser, activation_token))
 
     def finish(self, url: str) -> Attempt:
         """`login.finish`: deliver a callback URL (what the URL handler does)."""

@@ -147,6 +147,16 @@ class PlanTests(unittest.TestCase):
         with self.assertRaises(ValueError):
             drive(_core.request("c", "POST", "/", None, None, "x", {}, True, None), lambda call: None)
 
+    def test_an_activation_token_is_sent_only_when_given(self):
+        calls, _ = drive(_core.start("c", True, False, None, False, "wl-tok_1"), lambda call: None)
+        self.assertEqual(calls[0].params["activationToken"], "wl-tok_1")
+        calls, _ = drive(_core.start("c", True, False, None, False), lambda call: None)
+        self.assertNotIn("activationToken", calls[0].params)
+        calls, _ = drive(_core.resume("at_1", True, "x11-id_TIME1"), lambda call: None)
+        self.assertEqual(calls[0].params, {"attemptId": "at_1", "openBrowser": True, "activationToken": "x11-id_TIME1"})
+        calls, _ = drive(_core.resume("at_1", False), lambda call: None)
+        self.assertEqual(calls[0].params, {"attemptId": "at_1", "openBrowser": False})
+
     def test_the_socket_path_rule(self):
         import os
         from unittest import mock
