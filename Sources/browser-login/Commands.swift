@@ -9,12 +9,14 @@ struct Subcommand: Sendable {
     /// Errors it throws (`BrowserLoginError`, `CLIError`) are reported by `main`.
     let run: @Sendable (Arguments, BrowserLoginClient) async throws -> Exit
 
+    /// `synopsis`: the usage lines, for a command whose generated one would wrap badly.
     init(
         _ name: String, summary: String, arguments: [String] = [], options: [Option] = [], help: String,
-        run: @escaping @Sendable (Arguments, BrowserLoginClient) async throws -> Exit
+        synopsis: String? = nil, run: @escaping @Sendable (Arguments, BrowserLoginClient) async throws -> Exit
     ) {
         command = Command(
-            "browser-login " + name, summary: summary, arguments: arguments, options: options, description: help)
+            "browser-login " + name, summary: summary, arguments: arguments, options: options, description: help,
+            synopsis: synopsis)
         self.run = run
     }
 
@@ -235,6 +237,11 @@ let subcommands: [Subcommand] = [
             browser as XDG_ACTIVATION_TOKEN and DESKTOP_STARTUP_ID; without it,
             the command's own $XDG_ACTIVATION_TOKEN (set by whatever launched the
             command, for example a terminal) is used, once.
+            """,
+        synopsis: """
+            browser-login start CLIENT [--no-browser] [--ephemeral]
+                    [--switch-account] [--device] [--wait] [--timeout SECONDS]
+                    [--activation-token TOKEN] [--json]
             """,
         run: { args, broker in
             let device = args.has("device")
