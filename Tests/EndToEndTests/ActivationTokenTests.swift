@@ -144,6 +144,36 @@ struct ActivationTokenTests {
         #expect(lines.allSatisfy { $0.hasPrefix("--user ") })
     }
 
+    /// An OpenID Connect client's sign-in opens the browser the same way (here its `Browser=`).
+    @Test func aProviderSignInPassesTheTokenToo() throws {
+        var launches = ""
+        let world = try ProviderWorld(extraAfterStart: { h, _ in
+            launches = h.dir + "/launches"
+            let script = h.dir + "/browser.sh"
+            try Self.installScript(
+                """
+                #!/bin/sh
+                printf 'xdg=%s dsi=%s\\n' "${XDG_ACTIVATION_TOKEN--}" "${DESKTOP_STARTUP_ID--}" >> '\(launches)'
+
+                """, at: script)
+            h.brokerEnvironment["INVOCATION_ID"] = ""
+            h.brokerEnvironment["XDG_ACTIVATION_TOKEN"] = "stale-broker-xdg-token"
+            return "Browser=\(script) %u"
+        })
+        let rpc = try world.h.rpc()
+        let token = Self.token("provider")
+        let attempt = try rpc.call(
+            "login.start", params: ["client": "com.example.chat", "activationToken": .string(token)])
+        #expect(attempt["state"] == "waiting")
+        let attemptId = try #require(attempt["attemptId"]?.stringValue)
+        #expect(try Self.launches(launches, count: 1) == ["xdg=\(token) dsi=\(token)"])
+        _ = try rpc.call("login.resume", params: ["attemptId": .string(attemptId)])
+        #expect(try Self.launches(launches, count: 2)[1] == "xdg=- dsi=-")
+        _ = try rpc.call("login.cancel", params: ["attemptId": .string(attemptId)])
+        let log = (try? String(contentsOfFile: world.h.brokerLog, encoding: .utf8)) ?? ""
+        #expect(!log.contains(token) && !world.h.databaseBytes().contains(token))
+    }
+
     @Test func aMalformedTokenIsInvalidParamsAndIsNotRepeated() throws {
         let (h, path) = try Self.world()
         defer { h.stopAll() }
