@@ -97,7 +97,8 @@ public struct Command: Sendable {
         // A generated synopsis is one line: wrapped, its continuation indented.
         let usage =
             synopsis.map { "Usage: " + $0 }
-            ?? Self.wrap("Usage: " + usage, columns: 80).joined(separator: "\n" + String(repeating: " ", count: 8))
+            ?? Self.wrap("Usage: " + usage, columns: 80, continuation: 80 - 8).joined(
+                separator: "\n" + String(repeating: " ", count: 8))
         let parts = [
             title, usage, description.isEmpty ? nil : description, (optionsTitle.map { $0 + "\n" } ?? "") + table,
             epilogue,
@@ -115,11 +116,13 @@ public struct Command: Sendable {
         }.joined(separator: "\n")
     }
 
-    /// `text` in lines of at most `columns` characters (a longer word stays whole).
-    static func wrap(_ text: String, columns: Int) -> [String] {
+    /// `text` in lines of at most `columns` characters, `continuation` for
+    /// the lines after the first (room for their indent); a longer word stays whole.
+    static func wrap(_ text: String, columns: Int, continuation: Int? = nil) -> [String] {
         var lines: [String] = []
         for word in text.split(separator: " ") {
-            if let last = lines.last, last.count + 1 + word.count <= columns {
+            let limit = lines.count <= 1 ? columns : (continuation ?? columns)
+            if let last = lines.last, last.count + 1 + word.count <= limit {
                 lines[lines.count - 1] += " " + word
             } else {
                 lines.append(String(word))

@@ -71,6 +71,15 @@ import Testing
                 """)
     }
 
+    @Test func aLongGeneratedSynopsisStaysIn80ColumnsWithItsIndent() {
+        let many = Command(
+            "tool start", arguments: ["CLIENT"],
+            options: (1...12).map { .value("option-number-\($0)", "VALUE", "an option") })
+        let usage = many.help.split(separator: "\n").prefix { !$0.isEmpty }
+        #expect(usage.count > 2)
+        for line in usage { #expect(line.count <= 80, "\(line.count): \(line)") }
+    }
+
     @Test func aProgramWithSubcommandsStopsAtTheFirstArgument() throws {
         let program = Command("tool", options: [.value("socket", "PATH", "the socket")], stopsAtArgument: true)
         guard case .run(let parsed) = try program.parse(["--socket", "s", "run", "--json", "x"]) else {
