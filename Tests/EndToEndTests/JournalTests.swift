@@ -18,6 +18,8 @@ import Testing
 struct JournalTests {
     /// The catalog ids of docs/operations.md, Logs; they never change.
     static let signInCompleted = "02e84d8342294420a3ed5db5b3866722"
+    static let exchangeUncertain = "0888a45bf7194fa7afbfabc5975cbe50"
+    static let attemptReconciled = "d061b0f6de5f41cc985a298f39dd76c2"
     static let revokeOwed = "4dd91a2c85d043c6b7c95a95d778b90d"
 
     @Test(.enabled(if: JournalWorld.available, JournalWorld.unavailableReason))
@@ -89,6 +91,50 @@ struct JournalTests {
         for (name, secret) in secrets {
             #expect(!journal.contains(secret), "the \(name) is in the journal")
         }
+    }
+
+    @Test(.enabled(if: JournalWorld.available, JournalWorld.unavailableReason))
+    func anUncertainExchangeAndItsReconcileHaveTheirMessageIDs() throws {
+        // The reference server behind a hostile proxy (as ServerFaultTests), the broker in the journal world.
+        let h = try Harness()
+        try h.startServer(clients: FaultClient.clients)
+        let proxy = try HostileProxy(dir: h.dir + "/proxy", upstreamPort: h.serverPort)
+        defer { proxy.stop() }
+        h.stopServer()
+        h.serverArguments += ["--public-origin", proxy.origin]
+        try h.launchServer()
+        h.serverOrigin = proxy.origin
+        h.writeClient(file: "faults.conf", id: FaultClient.id, appName: "Fault Notes", returnURL: FaultClient.returnURL)
+        let world = try JournalWorld(harness: h)
+        defer { world.stop() }
+        try world.startBroker()
+
+        let rpc = try h.rpc()
+        let (id, callback) = try h.authorizeFaultClient(rpc)
+        proxy.fault(["exchange": "500"])
+        let error = try rpcFailure(rpc, "login.finish", ["url": .string(callback)])
+        #expect(error.applicationCode == "EXCHANGE_UNCERTAIN")
+        try waitUntil(20, "the attempt to be reconciled") { try attemptState(rpc, id) == "acknowledged" }
+        proxy.fault([:])
+
+        var uncertain: [[String: Any]] = []
+        var reconciled: [[String: Any]] = []
+        try waitUntil(10, "both entries in the journal") {
+            uncertain = try world.entries(["MESSAGE_ID=" + Self.exchangeUncertain, "ATTEMPT_ID=" + id])
+            reconciled = try world.entries(["MESSAGE_ID=" + Self.attemptReconciled, "ATTEMPT_ID=" + id])
+            return !uncertain.isEmpty && !reconciled.isEmpty
+        }
+        #expect(uncertain.count == 1)
+        #expect(uncertain.first?["TO"] as? String == "uncertain")
+        #expect(uncertain.first?["CLIENT"] as? String == FaultClient.id)
+        #expect(uncertain.first?["CODE"] as? String == "EXCHANGE_UNCERTAIN")
+        #expect(reconciled.count == 1)
+        #expect(reconciled.first?["RESOLUTION"] as? String == "cancelledAtServer")
+        #expect(reconciled.first?["CLIENT"] as? String == FaultClient.id)
+        #expect(reconciled.first?["PRIORITY"] as? String == "5")
+        let journal = try world.journalText()
+        #expect(!journal.contains(callback))
+        #expect(!journal.contains(try Callback(parsing: callback).attempt))
     }
 
     @Test func withoutTheJournalStreamTheLinesGoToStderrAsBefore() throws {
