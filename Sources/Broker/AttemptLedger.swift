@@ -75,7 +75,11 @@ final class AttemptLedger {
         logger.info(
             "attempt changed",
             ["attempt.id": record.id, "client": record.client, "from": previous.rawValue, "to": record.state.rawValue]
-                .merging(error.map { ["error.code": $0.code] } ?? [:]) { a, _ in a })
+                .merging(error.map { ["error.code": $0.code] } ?? [:]) { a, _ in a }
+                .merging(
+                    record.state == .uncertain && previous != .uncertain
+                        ? [Logger.messageIDKey: LogEvent.exchangeUncertain] : [:]
+                ) { a, _ in a })
         publish(record)
         return record
     }

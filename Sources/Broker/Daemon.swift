@@ -22,6 +22,8 @@ public struct DaemonOptions: Sendable {
     public var stateDirectory: String?
     public var clientDirectories: [String]?
     public var logLevel: Logger.Level = .info
+    /// `--log-target`: the journal, stderr lines, or the journal when stderr is journald's stream.
+    public var logTarget: LogTarget = .auto
     public var checkConfig = false
     /// `--check-servers`: probe each client's login server and exit.
     public var checkServers = false
@@ -47,6 +49,10 @@ public struct DaemonOptions: Sendable {
                 "read client files from DIR only (repeatable; default $XDG_CONFIG_HOME/browser-login/clients.d, then each $XDG_DATA_DIRS/browser-login/clients.d)",
                 repeatable: true),
             .value("log-level", "LEVEL", "error, warning, notice, info (default) or debug"),
+            .value(
+                "log-target", "TARGET",
+                "journal (structured fields; stderr lines when journald is not running), stderr (lines), or auto (default): the journal when stderr is the journal stream systemd gave the service ($JOURNAL_STREAM)"
+            ),
             .value(
                 "verify-interval", "S",
                 "check each signed-in session with its server every S seconds (default 300); sessions revoked or disabled at the server end within that time"
@@ -74,7 +80,10 @@ public struct DaemonOptions: Sendable {
             org.freedesktop.Application: Open delivers callback URLs like login.finish.
             It also serves the API on the bus as org.browserlogin.Broker1 (docs/dbus.md).
 
-            Logs go to stderr, one line per event with a journald priority prefix.
+            Under systemd, logs go to the journal with structured fields (ATTEMPT_ID,
+            CLIENT, CODE, MESSAGE_ID): journalctl --user -u browser-login-broker
+            ATTEMPT_ID=at_…; otherwise to stderr, one line per event with a journald
+            priority prefix.
             Files: state.sqlite in the state directory; secrets live only in the
             Secret Service keyring (schema org.browserlogin.Broker).
             """,
@@ -103,6 +112,10 @@ public struct DaemonOptions: Sendable {
             guard let level = levels[v] else { throw UsageError("--log-level takes error, warning, notice, info or debug") }
             options.logLevel = level
         }
+        if let v = parsed["log-target"] {
+            guard let target = LogTarget(rawValue: v) else { throw UsageError("--log-target takes journal, stderr or auto") }
+            options.logTarget = target
+        }
         if let v = parsed["verify-interval"] {
             guard let seconds = Double(v), seconds >= 0.1 else {
                 throw UsageError("--verify-interval takes a number of seconds (at least 0.1)")
@@ -127,7 +140,9 @@ public struct DaemonOptions: Sendable {
 /// server, timers and signals; runs until SIGTERM or SIGINT.
 public enum BrokerDaemon {
     public static func run(_ options: DaemonOptions, environment: [String: String]) async -> Int32 {
-        let logger = Logger(label: "browser-login-broker", minimum: options.logLevel)
+        let logger = Logger(
+            label: "browser-login-broker", minimum: options.logLevel,
+            handler: options.logTarget.handler(environment: environment))
         let descriptorLimit = raiseDescriptorLimit(logger: logger)
         Systemd.notify("STATUS=reading client files")
         let paths = UserPaths(environment: environment)

@@ -177,7 +177,9 @@ extension BrokerEngine {
             $0.error = nil
             $0.nextReconcileAt = nil
         }
-        logger.notice("uncertain attempt adopted", ["attempt.id": record.id, "client": record.client])
+        logger.notice(
+            "uncertain attempt adopted",
+            ["attempt.id": record.id, "client": record.client, Logger.messageIDKey: LogEvent.attemptReconciled])
         try await followUpSteps(record.id)
     }
 
@@ -195,7 +197,10 @@ extension BrokerEngine {
         try attempts.save(&record)
         logger.notice(
             "uncertain attempt reconciled",
-            ["attempt.id": record.id, "client": record.client, "resolution": resolution.rawValue])
+            [
+                "attempt.id": record.id, "client": record.client, "resolution": resolution.rawValue,
+                Logger.messageIDKey: LogEvent.attemptReconciled,
+            ])
         TestFaults.hit("after-reconcile-settled")
         // Reconciled: nothing waits on anyone, so the broker retires it itself (§7).
         try attempts.commit(&record, .acknowledge)

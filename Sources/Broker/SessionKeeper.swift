@@ -263,7 +263,9 @@ final class SessionKeeper {
         // A revoke still owed for an earlier session stays owed.
         record.revokePending = (try store.session(client: client))?.revokePending ?? false
         try save(record, project: false)
-        logger.info("signed in", ["client": client, "attempt.id": attemptId])
+        logger.info(
+            "signed in",
+            ["client": client, "attempt.id": attemptId, Logger.messageIDKey: LogEvent.signInCompleted])
         // Its refresh time is worked out by the timer.
         timer.scheduled(now())
     }
@@ -359,7 +361,9 @@ final class SessionKeeper {
             }
         } catch {
             // Cannot read the keyring now: the revoke stays owed.
-            logger.notice("sign-out revoke postponed: keyring", ["client": clientId, "error": "\(error)"])
+            logger.notice(
+                "sign-out revoke postponed: keyring",
+                ["client": clientId, "error": "\(error)", Logger.messageIDKey: LogEvent.revokeOwed])
             timer.scheduled(now().adding(milliseconds: Self.revokeRetryMilliseconds))
             return
         }
@@ -373,7 +377,8 @@ final class SessionKeeper {
                 switch error {
                 case .notSent:
                     logger.notice(
-                        "sign-out revoke owed: the server could not be reached", ["client": clientId, "error": "\(error)"])
+                        "sign-out revoke owed: the server could not be reached",
+                        ["client": clientId, "error": "\(error)", Logger.messageIDKey: LogEvent.revokeOwed])
                     timer.scheduled(now().adding(milliseconds: Self.revokeRetryMilliseconds))
                     return
                 case .refused:

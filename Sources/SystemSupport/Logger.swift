@@ -13,9 +13,11 @@ import Synchronization
 /// secret: tokens, verifiers, codes, recovery keys, callback and authorize
 /// URLs and the server's attempt ids stay out of logs (docs/operations.md, Logs).
 ///
-/// Where lines go is the handler's business: `StderrLogHandler` (stderr,
-/// which journald reads under systemd) in the programs, `RecordingLogHandler`
-/// in tests.
+/// Where entries go is the handler's business: `StderrLogHandler` (stderr,
+/// which journald reads under systemd) in the programs, the broker's journal
+/// handler (structured fields, `JournalFields`) when it runs under journald,
+/// `RecordingLogHandler` in tests. Every handler gets the same entry, so what
+/// is kept out of one is kept out of all.
 public struct Logger: Sendable {
     public enum Level: Int, Sendable, Comparable {
         case error = 3
@@ -41,16 +43,41 @@ public struct Logger: Sendable {
         self.init(label: label, minimum: minimum, handler: sink.map { LineLogHandler($0) } ?? StderrLogHandler())
     }
 
-    public func log(_ level: Level, _ message: String, _ metadata: [String: String] = [:]) {
+    /// The metadata key of a key event's journald catalog id (`MESSAGE_ID`,
+    /// 32 lower-case hex digits). It names the event, so text lines leave it out.
+    public static let messageIDKey = "message.id"
+
+    public func log(
+        _ level: Level, _ message: String, _ metadata: [String: String] = [:], file: String = #fileID,
+        function: String = #function, line: UInt = #line
+    ) {
         guard level <= minimum else { return }
-        handler.handle(LogEntry(level: level, label: label, message: message, metadata: metadata))
+        handler.handle(
+            LogEntry(
+                level: level, label: label, message: message, metadata: metadata,
+                source: LogEntry.Source(file: file, function: function, line: line)))
     }
 
-    public func error(_ message: String, _ metadata: [String: String] = [:]) { log(.error, message, metadata) }
-    public func warning(_ message: String, _ metadata: [String: String] = [:]) { log(.warning, message, metadata) }
-    public func notice(_ message: String, _ metadata: [String: String] = [:]) { log(.notice, message, metadata) }
-    public func info(_ message: String, _ metadata: [String: String] = [:]) { log(.info, message, metadata) }
-    public func debug(_ message: String, _ metadata: [String: String] = [:]) { log(.debug, message, metadata) }
+    public func error(
+        _ message: String, _ metadata: [String: String] = [:], file: String = #fileID, function: String = #function,
+        line: UInt = #line
+    ) { log(.error, message, metadata, file: file, function: function, line: line) }
+    public func warning(
+        _ message: String, _ metadata: [String: String] = [:], file: String = #fileID, function: String = #function,
+        line: UInt = #line
+    ) { log(.warning, message, metadata, file: file, function: function, line: line) }
+    public func notice(
+        _ message: String, _ metadata: [String: String] = [:], file: String = #fileID, function: String = #function,
+        line: UInt = #line
+    ) { log(.notice, message, metadata, file: file, function: function, line: line) }
+    public func info(
+        _ message: String, _ metadata: [String: String] = [:], file: String = #fileID, function: String = #function,
+        line: UInt = #line
+    ) { log(.info, message, metadata, file: file, function: function, line: line) }
+    public func debug(
+        _ message: String, _ metadata: [String: String] = [:], file: String = #fileID, function: String = #function,
+        line: UInt = #line
+    ) { log(.debug, message, metadata, file: file, function: function, line: line) }
 
     /// A metadata value as written in a line: bare when it is printable
     /// ASCII without blanks or quotes, else in double quotes with `"`, `\`,
@@ -83,18 +110,37 @@ public struct LogEntry: Sendable, Equatable {
     public var label: String
     public var message: String
     public var metadata: [String: String]
+    /// Where the entry was logged (journald's `CODE_FILE`, `CODE_FUNC`, `CODE_LINE`); not in text lines.
+    public var source: Source?
 
-    public init(level: Logger.Level, label: String, message: String, metadata: [String: String]) {
+    /// A place in the source: `#fileID`, `#function`, `#line`.
+    public struct Source: Sendable, Equatable {
+        public var file: String
+        public var function: String
+        public var line: UInt
+
+        public init(file: String, function: String, line: UInt) {
+            self.file = file
+            self.function = function
+            self.line = line
+        }
+    }
+
+    public init(
+        level: Logger.Level, label: String, message: String, metadata: [String: String], source: Source? = nil
+    ) {
         self.level = level
         self.label = label
         self.message = message
         self.metadata = metadata
+        self.source = source
     }
 
-    /// The text line: `<level>label: message key=value…`, keys sorted.
+    /// The text line: `<level>label: message key=value…`, keys sorted,
+    /// without the journal-only `message.id`.
     public var line: String {
         var line = "<\(level.rawValue)>\(label): \(message)"
-        for key in metadata.keys.sorted() {
+        for key in metadata.keys.sorted() where key != Logger.messageIDKey {
             line += " \(key)=\(Logger.quote(metadata[key]!))"
         }
         return line
