@@ -181,7 +181,13 @@ public enum BrokerDaemon {
         let listen: RPCServerConfiguration.Listen = passed.map { .fileDescriptor($0) } ?? .path(socketDescription)
 
         Systemd.notify("STATUS=opening and migrating the state database")
-        let transport = CurlTransport()
+        // Proxies: the environment's (read by libcurl, as curl does) when it names one, else the desktop's.
+        var proxyLookup: CurlTransport.ProxyLookup? = nil
+        if !DesktopProxyResolver.environmentNamesProxy(environment) {
+            let desktop = DesktopProxyResolver(logger: logger)
+            proxyLookup = { origin in desktop.proxy(forOrigin: origin) }
+        }
+        let transport = CurlTransport(proxyLookup: proxyLookup)
         let metadataCache = StoreMetadataCache(path: stateDirectory + "/state.sqlite")
         let engine: BrokerEngine
         do {
