@@ -35,7 +35,7 @@ _browser_login() {
             esac
         else
             case $word in
-                --client | --scheme | --timeout | -d | --data | -H | --header) ((i++)) ;;
+                --client | --scheme | --timeout | --activation-token | -d | --data | -H | --header) ((i++)) ;;
                 -*) ;;
                 *) ((position++)) ;;
             esac
@@ -56,7 +56,7 @@ _browser_login() {
 
     case $prev in
         --client) COMPREPLY=($(compgen -W "$(_browser_login_ids client)" -- "$cur")); return ;;
-        --scheme | --timeout) return ;;
+        --scheme | --timeout | --activation-token) return ;;
         -H | --header)
             COMPREPLY=($(compgen -W "'Content-Type: application/json' 'Accept: application/json'" -- "$cur"))
             return ;;
@@ -70,8 +70,8 @@ _browser_login() {
     local options="--json -h --help"
     case $command in
         status) options+=" --all --client --no-reconcile" ;;
-        start) options+=" --no-browser --ephemeral --switch-account --device --wait --timeout" ;;
-        resume) options+=" --no-browser" ;;
+        start) options+=" --no-browser --ephemeral --switch-account --device --wait --timeout --activation-token" ;;
+        resume) options+=" --no-browser --activation-token" ;;
         request) options+=" -d --data -H --header --timeout" ;;
         watch) options+=" --client" ;;
         install-handler) options+=" --scheme --uninstall" ;;

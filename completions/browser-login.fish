@@ -71,6 +71,7 @@ complete -c browser-login -n "__fish_seen_subcommand_from start" -l ephemeral -d
 complete -c browser-login -n "__fish_seen_subcommand_from start" -l switch-account -d 'sign the current account out first'
 complete -c browser-login -n "__fish_seen_subcommand_from start" -l device -d 'sign in on another device'
 complete -c browser-login -n "__fish_seen_subcommand_from start" -l wait -d 'wait until signed in'
+complete -c browser-login -n "__fish_seen_subcommand_from start resume" -l activation-token -x -d 'bring the browser to the front'
 complete -c browser-login -n "__fish_seen_subcommand_from start request" -l timeout -x -d 'seconds'
 complete -c browser-login -n "__fish_seen_subcommand_from request" -s d -l data -r -d 'the body, @FILE, @- for standard input'
 complete -c browser-login -n "__fish_seen_subcommand_from request" -s H -l header -x -d 'a request header'

@@ -157,7 +157,11 @@ public enum BrokerDaemon {
             print("\(loaded.clients.count) client(s) valid in \(loaded.files.count) file(s)")
             return loaded.problems.contains { $0.severity == .error } ? 78 : 0
         }
-        if options.checkServers { return await ServerCheck.run(clients: loaded.clients, json: options.json) }
+        if options.checkServers {
+            return await ServerCheck.run(
+                clients: loaded.clients, json: options.json,
+                transport: CurlTransport.broker(environment: environment, logger: logger))
+        }
         let handlerSchemes = loaded.clients.filter(\.installHandler).compactMap(\.returnURL?.scheme)
         if environment["INVOCATION_ID"] != nil, !handlerSchemes.isEmpty {
             // The hardened service cannot write ~/.local/share/applications or
@@ -196,7 +200,7 @@ public enum BrokerDaemon {
         let listen: RPCServerConfiguration.Listen = passed.map { .fileDescriptor($0) } ?? .path(socketDescription)
 
         Systemd.notify("STATUS=opening and migrating the state database")
-        let transport = CurlTransport()
+        let transport = CurlTransport.broker(environment: environment, logger: logger)
         let metadataCache = StoreMetadataCache(path: stateDirectory + "/state.sqlite")
         let engine: BrokerEngine
         do {
@@ -513,5 +517,15 @@ final class RPCEventLog: Sendable {
         var metadata = metadata
         if suppressed > 0 { metadata["suppressed"] = "\(suppressed)" }
         logger.log(level, message, metadata)
+    }
+}
+
+extension CurlTransport {
+    /// The broker's transport. Proxies: the environment's (read by libcurl, as
+    /// curl does) when it names one, else the desktop's (GIO); loopback never.
+    static func broker(environment: [String: String], logger: Logger) -> CurlTransport {
+        guard !DesktopProxyResolver.environmentNamesProxy(environment) else { return CurlTransport() }
+        let desktop = DesktopProxyResolver(logger: logger)
+        return CurlTransport(proxyLookup: { origin in desktop.proxy(forOrigin: origin) })
     }
 }

@@ -20,9 +20,19 @@ import Synchronization
 ///   not count against its timeout).
 /// - Cancelling the sending task aborts its transfer (within about a
 ///   second): `notSent` if no request byte had been written, else `noAnswer`.
+/// - Proxies: without a `proxyLookup`, libcurl takes them from the
+///   environment as the `curl` program does (`http_proxy`, `https_proxy`,
+///   `all_proxy`, `no_proxy`, see `CurlProxy.environment`). With one, the
+///   lookup names the proxy of each request's origin (the user's `no_proxy`
+///   still applies). Loopback hosts never go through a proxy either way.
 public final class CurlTransport: HTTPTransport {
+    /// The proxy for an origin (`https://host:port`, never a path): a proxy
+    /// URL, or nil for none. Called on a worker's thread before each transfer
+    /// to a host that is not loopback, so it may block briefly (and should cache).
+    public typealias ProxyLookup = @Sendable (_ origin: String) -> String?
+
     /// Configuration of the transport. Requests carry their own timeouts,
-    /// size limit and CA file; proxies come from the environment (`CurlSession`).
+    /// size limit and CA file; proxies come from the environment or the lookup.
     public struct Configuration: Sendable, Equatable {
         /// How many transfers may run at once (one worker queue and easy handle each).
         public var maximumConcurrentTransfers: Int
@@ -35,10 +45,11 @@ public final class CurlTransport: HTTPTransport {
     /// Transfers queued or running per worker.
     private let load: Mutex<[Int]>
 
-    public init(configuration: Configuration = Configuration()) {
+    /// `proxyLookup`: nil leaves proxies to the environment (libcurl's reading of it).
+    public init(configuration: Configuration = Configuration(), proxyLookup: ProxyLookup? = nil) {
         self.configuration = configuration
         let count = max(1, configuration.maximumConcurrentTransfers)
-        workers = (0..<count).map { Worker(index: $0) }
+        workers = (0..<count).map { Worker(index: $0, proxyLookup: proxyLookup) }
         load = Mutex(Array(repeating: 0, count: count))
     }
 
@@ -74,6 +85,8 @@ struct TransferPlan: Sendable {
     let transfer: CurlRequest
     /// `host[:port]`, for messages (never the path: it may hold an attempt id).
     let authority: String
+    /// `scheme://host[:port]`, what a proxy lookup is asked about.
+    let origin: String
 
     init(_ request: HTTPRequest) throws(HTTPTransportError) {
         guard let method = Method(rawValue: request.method) else {
@@ -116,6 +129,7 @@ struct TransferPlan: Sendable {
             maximumResponseBytes: request.maximumResponseBytes, caFile: request.caFile,
             freshConnection: request.changesState)
         self.authority = authority
+        origin = parts.scheme.lowercased() + "://" + authority
     }
 
     static func isToken(_ text: String) -> Bool {
@@ -139,9 +153,13 @@ struct TransferPlan: Sendable {
 /// time, never concurrently. `queue` is immutable.
 final class Worker: @unchecked Sendable {
     let queue: DispatchQueue
+    let proxyLookup: CurlTransport.ProxyLookup?
     private var session: CurlSession?
 
-    init(index: Int) { queue = DispatchQueue(label: "browser-login.http.\(index)") }
+    init(index: Int, proxyLookup: CurlTransport.ProxyLookup?) {
+        queue = DispatchQueue(label: "browser-login.http.\(index)")
+        self.proxyLookup = proxyLookup
+    }
 
     /// Runs one transfer. Only on `queue`.
     func perform(_ plan: TransferPlan, cancellation: CancellationFlag) -> Result<HTTPResponse, HTTPTransportError> {
@@ -149,7 +167,11 @@ final class Worker: @unchecked Sendable {
         if cancellation.isCancelled { return .failure(.notSent("the request was cancelled before it was sent")) }
         if session == nil { session = CurlSession() }
         guard let session else { return .failure(.notSent("libcurl could not start a transfer")) }
-        switch session.perform(plan.transfer, cancellation: cancellation) {
+        var transfer = plan.transfer
+        if let proxyLookup, !CurlLoopback.contains(url: transfer.url) {
+            transfer.proxy = proxyLookup(plan.origin).map { .url($0) } ?? .direct
+        }
+        switch session.perform(transfer, cancellation: cancellation) {
         case .answered(let status, let headers, let body):
             return .success(HTTPResponse(status: status, headers: headers.map { HTTPHeader($0.name, $0.value) }, body: body))
         case .tooLarge:

@@ -40,12 +40,14 @@ public struct CurlRequest: Sendable {
     /// `CURLOPT_FORBID_REUSE`): libcurl then never re-sends the request
     /// after finding a reused connection dead.
     public var freshConnection: Bool
+    /// Which proxy, if any, carries the transfer. Loopback URLs never use one.
+    public var proxy: CurlProxy
 
     public init(
         method: String, url: String, headers: [(name: String, value: String)] = [], suppressedHeaders: [String] = [],
         body: [UInt8]? = nil,
         timeoutMilliseconds: Int = 60_000, connectTimeoutMilliseconds: Int = 10_000, maximumResponseBytes: Int? = nil,
-        caFile: String? = nil, freshConnection: Bool = false
+        caFile: String? = nil, freshConnection: Bool = false, proxy: CurlProxy = .environment
     ) {
         self.method = method
         self.url = url
@@ -57,6 +59,56 @@ public struct CurlRequest: Sendable {
         self.maximumResponseBytes = maximumResponseBytes
         self.caFile = caFile
         self.freshConnection = freshConnection
+        self.proxy = proxy
+    }
+}
+
+/// Which proxy carries a transfer to a host that is not loopback.
+public enum CurlProxy: Sendable, Equatable {
+    /// libcurl's own choice from the environment, as the `curl` program makes
+    /// it: `http_proxy` (lower case only) for http URLs, `https_proxy` or
+    /// `HTTPS_PROXY` for https, else `all_proxy` or `ALL_PROXY`; none for a
+    /// host that `no_proxy` (or `NO_PROXY`) lists.
+    case environment
+    /// No proxy, whatever the environment says.
+    case direct
+    /// This proxy (`http://host:port`, `socks5h://host:port`, …). A host that
+    /// `no_proxy` (or `NO_PROXY`) lists still goes direct, as with curl.
+    case url(String)
+}
+
+/// Loopback hosts never go through a proxy: plain http is only allowed to
+/// them, and a proxy could not reach the user's own machine anyway.
+public enum CurlLoopback {
+    /// Whether `url`'s host is loopback: `localhost` (or a name under
+    /// `.localhost`), an IPv4 address in 127.0.0.0/8 or `::1`. The host is
+    /// read by libcurl's own URL parser, so what it checks is what libcurl
+    /// connects to (`127.1` and `0x7f.0.0.1` are 127.0.0.1 to both).
+    public static func contains(url: String) -> Bool {
+        guard let host = host(of: url) else { return false }
+        return isLoopback(host: host)
+    }
+
+    /// `host` as libcurl's URL parser gives it (an IPv6 address in brackets).
+    public static func isLoopback(host: String) -> Bool {
+        var name = host.lowercased()
+        if name.hasSuffix(".") { name.removeLast() }
+        if name == "localhost" || name.hasSuffix(".localhost") { return true }
+        if name == "[::1]" || name == "[0:0:0:0:0:0:0:1]" { return true }
+        if name.hasPrefix("[::ffff:127.") { return true }
+        let octets = name.split(separator: ".", omittingEmptySubsequences: false)
+        return octets.count == 4 && octets[0] == "127" && octets.allSatisfy { UInt8($0) != nil }
+    }
+
+    /// The host of `url` by libcurl's URL parser; nil when it cannot parse it.
+    public static func host(of url: String) -> String? {
+        guard curlGlobalInit == CURLE_OK, let handle = curl_url() else { return nil }
+        defer { curl_url_cleanup(handle) }
+        guard curl_url_set(handle, CURLUPART_URL, url, 0) == CURLUE_OK else { return nil }
+        var host: UnsafeMutablePointer<CChar>? = nil
+        guard curl_url_get(handle, CURLUPART_HOST, &host, 0) == CURLUE_OK, let host else { return nil }
+        defer { curl_free(host) }
+        return String(cString: host)
     }
 }
 
@@ -160,10 +212,7 @@ public final class CurlSession {
             && bl_curl_setopt_writefn(raw, CURLOPT_HEADERFUNCTION, writeHeaderCallback) == CURLE_OK
             && bl_curl_setopt_pointer(raw, CURLOPT_HEADERDATA, sinkPointer) == CURLE_OK
             && set(CURLOPT_SUPPRESS_CONNECT_HEADERS, 1)
-            // Proxies come from the environment (libcurl reads `https_proxy`, `http_proxy`, `all_proxy`): a broker
-            // behind one still works, an https server staying end-to-end TLS through CONNECT. Loopback (the only
-            // place plain http is allowed) never goes through one, whatever `no_proxy` says.
-            && set(CURLOPT_NOPROXY, "127.0.0.1,localhost,::1")
+            && configureProxy(request)
         if let limit = request.maximumResponseBytes {
             ok = ok && bl_curl_setopt_off(raw, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(limit)) == CURLE_OK
         }
@@ -190,6 +239,19 @@ public final class CurlSession {
         // No `Expect: 100-continue` round trip.
         for name in request.suppressedHeaders + ["Expect"] { ok = ok && headers.append(name + ":") }
         return ok && bl_curl_setopt_slist(raw, CURLOPT_HTTPHEADER, headers.raw) == CURLE_OK
+    }
+
+    /// A proxy, if any (an https server stays end-to-end TLS through CONNECT).
+    /// `CURLOPT_NOPROXY` is never set, so the user's `no_proxy` keeps its
+    /// meaning; loopback is kept off proxies by an empty `CURLOPT_PROXY`
+    /// instead, which tells libcurl to use none whatever the environment says.
+    private func configureProxy(_ request: CurlRequest) -> Bool {
+        if CurlLoopback.contains(url: request.url) { return set(CURLOPT_PROXY, "") }
+        switch request.proxy {
+        case .environment: return true
+        case .direct: return set(CURLOPT_PROXY, "")
+        case .url(let proxy): return set(CURLOPT_PROXY, proxy)
+        }
     }
 
     /// `CURLOPT_COPYPOSTFIELDS`: libcurl copies the body, so it need not outlive the call.
