@@ -350,9 +350,8 @@ func desktopOpensURLsItself(_ env: [String: String]) -> Bool {
     let own = ["Cinnamon", "X-Cinnamon", "KDE", "DEEPIN", "Deepin", "deepin", "MATE", "XFCE"]
     if own.contains(desktop) || desktop.hasPrefix("GNOME") { return true }
     if ["ENLIGHTENMENT", "LXDE", "LXQt", "X-Generic"].contains(desktop) { return false }
-    if env["KDE_FULL_SESSION"] != nil || env["GNOME_DESKTOP_SESSION_ID"] != nil || env["MATE_DESKTOP_SESSION_ID"] != nil {
-        return true
-    }
+    let sessions = ["KDE_FULL_SESSION", "GNOME_DESKTOP_SESSION_ID", "MATE_DESKTOP_SESSION_ID"]
+    if sessions.contains(where: { !(env[$0] ?? "").isEmpty }) { return true }
     return ["gnome", "MATE", "xfce", "xfce4", "Xfce Session"].contains(env["DESKTOP_SESSION"] ?? "")
 }
 

@@ -123,6 +123,68 @@ struct DoctorTests {
         #expect(found["keyring-unlocked"] == nil, "nothing to unlock")
     }
 
+    @Test func xdgOpenBefore12IsFoundWhenASchemeHasADigitAndItReallyFails() throws {
+        let h = try Harness()
+        defer { h.stopAll() }
+        try h.startServer()
+        h.writeClient(returnURL: "org.example.app2:/callback")
+        h.brokerEnvironment["XDG_DATA_HOME"] = h.dir + "/data-home"
+        for name in ["XDG_CURRENT_DESKTOP", "DESKTOP_SESSION", "KDE_FULL_SESSION", "GNOME_DESKTOP_SESSION_ID"] {
+            h.brokerEnvironment[name] = ""
+        }
+        try h.startBroker()
+        #expect(try h.cli(["install-handler"]).status == 0)
+        let version = try runProgram("/usr/bin/xdg-open", ["--version"], environment: h.environment()).out
+        let numbers = version.split(separator: " ").last?.split(separator: ".").compactMap { Int($0) } ?? []
+        let old = numbers.count >= 2 && (numbers[0], numbers[1]) < (1, 2)
+
+        let finding = try #require(try parse(try h.cli(["doctor", "--json"]).out).first { $0.check == "xdg-open" })
+        guard old else {
+            #expect(finding.status == "ok", "\(version): \(finding)")
+            return
+        }
+        #expect(finding.status == "problem", "\(finding)")
+        #expect(finding.message.contains("org.example.app2:"), "\(finding)")
+        #expect(finding.fix?.contains("xdg-utils to 1.2") == true, "\(finding)")
+        // What the finding says is what happens: xdg-open takes the URL for a file.
+        let opened = try runProgram(
+            "/usr/bin/xdg-open", ["org.example.app2:/callback"], environment: h.environment(), timeout: 20)
+        #expect(opened.status != 0)
+        #expect(opened.err.contains("does not exist"), "\(opened)")
+        // On GNOME xdg-open hands URLs to gio first: only a warning.
+        h.brokerEnvironment["XDG_CURRENT_DESKTOP"] = "GNOME"
+        let gnome = try #require(try parse(try h.cli(["doctor", "--json"]).out).first { $0.check == "xdg-open" })
+        #expect(gnome.status == "warning", "\(gnome)")
+    }
+
+    @Test func aSessionBusThatNeverAnswersIsAProblemNotAHang() throws {
+        let h = try Harness()
+        defer { h.stopAll() }
+        // A socket that listens and never accepts: connecting works, nothing answers.
+        let path = h.dir + "/run/silent-bus"
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { buffer in
+            for (i, byte) in path.utf8.enumerated() { buffer[i] = byte }
+        }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        #expect(bound == 0 && listen(fd, 64) == 0)
+        h.brokerEnvironment["DBUS_SESSION_BUS_ADDRESS"] = "unix:path=" + path
+        h.brokerEnvironment["XDG_DATA_HOME"] = h.dir + "/data-home"
+
+        let started = ContinuousClock.now
+        let result = try h.cli(["doctor", "--json"])
+        #expect(ContinuousClock.now - started < .seconds(90))
+        #expect(result.status == 1)
+        let bus = try #require(try parse(result.out).first { $0.check == "session-bus" })
+        #expect(bus.status == "problem")
+        #expect(bus.message.contains("does not answer"), "\(bus)")
+    }
+
     // MARK: Helpers
 
     struct Finding: CustomStringConvertible {
