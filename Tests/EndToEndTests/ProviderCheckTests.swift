@@ -126,12 +126,12 @@ struct ProviderCheckTests {
         #expect(text.out.contains("FAIL  com.example.slash  \(provider.issuer)/: issuer mismatch"))
         let doctor = try JSONValue.parse(try h.cli(["doctor", "--json"]).out)
         var found: [String: JSONValue] = [:]
-        for c in doctor["checks"]?.arrayValue ?? [] {
+        for c in doctor.arrayValue ?? [] {
             if let name = c["check"]?.stringValue { found[name] = c }
         }
-        #expect(found["server:com.example.chat"]?["ok"] == true)
-        #expect(found["server:com.example.chat"]?["detail"]?.stringValue?.contains("oidc metadata") == true)
-        #expect(found["server:com.example.slash"]?["ok"] == false)
+        #expect(found["server:com.example.chat"]?["status"] == "ok")
+        #expect(found["server:com.example.chat"]?["message"]?.stringValue?.contains("oidc metadata") == true)
+        #expect(found["server:com.example.slash"]?["status"] == "problem")
         #expect(found["server:com.example.slash"]?["fix"]?.stringValue?.contains("slash.conf") == true)
     }
 }
