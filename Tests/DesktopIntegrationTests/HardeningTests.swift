@@ -29,8 +29,8 @@ let userNamespacesAvailable: Bool = {
 }()
 
 /// Settings a user manager can apply only in a user namespace of the
-/// service's own: `PrivateUsers=yes` itself, and those systemd 253 and later
-/// turn it on for implicitly (systemd pull request 25233).
+/// service's own: `PrivateUsers=yes` itself, and those systemd releases after
+/// 252 turn it on for implicitly (systemd pull request 25233).
 let settingsThatNeedAUserNamespace = [
     "PrivateUsers", "PrivateTmp", "PrivateDevices", "PrivateNetwork", "PrivateIPC", "PrivateMounts", "MountAPIVFS",
     "ProtectSystem", "ProtectHome", "ProtectKernelTunables", "ProtectKernelModules", "ProtectKernelLogs",
