@@ -139,9 +139,21 @@ private let userManagerScript = #"""
     printf '[Service]\nStandardOutput=append:%s/broker.log\nStandardError=append:%s/broker.log\n' $W $W \
       > $U/browser-login-broker.service.d/log.conf
     printf '[Unit]\nDescription=empty start target\n' > $U/empty.target
-    # The test run's bus is the session bus: no second one through dbus.socket.
-    ln -s /dev/null $U/dbus.socket; ln -s /dev/null $U/dbus.service
+    # The test run's bus is the session bus: dbus.socket and dbus.service stand
+    # in for it (the manager joins the bus once both are active) and start none.
+    printf '[Socket]\nListenStream=%%t/unused-bus\n' > $U/dbus.socket
+    printf '[Service]\nExecStart=/usr/bin/sleep infinity\n' > $U/dbus.service
+    # "The browser": says which cgroup it ran in, never the address.
+    printf '#!/bin/sh\necho "opener=$(tail -1 /proc/self/cgroup)" >> %s/opened\n' $W > $W/opener; chmod +x $W/opener
     a=${DBUS_SESSION_BUS_ADDRESS#unix:path=}; ln -s "${a%%,*}" $W/run/bus
+    mkdir -p $W/server
+    printf '{"clients":[{"clientId":"com.example.notes","appName":"Example Notes","returnUrls":["com.example.notes:/callback"],"policy":"confirm"}],"testAccounts":["t@example.org"]}' > $W/server/server.json
+    $BIN/browser-login-server serve --config $W/server/server.json --listen 127.0.0.1 --port 0 \
+      --database $W/server/db.sqlite --outbox $W/server/outbox --ready-file $W/server/ready > $W/server.log 2>&1 &
+    S=$!
+    for i in $(seq 100); do [ -s $W/server/ready ] && break; sleep 0.1; done
+    printf '[Client]\nId=com.example.notes\nAppName=Example Notes\nServer=%s\nReturnUrl=com.example.notes:/callback\n' \
+      "$(cat $W/server/ready)" > $C/notes.conf
     for c in bound:$BIN/browser-login refused:/usr/bin/not-this-program open:; do
       n=${c%%:*}; p=${c#*:}
       printf '[Client]\nId=org.example.%s\nAppName=Example %s\nProtocol=oauth2\nIssuer=https://login.example.org\n' $n $n > $C/$n.conf
@@ -153,7 +165,13 @@ private let userManagerScript = #"""
     /lib/systemd/systemd --user --unit=empty.target > $W/manager.log 2>&1 &
     M=$!
     for i in $(seq 100); do [ -S $W/run/systemd/private ] && break; sleep 0.1; done
+    systemctl --user start dbus.socket dbus.service
+    for i in $(seq 50); do busctl --user status org.freedesktop.systemd1 >/dev/null 2>&1 && break; sleep 0.1; done
+    systemctl --user set-environment BROWSER="$W/opener %s"
     systemctl --user start browser-login-broker.socket && echo socket=started
+    $BIN/browser-login start com.example.notes >/dev/null && echo start=ok
+    for i in $(seq 50); do [ -s $W/opened ] && break; sleep 0.1; done
+    cat $W/opened
     echo "clients=$($BIN/browser-login clients 2>&1 | awk 'NR>1 {print $1}' | sort | tr '\n' ' ')"
     cp $BIN/browser-login $W/other-cli
     echo "otherClients=$($W/other-cli clients 2>&1 | awk 'NR>1 {print $1}' | sort | tr '\n' ' ')"
@@ -167,7 +185,7 @@ private let userManagerScript = #"""
         --method org.freedesktop.DBus.NameHasOwner $name | grep -q true && echo "busName=$name"
     done
     systemctl --user stop browser-login-broker.service browser-login-broker.socket
-    kill $M; wait $M
+    kill $S $M; wait $S $M
     [ -n "$CG" ] && { echo $$ > /sys/fs/cgroup/systemd/cgroup.procs; rmdir $CG; }
     echo done=yes
     """#
@@ -175,8 +193,10 @@ private let userManagerScript = #"""
 extension HardeningTests {
     /// The proof that the hardening does not break the broker: the shipped
     /// units under a real user manager, socket-activated; the broker answers,
-    /// reads the client files, keeps its state, owns its bus names and
-    /// applies Peers=, with no_new_privs and a seccomp filter in force.
+    /// reads the client files, keeps its state, owns its bus names, starts a
+    /// sign-in (the reference server over TCP, the browser through
+    /// systemd-run --user) and applies Peers=, with no_new_privs and a
+    /// seccomp filter in force.
     @Test(.enabled(if: userManagerAvailable, "needs root, /lib/systemd/systemd and a session bus to run systemd --user"))
     func theRealUnitsServeUnderAUserManager() throws {
         let dir = try temporaryDirectory()
@@ -194,10 +214,15 @@ extension HardeningTests {
         let log = (try? String(contentsOfFile: dir + "/broker.log", encoding: .utf8)) ?? ""
         let context = "\(run.output)\nbroker log:\n\(log)"
         #expect(found["socket"] == ["started"], "\(context)")
+        // login.start: the server reached over TCP, the browser opened by
+        // the user manager in a transient unit of its own (systemd-run --user).
+        #expect(found["start"] == ["ok"], "\(context)")
+        let opener = found["opener"]?.first ?? ""
+        #expect(opener.contains("/app.slice/run-") && opener.hasSuffix(".service"), "\(context)")
         #expect(found["active"] == ["active"], "\(context)")
         // Peers=: the CLI's own path is named by "bound"; a copy elsewhere is not.
-        #expect(found["clients"] == ["org.example.bound org.example.open "], "\(context)")
-        #expect(found["otherClients"] == ["org.example.open "], "\(context)")
+        #expect(found["clients"] == ["com.example.notes org.example.bound org.example.open "], "\(context)")
+        #expect(found["otherClients"] == ["com.example.notes org.example.open "], "\(context)")
         #expect(found["noNewPrivs"] == ["1"], "\(context)")
         #expect(found["seccomp"] == ["2"], "\(context)")
         let state = try #require(found["stateDirectory"]?.first, "\(context)")
