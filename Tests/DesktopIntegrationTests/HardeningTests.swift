@@ -154,6 +154,31 @@ private let userManagerScript = #"""
     for i in $(seq 100); do [ -s $W/server/ready ] && break; sleep 0.1; done
     printf '[Client]\nId=com.example.notes\nAppName=Example Notes\nServer=%s\nReturnUrl=com.example.notes:/callback\n' \
       "$(cat $W/server/ready)" > $C/notes.conf
+    # A standard-provider client with a loopback redirect: RFC 8414 metadata
+    # from a stand-in provider (the sign-in goes no further than the browser).
+    cat > $W/provider.py <<'PY'
+    import http.server, json, sys
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            issuer = "http://127.0.0.1:%d" % self.server.server_address[1]
+            body = json.dumps({"issuer": issuer, "authorization_endpoint": issuer + "/authorize",
+                "token_endpoint": issuer + "/token", "response_types_supported": ["code"],
+                "code_challenge_methods_supported": ["S256"]}).encode()
+            self.send_response(200 if self.path.startswith("/.well-known/") else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        def log_message(self, *args): pass
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    open(sys.argv[1], "w").write(str(server.server_address[1]))
+    server.serve_forever()
+    PY
+    python3 $W/provider.py $W/provider.port & PP=$!
+    for i in $(seq 100); do [ -s $W/provider.port ] && break; sleep 0.1; done
+    printf '[Client]\nId=org.example.loopback\nAppName=Loopback\nProtocol=oauth2\nIssuer=http://127.0.0.1:%s\n' \
+      "$(cat $W/provider.port)" > $C/loopback.conf
+    printf 'ClientId=loopback\nReturnUrl=http://127.0.0.1/callback\nApiOrigin=https://api.example.org\n' >> $C/loopback.conf
     for c in bound:$BIN/browser-login refused:/usr/bin/not-this-program open:; do
       n=${c%%:*}; p=${c#*:}
       printf '[Client]\nId=org.example.%s\nAppName=Example %s\nProtocol=oauth2\nIssuer=https://login.example.org\n' $n $n > $C/$n.conf
@@ -171,6 +196,14 @@ private let userManagerScript = #"""
     systemctl --user start browser-login-broker.socket && echo socket=started
     $BIN/browser-login start com.example.notes >/dev/null && echo start=ok
     for i in $(seq 50); do [ -s $W/opened ] && break; sleep 0.1; done
+    $BIN/browser-login start org.example.loopback >/dev/null && echo loopbackStart=ok
+    MP=$(systemctl --user show -p MainPID --value browser-login-broker.service)
+    # The broker's listening TCP sockets on 127.0.0.1 (its redirect listener).
+    own=" $(ls -l /proc/$MP/fd | sed -n 's/.*socket:\[\([0-9]*\)\]$/\1/p' | tr '\n' ' ')"
+    for inode in $(awk '$4 == "0A" && $2 ~ /^0100007F:/ {print $10}' /proc/net/tcp); do
+      case "$own" in *" $inode "*) echo loopbackListener=yes ;; esac
+    done
+    for i in $(seq 50); do [ "$(grep -c opener= $W/opened)" -ge 2 ] && break; sleep 0.1; done
     cat $W/opened
     echo "clients=$($BIN/browser-login clients 2>&1 | awk 'NR>1 {print $1}' | sort | tr '\n' ' ')"
     cp $BIN/browser-login $W/other-cli
@@ -185,7 +218,7 @@ private let userManagerScript = #"""
         --method org.freedesktop.DBus.NameHasOwner $name | grep -q true && echo "busName=$name"
     done
     systemctl --user stop browser-login-broker.service browser-login-broker.socket
-    kill $S $M; wait $S $M
+    kill $S $PP $M; wait $S $PP $M
     [ -n "$CG" ] && { echo $$ > /sys/fs/cgroup/systemd/cgroup.procs; rmdir $CG; }
     echo done=yes
     """#
@@ -193,9 +226,9 @@ private let userManagerScript = #"""
 extension HardeningTests {
     /// The proof that the hardening does not break the broker: the shipped
     /// units under a real user manager, socket-activated; the broker answers,
-    /// reads the client files, keeps its state, owns its bus names, starts a
-    /// sign-in (the reference server over TCP, the browser through
-    /// systemd-run --user) and applies Peers=, with no_new_privs and a
+    /// reads the client files, keeps its state, owns its bus names, starts
+    /// sign-ins (the servers over TCP, a loopback redirect listener, the
+    /// browser through systemd-run --user) and applies Peers=, with no_new_privs and a
     /// seccomp filter in force.
     @Test(.enabled(if: userManagerAvailable, "needs root, /lib/systemd/systemd and a session bus to run systemd --user"))
     func theRealUnitsServeUnderAUserManager() throws {
@@ -217,12 +250,17 @@ extension HardeningTests {
         // login.start: the server reached over TCP, the browser opened by
         // the user manager in a transient unit of its own (systemd-run --user).
         #expect(found["start"] == ["ok"], "\(context)")
-        let opener = found["opener"]?.first ?? ""
-        #expect(opener.contains("/app.slice/run-") && opener.hasSuffix(".service"), "\(context)")
+        #expect(found["loopbackStart"] == ["ok"], "\(context)")
+        #expect(found["loopbackListener"] == ["yes"], "\(context)")
+        let openers = found["opener"] ?? []
+        #expect(openers.count == 2, "\(context)")
+        for opener in openers {
+            #expect(opener.contains("/app.slice/run-") && opener.hasSuffix(".service"), "\(context)")
+        }
         #expect(found["active"] == ["active"], "\(context)")
         // Peers=: the CLI's own path is named by "bound"; a copy elsewhere is not.
-        #expect(found["clients"] == ["com.example.notes org.example.bound org.example.open "], "\(context)")
-        #expect(found["otherClients"] == ["com.example.notes org.example.open "], "\(context)")
+        #expect(found["clients"] == ["com.example.notes org.example.bound org.example.loopback org.example.open "], "\(context)")
+        #expect(found["otherClients"] == ["com.example.notes org.example.loopback org.example.open "], "\(context)")
         #expect(found["noNewPrivs"] == ["1"], "\(context)")
         #expect(found["seccomp"] == ["2"], "\(context)")
         let state = try #require(found["stateDirectory"]?.first, "\(context)")
