@@ -117,7 +117,7 @@ struct HardeningTests {
 /// so `systemd --user` believes the machine booted with systemd, and a cgroup
 /// of its own) and a systemd binary.
 let userManagerAvailable: Bool =
-    getuid() == 0 && access("/lib/systemd/systemd", X_OK) == 0 && userNamespacesAvailable
+    getuid() == 0 && access("/lib/systemd/systemd", X_OK) == 0
     && ProcessInfo.processInfo.environment["DBUS_SESSION_BUS_ADDRESS"] != nil
 
 /// Starts a real `systemd --user` with the shipped units (the broker's path
