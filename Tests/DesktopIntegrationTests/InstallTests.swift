@@ -95,8 +95,8 @@ struct InstallTests {
         let service = try String(
             contentsOfFile: repositoryRoot + "/systemd/browser-login-broker.service", encoding: .utf8)
         for line in [
-            "Type=notify", "WatchdogSec=30s", "NoNewPrivileges=yes", "ProtectSystem=strict", "StateDirectory=browser-login",
-            "PrivateTmp=yes", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6", "LockPersonality=yes",
+            "Type=notify", "WatchdogSec=30s", "NoNewPrivileges=yes", "StateDirectory=browser-login",
+            "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6", "LockPersonality=yes",
             "BusName=\(DesktopEntry.applicationId)",
         ] {
             #expect(service.contains(line + "\n"), "\(line)")
