@@ -7,14 +7,27 @@ DATADIR = $(PREFIX)/share
 # Where the binaries to install come from; set it to skip the release build.
 BINDIR_SRC ?=
 
+# The system unit of browser-login-server; Debian 12 keeps system units in /lib.
+SYSTEMUNITDIR ?= $(PREFIX)/lib/systemd/system
+# The one place the version is written; Tests/DesktopIntegrationTests/VersionTests.swift
+# checks that the programs' constants and packaging/deb/changelog agree with it.
+VERSION := $(shell cat VERSION)
+
 PROGRAMS = browser-login browser-login-broker browser-login-server
 SUBST = sed -e 's|@bindir@|$(BINDIR)|g'
+# Release builds carry the Swift runtime and Foundation inside the binaries, so
+# they run on a machine without Swift; no run path at all (not even $ORIGIN).
+# Product by product: the toolchain has no static swift-testing, which the
+# test-only targets (and the benchmarks, built by `make bench`) import.
+# -z relro -z now: the whole GOT read-only after start-up (Debian's hardening).
+RELEASE_FLAGS = -c release --static-swift-stdlib --disable-local-rpath \
+  -Xlinker -z -Xlinker relro -Xlinker -z -Xlinker now
 
-.PHONY: build test sanitize demo demo-provider e2e-browser clean install uninstall
+.PHONY: build test sanitize demo demo-provider e2e-browser clean install install-client install-server uninstall deb
 
 build:
 	scripts/install-deps
-	$(SWIFT) build -c release
+	for p in $(PROGRAMS); do $(SWIFT) build $(RELEASE_FLAGS) --product $$p || exit 1; done
 
 test:
 	scripts/install-deps
@@ -38,11 +51,19 @@ e2e-browser:
 demo-provider:
 	scripts/demo-provider
 
-install:
+# `install` = `install-client` (the broker, the CLI and their desktop files) +
+# `install-server` (the reference login server); the Debian packages split the same way.
+install: install-client install-server
+
+# The release binaries, built once; BINDIR_SRC=DIR skips the build.
+release-binaries:
 	@if [ -z "$(BINDIR_SRC)" ]; then $(MAKE) build; fi
-	$(eval SRC := $(if $(BINDIR_SRC),$(BINDIR_SRC),$(shell $(SWIFT) build -c release --show-bin-path)))
+.PHONY: release-binaries
+SRC = $(if $(BINDIR_SRC),$(BINDIR_SRC),$(shell $(SWIFT) build $(RELEASE_FLAGS) --show-bin-path))
+
+install-client: release-binaries
 	install -d $(DESTDIR)$(BINDIR)
-	for p in $(PROGRAMS); do install -m 0755 $(SRC)/$$p $(DESTDIR)$(BINDIR)/$$p; done
+	for p in browser-login browser-login-broker; do install -m 0755 $(SRC)/$$p $(DESTDIR)$(BINDIR)/$$p; done
 	install -d $(DESTDIR)$(PREFIX)/lib/systemd/user
 	for u in systemd/browser-login-broker.service systemd/browser-login-broker.socket; do \
 	  $(SUBST) $$u > $(DESTDIR)$(PREFIX)/lib/systemd/user/$$(basename $$u); \
@@ -62,13 +83,29 @@ install:
 	install -d $(DESTDIR)$(DATADIR)/doc/browser-login/apps
 	install -m 0644 docs/apps/*.md $(DESTDIR)$(DATADIR)/doc/browser-login/apps/
 	install -d $(DESTDIR)$(DATADIR)/man/man1 $(DESTDIR)$(DATADIR)/man/man8
-	install -m 0644 man/browser-login.1 man/browser-login-server.1 $(DESTDIR)$(DATADIR)/man/man1/
+	install -m 0644 man/browser-login.1 $(DESTDIR)$(DATADIR)/man/man1/
 	install -m 0644 man/browser-login-broker.8 $(DESTDIR)$(DATADIR)/man/man8/
 	install -d $(DESTDIR)$(DATADIR)/bash-completion/completions $(DESTDIR)$(DATADIR)/zsh/vendor-completions \
 	  $(DESTDIR)$(DATADIR)/fish/vendor_completions.d
 	install -m 0644 completions/browser-login.bash $(DESTDIR)$(DATADIR)/bash-completion/completions/browser-login
 	install -m 0644 completions/_browser-login $(DESTDIR)$(DATADIR)/zsh/vendor-completions/_browser-login
 	install -m 0644 completions/browser-login.fish $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/browser-login.fish
+
+install-server: release-binaries
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(DATADIR)/man/man1 $(DESTDIR)$(SYSTEMUNITDIR)
+	install -m 0755 $(SRC)/browser-login-server $(DESTDIR)$(BINDIR)/browser-login-server
+	install -m 0644 man/browser-login-server.1 $(DESTDIR)$(DATADIR)/man/man1/
+	$(SUBST) systemd/browser-login-server.service > $(DESTDIR)$(SYSTEMUNITDIR)/browser-login-server.service
+	chmod 0644 $(DESTDIR)$(SYSTEMUNITDIR)/browser-login-server.service
+	install -d $(DESTDIR)$(DATADIR)/doc/browser-login-server/examples
+	install -m 0644 docs/server.md $(DESTDIR)$(DATADIR)/doc/browser-login-server/
+	install -m 0644 examples/server.json $(DESTDIR)$(DATADIR)/doc/browser-login-server/examples/
+
+# The Debian packages browser-login_<version>_amd64.deb and
+# browser-login-server_<version>_amd64.deb in DEBDIR (packaging/deb/build-deb).
+DEBDIR ?= .build/deb
+deb: release-binaries
+	packaging/deb/build-deb "$(SRC)" "$(DEBDIR)"
 
 uninstall:
 	for p in $(PROGRAMS); do rm -f $(DESTDIR)$(BINDIR)/$$p; done
@@ -82,8 +119,10 @@ uninstall:
 	  $(DESTDIR)$(DATADIR)/man/man8/browser-login-broker.8 \
 	  $(DESTDIR)$(DATADIR)/bash-completion/completions/browser-login \
 	  $(DESTDIR)$(DATADIR)/zsh/vendor-completions/_browser-login \
-	  $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/browser-login.fish
-	rm -rf $(DESTDIR)$(DATADIR)/browser-login $(DESTDIR)$(DATADIR)/doc/browser-login
+	  $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/browser-login.fish \
+	  $(DESTDIR)$(SYSTEMUNITDIR)/browser-login-server.service
+	rm -rf $(DESTDIR)$(DATADIR)/browser-login $(DESTDIR)$(DATADIR)/doc/browser-login \
+	  $(DESTDIR)$(DATADIR)/doc/browser-login-server
 
 clean:
 	rm -rf .build
