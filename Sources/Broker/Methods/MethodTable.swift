@@ -95,8 +95,10 @@ public struct MethodTable: Sendable {
         try await dispatch(peer, socket: nil, method, params, origin: ["dbus.sender": caller])
     }
 
+    /// `origin` (where the call came from, for the log) is built only when an internal error is logged.
     private func dispatch(
-        _ peer: CallerPeer, socket: RPCRequestContext?, _ method: String, _ params: JSONValue?, origin: [String: String]
+        _ peer: CallerPeer, socket: RPCRequestContext?, _ method: String, _ params: JSONValue?,
+        origin: @autoclosure () -> [String: String]
     ) async throws(RPCError) -> JSONValue {
         do {
             guard let handler = Self.handlers[method] else { throw RPCError.methodNotFound(method) }
@@ -115,7 +117,7 @@ public struct MethodTable: Sendable {
             throw Self.rpcError(.storageUnavailable(directory: engine.stateDirectory, cause: error.cause))
         } catch {
             logger.error(
-                "internal error", origin.merging(["rpc.method": method, "error": "\(error)"]) { $1 })
+                "internal error", origin().merging(["rpc.method": method, "error": "\(error)"]) { $1 })
             throw RPCError.internalError("internal error; the broker's log has the details (rpc.method=\(method))")
         }
     }
