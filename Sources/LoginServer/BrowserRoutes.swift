@@ -315,11 +315,7 @@ extension LoginService {
         try limit("code.email", email.text, configuration.rateLimits.codeEntry)
         let now = clock()
         let test = isTestAccount(email)
-        let secret = try randomToken(bytes: 32)
-        let sessionId = try randomToken(bytes: 16)
-        let userId = try randomToken(bytes: 16)
-        let lifetime = configuration.sessionLifetimeMillis
-        let answer: BrowserSessionResponse = try store.perform { db in
+        let started = try store.perform { db in
             if test {
                 guard Crypto.constantTimeEquals(body.code, Self.testAccountCode) else {
                     throw APIError(.otpInvalid, "the code is wrong")
@@ -345,30 +341,8 @@ extension LoginService {
                 }
                 try db.run("DELETE FROM sign_in_codes WHERE email = ?", email.text)
             }
-            var user = try Records.user(db, email: email.text)
-            if user == nil {
-                try db.run(
-                    "INSERT INTO users (id, email, display_name, disabled, created_at) VALUES (?, ?, ?, 0, ?)",
-                    userId, email.text, email.local, now)
-                user = try Records.user(db, id: userId)
-                Log.info("user created", ["user.id": userId])
-            }
-            guard let user else { throw APIError(.internalError, "the user could not be created") }
-            if user.disabled { throw APIError(.authUserDisabled, "the account is disabled") }
-            let method = test ? "test" : "email"
-            // Signing in again replaces this browser's cookie; the previous
-            // session (and what it issued) ends at its own expiry or sign-out.
-            try db.run(
-                """
-                INSERT INTO browser_sessions (id, secret_hash, user_id, auth_method, authenticated_at, expires_at)
-                VALUES (?, ?, ?, ?, ?, ?)
-                """, sessionId, Records.hash(secret), user.id, method, now, now + lifetime)
-            Log.info("browser session started", ["user.id": user.id, "auth.method": method])
-            return BrowserSessionResponse(
-                sessionId: sessionId, account: user.account, authMethod: method,
-                expiresAt: Timestamp(millisecondsSince1970: now + lifetime))
+            return try startBrowserSession(db, SignInIdentity(email: email, method: test ? "test" : "email"), now: now)
         }
-        return json(
-            200, answer, headers: [cookieHeader(name: Self.sessionCookie, value: secret, maxAgeSeconds: lifetime / 1000)])
+        return browserSessionAnswer(started)
     }
 }

@@ -1,0 +1,71 @@
+import BrowserLoginProtocol
+import SQLiteSupport
+
+/// Who a finished sign-in proved the browser to be, whatever the method
+/// (an emailed code, a test account, an upstream provider).
+struct SignInIdentity: Sendable {
+    var email: EmailAddress
+    /// The browser session's `authMethod`, which native sessions inherit.
+    var method: String
+    /// The name shown for a new user; the address's local part when nil.
+    var displayName: String? = nil
+}
+
+/// A browser session just started, and the cookie secret that names it.
+struct StartedBrowserSession: Sendable {
+    var response: BrowserSessionResponse
+    var secret: String
+    var isNewUser: Bool
+}
+
+/// The one way every sign-in method ends: find or create the user (the one
+/// sign-up path, so every rule about who may sign up lives here) and start
+/// the browser session.
+extension LoginService {
+    /// Runs inside the caller's transaction, after the method has proved
+    /// `identity`. Throws 403 AUTH_USER_DISABLED for a disabled user.
+    func startBrowserSession(_ db: Database, _ identity: SignInIdentity, now: Int64) throws -> StartedBrowserSession {
+        let (user, isNewUser) = try provisionUser(db, identity, now: now)
+        if user.disabled { throw APIError(.authUserDisabled, "the account is disabled") }
+        let secret = try randomToken(bytes: 32)
+        let sessionId = try randomToken(bytes: 16)
+        let lifetime = configuration.sessionLifetimeMillis
+        // Signing in again replaces this browser's cookie; the previous
+        // session (and what it issued) ends at its own expiry or sign-out.
+        try db.run(
+            """
+            INSERT INTO browser_sessions (id, secret_hash, user_id, auth_method, authenticated_at, expires_at)
+            VALUES (?, ?, ?, ?, ?, ?)
+            """, sessionId, Records.hash(secret), user.id, identity.method, now, now + lifetime)
+        Log.info("browser session started", ["user.id": user.id, "auth.method": identity.method])
+        let response = BrowserSessionResponse(
+            sessionId: sessionId, account: user.account, authMethod: identity.method,
+            expiresAt: Timestamp(millisecondsSince1970: now + lifetime))
+        return StartedBrowserSession(response: response, secret: secret, isNewUser: isNewUser)
+    }
+
+    /// The user of `identity`'s address, created on first sign-in.
+    func provisionUser(_ db: Database, _ identity: SignInIdentity, now: Int64) throws -> (UserRecord, isNewUser: Bool) {
+        if let user = try Records.user(db, email: identity.email.text) { return (user, false) }
+        let userId = try randomToken(bytes: 16)
+        try db.run(
+            "INSERT INTO users (id, email, display_name, disabled, created_at) VALUES (?, ?, ?, 0, ?)",
+            userId, identity.email.text, identity.displayName ?? identity.email.local, now)
+        guard let user = try Records.user(db, id: userId) else {
+            throw APIError(.internalError, "the user could not be created")
+        }
+        Log.info("user created", ["user.id": userId])
+        return (user, true)
+    }
+
+    /// The 200 answer of a finished sign-in, with the browser session cookie.
+    func browserSessionAnswer(_ started: StartedBrowserSession) -> HTTPServerResponse {
+        json(
+            200, started.response,
+            headers: [
+                cookieHeader(
+                    name: Self.sessionCookie, value: started.secret,
+                    maxAgeSeconds: configuration.sessionLifetimeMillis / 1000)
+            ])
+    }
+}
