@@ -33,6 +33,8 @@ public struct DaemonOptions: Sendable {
     public var dbus = true
     /// How often signed-in sessions are checked with the server (`GET session`).
     public var verifyIntervalMilliseconds: Int64 = 300_000
+    /// `--retain-ended`: how long ended attempts are kept (0: for ever).
+    public var retentionMilliseconds = BrokerEngine.defaultRetentionMilliseconds
     /// `--max-connections`: RPC connections served at once (docs/rpc.md, Limits).
     public var maxConnections = RPCServerConfiguration.defaultMaxConnections
 
@@ -56,6 +58,10 @@ public struct DaemonOptions: Sendable {
             .value(
                 "verify-interval", "S",
                 "check each signed-in session with its server every S seconds (default 300); sessions revoked or disabled at the server end within that time"
+            ),
+            .value(
+                "retain-ended", "TIME",
+                "keep ended attempts for TIME (default 30d; units s, m, h, d; never: keep them all), then prune them; uncertain attempts are kept until settled"
             ),
             .value(
                 "max-connections", "N",
@@ -90,6 +96,23 @@ public struct DaemonOptions: Sendable {
         synopsis: "browser-login-broker [OPTIONS]", title: "browser-login-broker — the browser-login daemon",
         optionsTitle: "Options:")
 
+    /// `30d`, `12h`, `90m`, `600s` (a bare number is days) in milliseconds;
+    /// `never` is 0. Nil when malformed, not positive or over ten years.
+    static func retention(_ text: String) -> Int64? {
+        if text == "never" { return 0 }
+        let units: [Character: Int64] = ["s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000]
+        var number = Substring(text)
+        var unit: Int64 = 86_400_000
+        if let last = text.last, let u = units[last] {
+            unit = u
+            number = number.dropLast()
+        }
+        guard !number.isEmpty, number.allSatisfy(\.isASCII), let value = Int64(number), value > 0,
+            value <= 3_650 * 86_400_000 / unit
+        else { return nil }
+        return value * unit
+    }
+
     /// Parses the command line; nil when `--help` or `--version` was answered.
     public static func parse(_ args: [String]) throws(UsageError) -> DaemonOptions? {
         guard case .run(let parsed) = try command.parse(args) else {
@@ -121,6 +144,12 @@ public struct DaemonOptions: Sendable {
                 throw UsageError("--verify-interval takes a number of seconds (at least 0.1)")
             }
             options.verifyIntervalMilliseconds = Int64(seconds * 1000)
+        }
+        if let v = parsed["retain-ended"] {
+            guard let milliseconds = Self.retention(v) else {
+                throw UsageError("--retain-ended takes a time such as 30d, 12h, 90m or 600s, or never")
+            }
+            options.retentionMilliseconds = milliseconds
         }
         if let v = parsed["max-connections"] {
             guard let n = Int(v), (1...1_000_000).contains(n) else {
@@ -220,7 +249,8 @@ public enum BrokerDaemon {
                     return TestFaults.armed ? FaultingLoginServer(base: server) : server
                 },
                 launcher: ProcessBrowserLauncher(environment: environment, logger: logger), transport: transport,
-                logger: logger, socketPath: socketDescription, verifyIntervalMilliseconds: options.verifyIntervalMilliseconds)
+                logger: logger, socketPath: socketDescription, verifyIntervalMilliseconds: options.verifyIntervalMilliseconds,
+                retentionMilliseconds: options.retentionMilliseconds)
         } catch {
             logger.error("cannot open the state database", ["path": stateDirectory, "error": "\(error)"])
             return 74
