@@ -410,6 +410,8 @@ struct SessionBusService: Service {
                 case .busClosed: logger.warning("the session bus closed; reconnecting when it is back", [:])
                 case .activated: logger.info("activated over D-Bus")
                 case .actionRefused: logger.info("D-Bus ActivateAction refused: the broker has no actions")
+                case .keyringChanged: engine.vaultMayHaveChanged()
+                case .keyringWatched(let watching): engine.vaultWatched(watching)
                 }
             })
         api.attach(application)

@@ -105,6 +105,11 @@ public actor BrokerEngine {
             vaultLocked: health.locked, vaultDetail: health.detail)
     }
 
+    /// The Secret Service announced a change (the session bus's signals): `info` asks it afresh.
+    public nonisolated func vaultMayHaveChanged() { vault.healthMayHaveChanged() }
+    /// Whether those signals are being followed.
+    public nonisolated func vaultWatched(_ watching: Bool) { vault.watchingChanges(watching) }
+
     public func clientList(mayUse: (ClientConfig) -> Bool) -> [ClientSummary] {
         clients.values.sorted { $0.id < $1.id }.filter(mayUse).map {
             ClientSummary(

@@ -49,6 +49,17 @@ public protocol SecretVault: Sendable {
     func remove(attributes: [String: String]) async throws(VaultError)
     /// Whether the Secret Service is there and unlocked.
     func health() async -> VaultHealth
+    /// Whether something delivers the vault's change signals to
+    /// `healthMayHaveChanged` (a vault may then keep its `health` answer longer).
+    func watchingChanges(_ watching: Bool)
+    /// The vault's service announced a change: `health` must ask afresh.
+    func healthMayHaveChanged()
+}
+
+extension SecretVault {
+    /// A vault without change signals ignores them.
+    public func watchingChanges(_ watching: Bool) {}
+    public func healthMayHaveChanged() {}
 }
 
 // MARK: - HTTP transport
