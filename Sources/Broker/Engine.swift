@@ -98,9 +98,13 @@ public actor BrokerEngine {
     // MARK: - Info
 
     /// Nonisolated: apps poll it; it needs nothing of the engine's state.
-    public nonisolated func info() async -> BrokerInfo {
-        let health = await vault.health()
-        return BrokerInfo(
+    public nonisolated func info() async -> BrokerInfo { info(await vault.health()) }
+
+    /// `broker.info` without waiting, while the vault's health is known.
+    public nonisolated func knownInfo() -> BrokerInfo? { vault.knownHealth().map(info) }
+
+    nonisolated func info(_ health: VaultHealth) -> BrokerInfo {
+        BrokerInfo(
             version: BrokerVersion.string, socket: socketPath, vaultAvailable: health.available && !health.locked,
             vaultLocked: health.locked, vaultDetail: health.detail)
     }
@@ -110,7 +114,7 @@ public actor BrokerEngine {
     /// Whether those signals are being followed.
     public nonisolated func vaultWatched(_ watching: Bool) { vault.watchingChanges(watching) }
 
-    public func clientList(mayUse: (ClientConfig) -> Bool) -> [ClientSummary] {
+    public nonisolated func clientList(mayUse: (ClientConfig) -> Bool) -> [ClientSummary] {
         clients.values.sorted { $0.id < $1.id }.filter(mayUse).map {
             ClientSummary(
                 id: $0.id, appName: $0.appName, protocol: $0.kind.rawValue, server: $0.server.serialized,
@@ -304,7 +308,10 @@ public actor BrokerEngine {
             }
         }
         consider(work.due)
-        consider(pruneIfDue(now))
+        // Not a deadline of its own: the timer ticks at least every
+        // `maximumSleepMilliseconds`, soon enough for a prune, and an idle
+        // engine has nothing scheduled.
+        pruneIfDue(now)
         timer.answered(due)
         return due
     }
@@ -318,6 +325,7 @@ public actor BrokerEngine {
 
     /// Deletes one batch of attempts that ended more than the retention time
     /// ago, when due; answers when the next batch is due.
+    @discardableResult
     func pruneIfDue(_ now: Timestamp) -> Timestamp? {
         guard retentionMilliseconds > 0 else { return nil }
         if let at = nextPruneAt, now < at { return at }

@@ -129,6 +129,7 @@ struct FaultingVault: SecretVault {
 
     func watchingChanges(_ watching: Bool) { base.watchingChanges(watching) }
     func healthMayHaveChanged() { base.healthMayHaveChanged() }
+    func knownHealth() -> VaultHealth? { base.knownHealth() }
 
     func store(_ secret: [UInt8], label: String, attributes: [String: String]) async throws(VaultError) {
         try await base.store(secret, label: label, attributes: attributes)

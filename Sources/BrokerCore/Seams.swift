@@ -54,12 +54,16 @@ public protocol SecretVault: Sendable {
     func watchingChanges(_ watching: Bool)
     /// The vault's service announced a change: `health` must ask afresh.
     func healthMayHaveChanged()
+    /// What `health` would answer without asking the service (a recent
+    /// answer), or nil when it would have to ask.
+    func knownHealth() -> VaultHealth?
 }
 
 extension SecretVault {
     /// A vault without change signals ignores them.
     public func watchingChanges(_ watching: Bool) {}
     public func healthMayHaveChanged() {}
+    public func knownHealth() -> VaultHealth? { nil }
 }
 
 // MARK: - HTTP transport

@@ -83,11 +83,16 @@ public final class SecretServiceVault: SecretVault {
         }
     }
 
-    public func health() async -> VaultHealth {
+    public func knownHealth() -> VaultHealth? {
         let now = DispatchTime.now().uptimeNanoseconds
         let ttl = watched.load(ordering: .relaxed) ? Self.watchedHealthTTL : Self.healthTTL
-        let (cached, generation) = cachedHealth.withLock { ($0.answer, $0.generation) }
-        if let cached, now &- cached.at < ttl { return cached.health }
+        guard let cached = cachedHealth.withLock({ $0.answer }), now &- cached.at < ttl else { return nil }
+        return cached.health
+    }
+
+    public func health() async -> VaultHealth {
+        if let known = knownHealth() { return known }
+        let generation = cachedHealth.withLock { $0.generation }
         let health = await withCheckedContinuation { (continuation: CheckedContinuation<VaultHealth, Never>) in
             queue.async { continuation.resume(returning: LibSecret.health()) }
         }
