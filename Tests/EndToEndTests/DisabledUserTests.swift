@@ -52,7 +52,7 @@ struct DisabledUserTests {
 
         let shown = try h.cli(["session", "com.example.notes"])
         #expect(shown.status == 1)
-        #expect(shown.out.contains("com.example.notes: revoked"), "\(shown.out)")
+        #expect(shown.out.hasPrefix("com.example.notes: revoked as "), "\(shown.out)")
         #expect(shown.out.contains("(reason: AUTH_USER_DISABLED)"), "\(shown.out)")
         #expect(shown.out.contains(Self.advice), "\(shown.out)")
         expectNoRetryAdvice(shown.out)
@@ -85,5 +85,14 @@ struct DisabledUserTests {
         expectNoRetryAdvice(finish.err)
         let session = try h.rpc().call("session.get", params: ["client": "com.example.notes"])
         #expect(session["status"] != "signedIn")
+        // `users enable`: the user signs in again (a new session; the old ones stay revoked).
+        let enable = try runProgram(
+            binDirectory + "/browser-login-server",
+            ["users", "enable", h.testEmail, "--database", h.dir + "/server/server.sqlite"])
+        #expect(enable.status == 0, "\(enable.err)")
+        try h.signIn()
+        let shown = try h.cli(["session", "com.example.notes"])
+        #expect(shown.status == 0 && shown.out.contains("signedIn"), "\(shown.out)")
+        #expect(!shown.out.contains(Self.advice))
     }
 }
