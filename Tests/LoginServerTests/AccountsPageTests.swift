@@ -80,6 +80,8 @@ import Testing
         #expect(page["confirmShown"] as? Bool == true, "\(page)")
         #expect(page["status"] as? String == "Your account was created.")
         #expect(try admin(server, ["invitations", "list"]).out.contains(email))
+        // The token in the page's address is never logged (requests are named by route).
+        #expect(!CapturedLogs.all.contains(token))
         // Signing in again is not a new user.
         let again = try drive(server, try NativeAttempt.create(server).created.authorizeUrl, email: email).first
         #expect(again["confirmShown"] as? Bool == true)
