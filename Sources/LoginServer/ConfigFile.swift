@@ -44,6 +44,10 @@ extension ServerConfiguration {
         var rateLimits: Limits?
         var connectionLimit: Int?
         var testExchangeDelayMillis: Int64?
+        var signupMode: String?
+        var waitlist: Bool?
+        var allowedDomains: [String]?
+        var invitationLifetimeMillis: Int64?
     }
 
     private static let knownMembers: [String: Set<String>] = [
@@ -51,7 +55,8 @@ extension ServerConfiguration {
             "listen", "port", "basePath", "publicOrigin", "clients", "lifetimeMillis", "sessionLifetimeMillis",
             "accessTokenLifetimeMillis", "refreshGraceMillis", "signInCodeLifetimeMillis", "database", "secretKey",
             "outbox", "tls", "testAccounts", "trustForwardedFor", "rateLimits", "connectionLimit",
-            "testExchangeDelayMillis", "$comment",
+            "testExchangeDelayMillis", "$comment", "signupMode", "waitlist", "allowedDomains",
+            "invitationLifetimeMillis",
         ],
         "tls": ["certificate", "key"],
         "rateLimits": ["create", "exchange", "codeEntry"],
@@ -108,6 +113,15 @@ extension ServerConfiguration {
         if let v = file.trustForwardedFor { c.trustForwardedFor = v }
         if let v = file.connectionLimit { c.connectionLimit = v }
         if let v = file.testExchangeDelayMillis { c.testExchangeDelayMillis = v }
+        if let v = file.signupMode {
+            guard let mode = SignupMode(rawValue: v) else {
+                throw fail("signupMode", "one-of", "the sign-up mode is 'open', 'invite' or 'domain'")
+            }
+            c.signupMode = mode
+        }
+        if let v = file.waitlist { c.waitlist = v }
+        if let v = file.allowedDomains { c.allowedDomains = v }
+        if let v = file.invitationLifetimeMillis { c.invitationLifetimeMillis = v }
         func limit(_ l: File.Limit?, _ d: RateLimit) -> RateLimit {
             RateLimit(burst: l?.burst ?? d.burst, perMinute: l?.perMinute ?? d.perMinute)
         }

@@ -31,6 +31,10 @@ enum HostedPage {
             <form id="email-form">
             <label for="email">Email address</label>
             <input id="email" name="email" type="email" autocomplete="email" required>
+            <div id="invite-field" hidden>
+            <label for="invite">Invitation code</label>
+            <input id="invite" name="invite" autocomplete="off">
+            </div>
             <button type="submit">Send me a code</button>
             </form>
             <form id="code-form" hidden>
@@ -100,6 +104,9 @@ enum HostedPage {
           const $ = (id) => document.getElementById(id);
           const base = $("app").dataset.base;
           const attemptId = new URLSearchParams(window.location.search).get("attempt");
+          // An invitation token (sign-up mode "invite"), sent with the code; kept only in memory.
+          const inviteFromLink = new URLSearchParams(window.location.search).get("invite");
+          let newUser = false;
           let attempt = null;
           let shownSessionId = null;
           let automaticSessionId = null;
@@ -118,7 +125,13 @@ enum HostedPage {
             BROWSER_MISMATCH: "This sign-in was started in another browser. Finish signing in in the browser where " +
               "you started it (the one your app opened); nothing here can continue it.",
             ORIGIN_MISMATCH: "This page could not prove where the request came from. Reload the page.",
-            AUTH_USER_DISABLED: "This account is disabled.",
+            AUTH_USER_DISABLED: "This account is disabled. Ask an administrator to enable it.",
+            INVITATION_REQUIRED: "New accounts need an invitation. Enter the invitation code an administrator gave " +
+              "you, then ask for a new sign-in code.",
+            INVITATION_INVALID: "This invitation is not valid: it was used, has expired, was revoked or is for " +
+              "another address. Ask an administrator for a new one.",
+            WAITLISTED: "You are on the waitlist. An administrator will let you in; sign in again once they have.",
+            DOMAIN_NOT_ALLOWED: "Addresses at this domain cannot sign up here. Use your organisation's email address.",
             OTP_INVALID: "That code is not right. Try again.",
             OTP_EXPIRED: "That code has expired. Ask for a new one.",
             OTP_MAX_ATTEMPTS: "Too many wrong codes. Ask for a new email.",
@@ -211,7 +224,7 @@ enum HostedPage {
             shownSessionId = session.sessionId;
             $("account").textContent = session.account.email;
             show("confirm", true);
-            say("");
+            say(newUser ? "Your account was created." : "");
           }
 
           $("email-form").addEventListener("submit", async (event) => {
@@ -226,15 +239,29 @@ enum HostedPage {
 
           $("code-form").addEventListener("submit", async (event) => {
             event.preventDefault();
+            const invite = $("invite").value.trim();
             const answer = await call("POST", "/browser/signin/verify",
-                                      { email: $("email").value.trim(), code: $("code").value.trim() });
+                                      { email: $("email").value.trim(), code: $("code").value.trim(),
+                                        invite: invite === "" ? undefined : invite });
             if (answer.status !== 200) {
               sayError(answer);
-              if (codeOf(answer) === "OTP_MAX_ATTEMPTS" || codeOf(answer) === "OTP_EXPIRED") {
+              const code = codeOf(answer);
+              if (code === "OTP_MAX_ATTEMPTS" || code === "OTP_EXPIRED") {
                 show("code-form", false);
+              } else if (code === "INVITATION_REQUIRED" || code === "INVITATION_INVALID") {
+                // The code is used up: enter the invitation, then ask for a new code.
+                show("code-form", false);
+                show("invite-field", true);
+                $("invite").focus();
+              } else if (code === "DOMAIN_NOT_ALLOWED") {
+                show("code-form", false);
+              } else if (code === "AUTH_USER_DISABLED" || code === "WAITLISTED") {
+                // Nothing on this page helps until an administrator acts: no retry.
+                show("signin", false);
               }
               return;
             }
+            newUser = answer.data && answer.data.isNewUser === true;
             $("code").value = "";
             await withSession();
           });
@@ -269,6 +296,10 @@ enum HostedPage {
               return;
             }
             show("cancel", true);
+            if (inviteFromLink) {
+              $("invite").value = inviteFromLink;
+              show("invite-field", true);
+            }
             await withSession();
           }
 

@@ -35,6 +35,9 @@ public enum ServerCommand {
                    browser-login-server users disable EMAIL [--config FILE | --database PATH]
                    browser-login-server users enable EMAIL [--config FILE | --database PATH]
                    browser-login-server attempts list [--config FILE | --database PATH]
+                   browser-login-server members list|add EMAIL|remove EMAIL [--config FILE | --database PATH]
+                   browser-login-server invitations create [EMAIL]|list|revoke ID [--config FILE | --database PATH]
+                   browser-login-server waitlist list|approve EMAIL [--config FILE | --database PATH]
             """, optionsTitle: "flags (override the configuration file):")
 
     /// Runs the command; answers the exit status (0 ok, 64 usage, 78 configuration, 1 other).
@@ -52,6 +55,11 @@ public enum ServerCommand {
             words = Array(args.prefix(count))
             args.removeFirst(count)
         case "serve": args.removeFirst()
+        case let group? where SignupAdmin.groups.contains(group):
+            let count = SignupAdmin.wordCount(args)
+            guard args.count >= count else { return usageError("missing arguments") }
+            words = Array(args.prefix(count))
+            args.removeFirst(count)
         default: break
         }
         let configuration: ServerConfiguration
@@ -75,6 +83,7 @@ public enum ServerCommand {
             return configurationError(
                 ConfigurationError(field: "database", rule: "required", message: "set --database or --config"))
         }
+        if SignupAdmin.groups.contains(words[0]) { return SignupAdmin.run(words, configuration: configuration) }
         return admin(words, databasePath: configuration.databasePath)
     }
 

@@ -136,7 +136,17 @@ func table(_ rows: [[String]]) -> String {
 func describeAttempt(_ a: AttemptView) -> String {
     var text = "attempt \(a.attemptId): \(a.state.rawValue) (client \(a.client))"
     if let error = a.error { text += "\n  error: \(error.code) — \(error.message)" }
+    if let advice = serverCodeAdvice(a.error?.serverCode) { text += "\n  " + advice }
     return text
+}
+
+/// What people should do about a server code that no retry fixes, or nil.
+func serverCodeAdvice(_ code: String?) -> String? {
+    switch code {
+    case "AUTH_USER_DISABLED"?:
+        "this account is disabled at the login server: contact your administrator to enable it (signing in again will not work until then)"
+    default: nil
+    }
 }
 
 func describeSession(_ s: SessionView) -> String {
@@ -144,6 +154,7 @@ func describeSession(_ s: SessionView) -> String {
     if let account = s.account { text += " as \(account.displayName) <\(account.email)>" }
     if let expires = s.expiresAt { text += ", until \(expires.rfc3339)" }
     if let reason = s.reason { text += " (reason: \(reason))" }
+    if let advice = serverCodeAdvice(s.reason) { text += "\n  " + advice }
     return text
 }
 
