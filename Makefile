@@ -133,12 +133,12 @@ MINUTES ?= 10
 .PHONY: bench soak
 bench:
 	scripts/install-deps
-	$(SWIFT) build -c release
+	$(SWIFT) build $(RELEASE_FLAGS)
 	scripts/with-keyring .build/release/browser-login-bench $(BENCH_FLAGS)
 
 soak:
 	scripts/install-deps
-	$(SWIFT) build -c release
+	$(SWIFT) build $(RELEASE_FLAGS)
 	scripts/with-keyring .build/release/browser-login-bench --soak $(MINUTES)
 
 # Fuzzing (docs/reliability.md): every libFuzzer target for FUZZ_SECONDS each
