@@ -154,6 +154,8 @@ let package = Package(
             dependencies: [
                 "BrokerRPC", "BrowserLoginProtocol", "ScriptedBrowser", "DesktopEntry", "browser-login-broker",
                 "browser-login", "browser-login-server", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
+                // FileVaultTests reads the file vault as the broker does.
+                "BrokerVault", "BrokerCore",
             ]
         ),
         .testTarget(

@@ -96,7 +96,8 @@ public actor BrokerEngine {
     public nonisolated func info() async -> BrokerInfo {
         let health = await vault.health()
         return BrokerInfo(
-            version: BrokerVersion.string, socket: socketPath, vaultAvailable: health.available && !health.locked,
+            version: BrokerVersion.string, socket: socketPath, vault: health.vault,
+            vaultAvailable: health.available && !health.locked,
             vaultLocked: health.locked, vaultDetail: health.detail)
     }
 
