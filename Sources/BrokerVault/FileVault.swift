@@ -29,7 +29,8 @@ import Synchronization
 ///   or a different one there) are the items sealed with it deleted — they
 ///   can never be read again — and reported as lost (`sweep`, and the
 ///   handler set with `onLost`), so that the broker signs their sessions
-///   out. A key is made when there is none and an item is stored.
+///   out; a lookup of such an item then answers nil, as for any item that
+///   does not exist. A key is made when there is none and an item is stored.
 public final class FileVault: SecretVault {
     /// The vault's directory (absolute, symbolic links resolved).
     public let directory: String
@@ -119,8 +120,10 @@ public final class FileVault: SecretVault {
         case .found(let secret): return secret
         case .none: return nil
         case .lost:
+            // Gone for good, and deleted: "no such item" is now the truth. The
+            // broker hears why through the handler (its session is signed out).
             if let handler = lostHandler.withLock({ $0 }) { handler([item.attributes]) }
-            throw .failed(VaultMessages.keyLost(keyring.description))
+            return nil
         }
     }
 
@@ -370,8 +373,5 @@ extension VaultMessages {
     }
     static func damaged(_ path: String) -> String {
         "The file vault's item \(path) fails its integrity check (changed on disk, or copied from another item); it is kept for inspection. Sign out and sign in again (or delete the file) to replace it."
-    }
-    static func keyLost(_ description: String) -> String {
-        "The file vault's key (\"\(description)\" in the kernel user keyring) is gone — cleared, or the machine restarted — so this item can never be read; the broker signs its session out. Sign in again."
     }
 }

@@ -109,6 +109,20 @@ struct FileVaultTests {
         let text = try h.cli(["session", Self.notes])
         #expect(text.status == 0 && text.out.contains("vault: file"), "\(text)")
 
+        // doctor: which vault, whether its key is there; no Secret Service needed.
+        let doctor = try h.cli(["doctor", "--json"])
+        var findings: [String: JSONValue] = [:]
+        for finding in try JSONValue.parse(doctor.out).arrayValue ?? [] {
+            if let check = finding["check"]?.stringValue { findings[check] = finding }
+        }
+        #expect(findings["vault"]?["status"] == "ok", "\(doctor.out)")
+        #expect(findings["vault"]?["message"]?.stringValue?.contains("file vault") == true, "\(doctor.out)")
+        #expect(
+            findings["vault"]?["message"]?.stringValue?.contains("its key is in the kernel user keyring") == true,
+            "\(doctor.out)")
+        #expect(findings["secret-service"]?["status"] == "ok", "\(doctor.out)")
+        #expect(findings["keyring-default"] == nil && findings["keyring-unlocked"] == nil, "\(doctor.out)")
+
         // The tokens, read as the broker reads them, are nowhere in clear.
         let item = try #require(try await vault.lookup(attributes: ["kind": "session", "client": Self.notes]))
         let stored = try JSONValue.parse(item)["session"]
@@ -153,6 +167,31 @@ struct FileVaultTests {
             return
         }
         try h.restartBroker()
+        #expect(try h.rpc().call("session.get", params: ["client": .string(Self.notes)])["status"] == "signedIn")
+    }
+
+    @Test func aKeyClearedWhileTheBrokerRunsLeavesASignOutThatWorks() async throws {
+        let (h, bus) = try Self.world("[Broker]\nVault=file\n")
+        defer { bus.stop() }
+        let vault = try FileVault(directory: Self.vaultDirectory(h))
+        defer { vault.keyring.remove() }
+        try h.startBroker()
+        try h.signIn()
+        try h.restartBroker()
+        #expect(try h.rpc().call("session.get", params: ["client": .string(Self.notes)])["status"] == "signedIn")
+        #expect(vault.keyring.remove())
+
+        // The running broker read the tokens at start-up (its session check)
+        // and keeps them in memory; signing out reads the item again: it is
+        // gone for good, so the sign-out is local, with nothing to revoke.
+        let out = try h.rpc().call("session.signOut", params: ["client": .string(Self.notes)])
+        #expect(out["status"] == "signedOut", "\(out)")
+        #expect(h.broker?.isRunning == true)
+        try waitUntil(10, "the broker to log the lost key") {
+            h.broker?.output.contains("session signed out: the file vault's key is gone") == true
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: vault.directory).filter { $0.hasSuffix(".item") }.isEmpty)
+        try h.signIn()
         #expect(try h.rpc().call("session.get", params: ["client": .string(Self.notes)])["status"] == "signedIn")
     }
 
