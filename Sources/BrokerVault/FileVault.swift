@@ -1,5 +1,6 @@
 import BrokerCore
 import BrowserLoginProtocol
+import Dispatch
 import Foundation
 import Synchronization
 
@@ -38,6 +39,9 @@ public final class FileVault: SecretVault {
 
     /// File operations and key creation, one at a time.
     private let lock = Mutex<Void>(())
+    /// Where store, lookup and remove run: they wait for fsync, which is
+    /// kept off the caller's (cooperative) threads.
+    private let queue = DispatchQueue(label: "browser-login.file-vault")
     private let lostHandler = Mutex<(@Sendable ([[String: String]]) -> Void)?>(nil)
 
     static let format = "browser-login-vault-item"
@@ -88,6 +92,10 @@ public final class FileVault: SecretVault {
     public func store(_ secret: [UInt8], label: String, attributes: [String: String]) async throws(VaultError) {
         try SecretServiceVault.validate(attributes)
         let item = Self.canonical(attributes)
+        try await run { () throws(VaultError) in try self.seal(secret, item) }
+    }
+
+    private func seal(_ secret: [UInt8], _ item: Item) throws(VaultError) {
         try lock.withLock { _ throws(VaultError) in
             var key = try currentKey(create: true)!
             defer { key.resetBytes() }
@@ -115,7 +123,9 @@ public final class FileVault: SecretVault {
     public func lookup(attributes: [String: String]) async throws(VaultError) -> [UInt8]? {
         try SecretServiceVault.validate(attributes)
         let item = Self.canonical(attributes)
-        let outcome = try lock.withLock { _ throws(VaultError) -> LookupOutcome in try open(item) }
+        let outcome = try await run { () throws(VaultError) -> LookupOutcome in
+            try self.lock.withLock { _ throws(VaultError) -> LookupOutcome in try self.open(item) }
+        }
         switch outcome {
         case .found(let secret): return secret
         case .none: return nil
@@ -130,7 +140,22 @@ public final class FileVault: SecretVault {
     public func remove(attributes: [String: String]) async throws(VaultError) {
         try SecretServiceVault.validate(attributes)
         let name = Self.fileName(Self.canonical(attributes))
-        try lock.withLock { _ throws(VaultError) in try delete(name) }
+        try await run { () throws(VaultError) in
+            try self.lock.withLock { _ throws(VaultError) in try self.delete(name) }
+        }
+    }
+
+    private func run<T: Sendable>(_ body: @escaping @Sendable () throws(VaultError) -> T) async throws(VaultError) -> T {
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<T, VaultError>, Never>) in
+            queue.async {
+                do throws(VaultError) {
+                    continuation.resume(returning: .success(try body()))
+                } catch {
+                    continuation.resume(returning: .failure(error))
+                }
+            }
+        }
+        return try result.get()
     }
 
     public func health() async -> VaultHealth {
@@ -256,7 +281,7 @@ public final class FileVault: SecretVault {
         var sealed: String
     }
 
-    enum LookupOutcome {
+    enum LookupOutcome: Sendable {
         case found([UInt8])
         case none
         /// Sealed with a key that is gone; the file is deleted.
