@@ -122,6 +122,13 @@ struct FileVaultTests {
             "\(doctor.out)")
         #expect(findings["secret-service"]?["status"] == "ok", "\(doctor.out)")
         #expect(findings["keyring-default"] == nil && findings["keyring-unlocked"] == nil, "\(doctor.out)")
+        // Over SSH without a session bus: only a warning with the file vault.
+        var noBus = h.environment()
+        noBus["DBUS_SESSION_BUS_ADDRESS"] = "unix:path=" + h.dir + "/no-bus"
+        let bare = try runProgram(
+            binDirectory + "/browser-login", ["--socket", h.socketPath, "doctor", "--json"], environment: noBus)
+        let sessionBus = try JSONValue.parse(bare.out).arrayValue?.first { $0["check"] == "session-bus" }
+        #expect(sessionBus?["status"] == "warning", "\(bare.out)")
 
         // The tokens, read as the broker reads them, are nowhere in clear.
         let item = try #require(try await vault.lookup(attributes: ["kind": "session", "client": Self.notes]))
