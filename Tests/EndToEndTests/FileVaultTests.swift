@@ -202,6 +202,28 @@ struct FileVaultTests {
         #expect(try h.rpc().call("session.get", params: ["client": .string(Self.notes)])["status"] == "signedIn")
     }
 
+    @Test func vaultDirectoryMovesTheVaultAndConfigNamesTheFile() async throws {
+        let (h, bus) = try Self.world(nil)
+        defer { bus.stop() }
+        let directory = h.dir + "/elsewhere/vault"
+        let conf = h.dir + "/other.conf"
+        try Data("[Broker]\nVault=file\nVaultDirectory=\(directory)\n".utf8).write(to: URL(fileURLWithPath: conf))
+        let vault = try FileVault(directory: directory)
+        defer { vault.keyring.remove() }
+        try h.startBroker(arguments: ["--config", conf])
+        #expect(try h.rpc().call("broker.info")["vaultDetail"]?.stringValue?.contains(vault.directory) == true)
+        try h.signIn()
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory).contains { $0.hasSuffix(".item") })
+        #expect(!FileManager.default.fileExists(atPath: Self.vaultDirectory(h)))
+        #expect(try await vault.lookup(attributes: ["kind": "session", "client": Self.notes]) != nil)
+
+        // --config names a file that must exist.
+        let missing = try runProgram(
+            binDirectory + "/browser-login-broker", ["--config", h.dir + "/none.conf", "--check-config"],
+            environment: h.environment())
+        #expect(missing.status == 78 && missing.out.contains("none.conf"), "\(missing)")
+    }
+
     @Test func withoutBrokerConfTheSecretServiceIsUsedNeverTheFileVault() throws {
         let (h, bus) = try Self.world(nil)
         defer { bus.stop() }
