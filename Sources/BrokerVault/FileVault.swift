@@ -162,8 +162,7 @@ public final class FileVault: SecretVault {
         let lookup = lock.withLock { _ in keyring.find() }
         var health: VaultHealth
         switch lookup {
-        case .present(var key):
-            key.resetBytes()
+        case .present:
             health = VaultHealth(
                 available: true, locked: false,
                 detail:
@@ -212,9 +211,8 @@ public final class FileVault: SecretVault {
                 return report
             case .absent:
                 currentId = nil
-            case .present(var key):
+            case .present(let key):
                 currentId = Self.keyId(key)
-                key.resetBytes()
                 report.keyPresent = true
             }
             for name in names.sorted() where name.hasSuffix(Self.suffix) {
