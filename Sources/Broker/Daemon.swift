@@ -37,6 +37,8 @@ public struct DaemonOptions: Sendable {
     public var retentionMilliseconds = BrokerEngine.defaultRetentionMilliseconds
     /// `--max-connections`: RPC connections served at once (docs/rpc.md, Limits).
     public var maxConnections = RPCServerConfiguration.defaultMaxConnections
+    /// `--config`: broker.conf (default $XDG_CONFIG_HOME/browser-login/broker.conf).
+    public var configPath: String?
 
     public static let command = Command(
         "browser-login-broker",
@@ -67,7 +69,13 @@ public struct DaemonOptions: Sendable {
                 "max-connections", "N",
                 "serve at most N RPC connections (default 512); at the limit the connection idle longest is closed to make room, else new ones get BUSY (32 more for processes with none open)"
             ),
-            .flag("check-config", "validate the client files, print the problems, and exit (status 78 when a file is refused)"),
+            .value(
+                "config", "FILE",
+                "the broker's settings (default $XDG_CONFIG_HOME/browser-login/broker.conf, optional): Vault=secret-service or Vault=file; see docs/operations.md"
+            ),
+            .flag(
+                "check-config",
+                "validate broker.conf and the client files, print the problems, and exit (status 78 when a file is refused)"),
             .flag(
                 "check-servers",
                 "ask each client's login server whether it speaks the protocol (or read its OAuth provider's metadata), print one line per client, and exit (status 69 when one does not answer); --json for JSON"
@@ -91,7 +99,9 @@ public struct DaemonOptions: Sendable {
             ATTEMPT_ID=at_…; otherwise to stderr, one line per event with a journald
             priority prefix.
             Files: state.sqlite in the state directory; secrets live only in the
-            Secret Service keyring (schema org.browserlogin.Broker).
+            Secret Service keyring (schema org.browserlogin.Broker), or, with
+            Vault=file in broker.conf, in the file vault (vault/ in the state
+            directory), encrypted with a key held in the kernel's user keyring.
             """,
         synopsis: "browser-login-broker [OPTIONS]", title: "browser-login-broker — the browser-login daemon",
         optionsTitle: "Options:")
@@ -157,6 +167,7 @@ public struct DaemonOptions: Sendable {
             }
             options.maxConnections = n
         }
+        options.configPath = parsed["config"]
         options.checkConfig = parsed.has("check-config")
         options.checkServers = parsed.has("check-servers")
         options.json = parsed.has("json")
@@ -181,10 +192,24 @@ public enum BrokerDaemon {
                 problem.severity == .error ? .error : .warning, "client file problem",
                 ["file": problem.file, "key": problem.key ?? "-", "problem": problem.message])
         }
+        let configPath = options.configPath ?? BrokerConfig.defaultPath(paths)
+        let (brokerConfig, configProblems) = BrokerConfig.load(path: configPath, required: options.configPath != nil)
+        for problem in configProblems {
+            logger.log(
+                problem.severity == .error ? .error : .warning, "broker.conf problem",
+                ["file": problem.file, "key": problem.key ?? "-", "problem": problem.message])
+        }
         if options.checkConfig {
-            for problem in loaded.problems { print(problem.description) }
+            for problem in configProblems + loaded.problems { print(problem.description) }
             print("\(loaded.clients.count) client(s) valid in \(loaded.files.count) file(s)")
-            return loaded.problems.contains { $0.severity == .error } ? 78 : 0
+            let refused = (configProblems + loaded.problems).contains { $0.severity == .error }
+            return refused ? 78 : 0
+        }
+        guard let brokerConfig else {
+            logger.error(
+                "broker.conf is refused; fix it (browser-login-broker --check-config lists the problems)",
+                ["file": configPath, "code": "CONFIG_INVALID"])
+            return 78
         }
         if options.checkServers {
             return await ServerCheck.run(
@@ -228,6 +253,23 @@ public enum BrokerDaemon {
         }
         let listen: RPCServerConfiguration.Listen = passed.map { .fileDescriptor($0) } ?? .path(socketDescription)
 
+        let vault: any SecretVault
+        var fileVault: FileVault?
+        switch brokerConfig.vault {
+        case .secretService:
+            vault = SecretServiceVault()
+        case .file:
+            let directory = brokerConfig.vaultDirectory ?? stateDirectory + "/vault"
+            do {
+                let opened = try FileVault(directory: directory)
+                fileVault = opened
+                vault = opened
+            } catch {
+                logger.error("cannot open the file vault", ["path": directory, "error": error.message])
+                return 73
+            }
+        }
+
         Systemd.notify("STATUS=opening and migrating the state database")
         let transport = CurlTransport.broker(environment: environment, logger: logger)
         let metadataCache = StoreMetadataCache(path: stateDirectory + "/state.sqlite")
@@ -235,7 +277,7 @@ public enum BrokerDaemon {
         do {
             engine = try BrokerEngine(
                 storePath: stateDirectory + "/state.sqlite", clients: loaded.clients,
-                vault: TestFaults.armed ? FaultingVault(base: SecretServiceVault()) : SecretServiceVault(),
+                vault: TestFaults.armed ? FaultingVault(base: vault) : vault,
                 makeServer: { client in
                     let server: any SignInProtocol
                     if let settings = client.provider {
@@ -288,6 +330,8 @@ public enum BrokerDaemon {
             logger.error("cannot listen on the socket", ["socket": socketDescription, "error": "\(error)"])
             return 71
         }
+
+        if let fileVault { await openFileVault(fileVault, engine: engine, logger: logger) }
 
         Systemd.notify("STATUS=recovering unfinished sign-ins")
         do { try await engine.recover() } catch {

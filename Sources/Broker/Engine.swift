@@ -105,7 +105,8 @@ public actor BrokerEngine {
 
     nonisolated func info(_ health: VaultHealth) -> BrokerInfo {
         BrokerInfo(
-            version: BrokerVersion.string, socket: socketPath, vaultAvailable: health.available && !health.locked,
+            version: BrokerVersion.string, socket: socketPath, vault: health.vault,
+            vaultAvailable: health.available && !health.locked,
             vaultLocked: health.locked, vaultDetail: health.detail)
     }
 

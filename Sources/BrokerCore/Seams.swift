@@ -28,10 +28,18 @@ public struct VaultHealth: Sendable, Equatable {
     public var available: Bool
     public var locked: Bool
     public var detail: String
-    public init(available: Bool, locked: Bool, detail: String) {
+    /// Which vault: `secret-service`, or `file` (`Vault=file` in broker.conf).
+    public var vault: String
+    /// The file vault: whether its key is in the kernel keyring now (nil for the Secret Service).
+    public var keyPresent: Bool?
+    public init(
+        available: Bool, locked: Bool, detail: String, vault: String = "secret-service", keyPresent: Bool? = nil
+    ) {
         self.available = available
         self.locked = locked
         self.detail = detail
+        self.vault = vault
+        self.keyPresent = keyPresent
     }
 }
 

@@ -344,14 +344,26 @@ let subcommands: [Subcommand] = [
     Subcommand(
         "session", summary: "show a client's session", arguments: ["CLIENT"], options: [json],
         help: """
-            Shows whether CLIENT is signed in, as which account, and until when.
-            Exit status 0 only when it is signed in; 1 (with the state printed)
-            when it is signed out, signing in, expired or revoked.
+            Shows whether CLIENT is signed in, as which account, and until when,
+            and (without --json) which vault keeps the broker's secrets:
+            secret-service, or file (Vault=file in broker.conf). Exit status 0
+            only when it is signed in; 1 (with the state printed) when it is
+            signed out, signing in, expired or revoked. A session signed out
+            with reason VAULT_KEY_LOST lost its tokens with the file vault's key
+            (the machine restarted): sign in again.
             """,
         run: { args, broker in
             let answer = try await broker.call(.sessionGet, params: encode(ClientParams(client: args.positionals[0])))
             let session: SessionView = try decode(answer)
-            if args.has("json") { printJSON(answer) } else { print(describeSession(session)) }
+            if args.has("json") {
+                printJSON(answer)
+            } else {
+                print(describeSession(session))
+                // The vault is the broker's, not the session's: it comes from broker.info.
+                if let info: BrokerInfo = try? decode(try await broker.call(.brokerInfo, params: nil)) {
+                    print("vault: \(info.vault)")
+                }
+            }
             return session.status == .signedIn ? .ok : .failure
         }),
     Subcommand(
