@@ -38,6 +38,8 @@ public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, Cu
     public static let otpExpired = ServerErrorCode("OTP_EXPIRED")
     public static let otpMaxAttempts = ServerErrorCode("OTP_MAX_ATTEMPTS")
     public static let internalError = ServerErrorCode("INTERNAL_ERROR")
+    /// The hosted page's sign-in start: a redirect target the server's `emailRedirectUris` do not cover.
+    public static let invalidRedirectURI = ServerErrorCode("INVALID_REDIRECT_URI")
 
     /// The HTTP status a server answers with this code (docs/protocol.md §5, §6, §8).
     public var httpStatus: Int {
@@ -53,6 +55,7 @@ public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, Cu
         case .attemptExpired, .attemptCancelled: 410
         case .payloadTooLarge: 413
         case .rateLimited: 429
+        case .invalidRedirectURI: 400
         default: 500
         }
     }

@@ -44,6 +44,9 @@ extension ServerConfiguration {
         var rateLimits: Limits?
         var connectionLimit: Int?
         var testExchangeDelayMillis: Int64?
+        var emailRedirectUris: [String]?
+        var email: MailConfigFile.Email?
+        var smtp: MailConfigFile.SMTP?
     }
 
     private static let knownMembers: [String: Set<String>] = [
@@ -52,11 +55,14 @@ extension ServerConfiguration {
             "accessTokenLifetimeMillis", "refreshGraceMillis", "signInCodeLifetimeMillis", "database", "secretKey",
             "outbox", "tls", "testAccounts", "trustForwardedFor", "rateLimits", "connectionLimit",
             "testExchangeDelayMillis", "$comment",
+            "emailRedirectUris", "email", "smtp",
         ],
         "tls": ["certificate", "key"],
         "rateLimits": ["create", "exchange", "codeEntry"],
         "rateLimit": ["burst", "perMinute"],
         "client": ["clientId", "appName", "returnUrls", "policy"],
+        "email": MailConfigFile.emailMembers,
+        "smtp": MailConfigFile.smtpMembers,
     ]
 
     /// Parses a configuration file. Relative paths in it are resolved
@@ -137,6 +143,7 @@ extension ServerConfiguration {
             }
             c.clients.append(ClientRegistration(clientId: id, appName: appName, returnUrls: returnUrls, policy: policy))
         }
+        try MailConfigFile.apply(redirects: file.emailRedirectUris, email: file.email, smtp: file.smtp, to: &c, path: path)
         return c
     }
 
@@ -152,6 +159,8 @@ extension ServerConfiguration {
         try check(root, "", "")
         try check(root["tls"], "tls", "tls")
         try check(root["rateLimits"], "rateLimits", "rateLimits")
+        try check(root["email"], "email", "email")
+        try check(root["smtp"], "smtp", "smtp")
         if let limits = root["rateLimits"] as? [String: Any] {
             for (name, value) in limits { try check(value, "rateLimit", "rateLimits." + name) }
         }

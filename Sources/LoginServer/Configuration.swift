@@ -95,6 +95,13 @@ public struct ServerConfiguration: Sendable {
     /// FOR TESTS ONLY: the exchange route sleeps this long after committing
     /// the exchange and before answering, so a test can kill the client in between.
     public var testExchangeDelayMillis: Int64 = 0
+    /// Where a sign-in email may carry a sign-in link (docs/server.md, "Email"):
+    /// http(s) origins and custom `scheme://authority` entries. Empty: code-only email.
+    public var emailRedirectUris: [String] = []
+    /// The sign-in email's sender and templates.
+    public var email = EmailSettings()
+    /// Deliver mail over SMTP; nil: write it to the outbox directory.
+    public var smtp: SMTPConfiguration?
 
     public init() {}
 
@@ -185,6 +192,7 @@ public struct ServerConfiguration: Sendable {
         guard (0...600_000).contains(testExchangeDelayMillis) else {
             throw fail("testExchangeDelayMillis", "range", "the test exchange delay is 0 to 600000 milliseconds")
         }
+        try validateMail()
     }
 
 }
