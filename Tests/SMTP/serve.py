@@ -48,7 +48,7 @@ def authenticator(user, password):
     def check(server, session, envelope, mechanism, auth_data):
         ok = (mechanism in ("PLAIN", "LOGIN") and auth_data.login == user.encode()
               and auth_data.password == password.encode())
-        return AuthResult(success=ok, auth_data=auth_data if ok else None)
+        return AuthResult(success=ok, handled=False, auth_data=auth_data if ok else None)
     return check
 
 
