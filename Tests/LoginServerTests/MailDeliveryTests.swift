@@ -36,13 +36,16 @@ final class TestSMTPServer {
     let mailDirectory: String
 
     /// `tls`: a certificate and key (STARTTLS offered and required); `auth`: AUTH required.
-    init(in directory: String, tls: (certificate: String, key: String)? = nil, auth: Bool = false) throws {
+    init(
+        in directory: String, tls: (certificate: String, key: String)? = nil, implicitTLS: Bool = false, auth: Bool = false
+    ) throws {
         guard Self.isInstalled else {
             throw HarnessError("the test SMTP server is not installed (run scripts/smtp install)")
         }
         mailDirectory = directory + "/received"
         var arguments = [repositoryRoot + "/scripts/smtp", "serve", "--dir", mailDirectory]
         if let tls { arguments += ["--tls-cert", tls.certificate, "--tls-key", tls.key] }
+        if implicitTLS { arguments.append("--implicit-tls") }
         if auth { arguments += ["--user", Self.user, "--password-env", "BL_TEST_SMTP_PASSWORD"] }
         let process = try SpawnedProcess(
             arguments,
@@ -207,5 +210,23 @@ struct MailDeliveryTests {
         let parsed = try #require(MailFormat.parse(messages[0].raw))
         #expect(SignInEmail.code(in: parsed.text ?? "") != nil)
         #expect(SignInEmail.link(in: parsed.text ?? "") == nil, "no target: code-only")
+    }
+
+    @Test func smtpsIsTLSFromTheFirstByte() throws {
+        let directory = try TemporaryDirectory("smtp-test")
+        let tls = try certificate(in: directory.path)
+        let smtp = try TestSMTPServer(in: directory.path, tls: tls, implicitTLS: true, auth: true)
+        let server = try BinaryServer(
+            smtpServerConfig([
+                "url": "smtps://localhost:\(smtp.port)", "username": TestSMTPServer.user,
+                "passwordEnv": "BL_TEST_SERVER_SMTP_PASSWORD", "caFile": tls.certificate,
+            ]), environment: ["BL_TEST_SERVER_SMTP_PASSWORD": TestSMTPServer.password])
+        let answer = try server.browser().start(Self.email)
+        #expect(answer.status == 200, "\(answer.text) \(server.log)")
+        let messages = smtp.received()
+        try #require(messages.count == 1)
+        #expect(messages[0].envelope["tls"] as? Bool == true)
+        #expect(messages[0].envelope["user"] as? String == TestSMTPServer.user)
+        server.expectLogHasNone(of: [TestSMTPServer.password])
     }
 }
