@@ -138,8 +138,11 @@ extension LoginService {
         if target.origin?.serialized == issuer, target.parts.path == configuration.basePath + "/browser/login",
             let query = target.parts.query
         {
-            for pair in query.split(separator: "&") where pair.hasPrefix("attempt=") {
-                if let id = percentDecode(pair.dropFirst("attempt=".count)), !id.isEmpty { attemptIdHash = Records.hash(id) }
+            // The first `attempt`, as the page's script reads it (URLSearchParams.get).
+            if let pair = query.split(separator: "&").first(where: { $0.hasPrefix("attempt=") }),
+                let id = percentDecode(pair.dropFirst("attempt=".count)), !id.isEmpty
+            {
+                attemptIdHash = Records.hash(id)
             }
         }
         return EmailLinkPlan(target: target, attemptIdHash: attemptIdHash)
