@@ -62,7 +62,8 @@ public enum MailFormat {
     }
 
     /// `text` as it is when it is printable ASCII, else as RFC 2047 `B`
-    /// encoded words of at most 45 bytes of UTF-8 each (folded with CRLF SP).
+    /// encoded words of at most 39 bytes of UTF-8 each (folded with CRLF SP), so
+    /// a header line stays within 76 characters (RFC 2047 §2).
     static func encodedWords(_ text: String) -> String {
         if text.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) && !text.contains("=?") && text.utf8.count <= 900 {
             return text
@@ -71,7 +72,7 @@ public enum MailFormat {
         var chunk: [UInt8] = []
         for scalar in text.unicodeScalars {
             let bytes = Array(String(scalar).utf8)
-            if chunk.count + bytes.count > 45 {
+            if chunk.count + bytes.count > 39 {
                 words.append(chunk)
                 chunk = []
             }
