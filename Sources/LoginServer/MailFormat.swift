@@ -14,6 +14,8 @@ public enum MailFormat {
             "Subject: " + encodedWords(message.subject),
             "Date: " + rfc5322Date(millisecondsSince1970: date),
             "Message-ID: <" + messageId + ">",
+            // RFC 3834: no vacation replies to a sign-in email.
+            "Auto-Submitted: auto-generated",
             "MIME-Version: 1.0",
         ]
         func part(_ type: String, _ text: String) -> [String] {

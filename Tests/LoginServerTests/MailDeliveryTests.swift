@@ -142,6 +142,7 @@ struct MailDeliveryTests {
         #expect(parsed.header("To") == Self.email)
         #expect(parsed.subject == SignInEmail.defaultSubject)
         #expect(parsed.header("MIME-Version") == "1.0")
+        #expect(parsed.header("Auto-Submitted") == "auto-generated")
         #expect(parsed.header("Content-Type")?.hasPrefix("multipart/alternative; boundary=") == true)
         let messageId = try #require(parsed.header("Message-ID"))
         #expect(messageId.hasPrefix("<") && messageId.hasSuffix("@example.com>"))
