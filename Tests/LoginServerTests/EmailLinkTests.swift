@@ -179,7 +179,9 @@ import Testing
             "/relative", "", "javascript:alert(1)",
         ]
         for target in refused {
-            expectRefusal(try browser.start(Self.email, redirectUri: target), .invalidRedirectURI)
+            let answer = try browser.start(Self.email, redirectUri: target)
+            #expect(answer.status == 400)
+            expectRefusal(answer, .invalidRedirectURI)
         }
         // Never a silent code-only fallback: nothing was stored or sent.
         #expect(server.mail(to: Self.email).isEmpty)
