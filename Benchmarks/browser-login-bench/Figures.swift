@@ -190,10 +190,10 @@ enum Figures {
         var all: [Double] = []
         for _ in 0..<2 {
             _ = try cli(["status"])
-            _ = try cli(["session", world.clientIds[0]])
+            _ = try cli(["session", world.clientIds[0], "--json"])
         }
         for _ in 0..<reps {
-            base.append(try cli(["session", world.clientIds[0]]))
+            base.append(try cli(["session", world.clientIds[0], "--json"]))
             plain.append(try cli(["status"]))
             all.append(try cli(["status", "--all"]))
         }
@@ -202,12 +202,12 @@ enum Figures {
         let a = median(all)
         record(
             Row(
-                figure: "browser-login status, \(attempts) attempts", value: ms(p), baseline: ms(b) + " (CLI session)",
+                figure: "browser-login status, \(attempts) attempts", value: ms(p), baseline: ms(b) + " (CLI session --json)",
                 ratio: String(format: "%.2f×", p / b), target: "≤ 100 ms", met: p <= 100e6))
         record(
             Row(
                 figure: "browser-login status --all (newest 1000), \(attempts) attempts", value: ms(a),
-                baseline: ms(b) + " (CLI session)", ratio: String(format: "%.2f×", a / b), target: "(info)", met: nil))
+                baseline: ms(b) + " (CLI session --json)", ratio: String(format: "%.2f×", a / b), target: "(info)", met: nil))
         broker.stop()
         brokerStopped = true
         try pruneFigure(path: path, attempts: attempts, before: size)

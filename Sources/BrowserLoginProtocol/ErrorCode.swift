@@ -46,6 +46,8 @@ public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, Cu
     public static let waitlisted = ServerErrorCode("WAITLISTED")
     /// The address's domain is not in the server's `allowedDomains`.
     public static let domainNotAllowed = ServerErrorCode("DOMAIN_NOT_ALLOWED")
+    /// The hosted page's sign-in start: a redirect target the server's `emailRedirectUris` do not cover.
+    public static let invalidRedirectURI = ServerErrorCode("INVALID_REDIRECT_URI")
 
     /// The HTTP status a server answers with this code (docs/protocol.md §5, §6, §8).
     public var httpStatus: Int {
@@ -62,6 +64,7 @@ public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, Cu
         case .payloadTooLarge: 413
         case .rateLimited: 429
         case .invitationRequired, .invitationInvalid, .waitlisted, .domainNotAllowed: 403
+        case .invalidRedirectURI: 400
         default: 500
         }
     }

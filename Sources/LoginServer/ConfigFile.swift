@@ -48,6 +48,9 @@ extension ServerConfiguration {
         var waitlist: Bool?
         var allowedDomains: [String]?
         var invitationLifetimeMillis: Int64?
+        var emailRedirectUris: [String]?
+        var email: MailConfigFile.Email?
+        var smtp: MailConfigFile.SMTP?
     }
 
     private static let knownMembers: [String: Set<String>] = [
@@ -56,12 +59,14 @@ extension ServerConfiguration {
             "accessTokenLifetimeMillis", "refreshGraceMillis", "signInCodeLifetimeMillis", "database", "secretKey",
             "outbox", "tls", "testAccounts", "trustForwardedFor", "rateLimits", "connectionLimit",
             "testExchangeDelayMillis", "$comment", "signupMode", "waitlist", "allowedDomains",
-            "invitationLifetimeMillis",
+            "invitationLifetimeMillis", "emailRedirectUris", "email", "smtp",
         ],
         "tls": ["certificate", "key"],
         "rateLimits": ["create", "exchange", "codeEntry"],
         "rateLimit": ["burst", "perMinute"],
         "client": ["clientId", "appName", "returnUrls", "policy"],
+        "email": MailConfigFile.emailMembers,
+        "smtp": MailConfigFile.smtpMembers,
     ]
 
     /// Parses a configuration file. Relative paths in it are resolved
@@ -151,6 +156,7 @@ extension ServerConfiguration {
             }
             c.clients.append(ClientRegistration(clientId: id, appName: appName, returnUrls: returnUrls, policy: policy))
         }
+        try MailConfigFile.apply(redirects: file.emailRedirectUris, email: file.email, smtp: file.smtp, to: &c, path: path)
         return c
     }
 
@@ -166,6 +172,8 @@ extension ServerConfiguration {
         try check(root, "", "")
         try check(root["tls"], "tls", "tls")
         try check(root["rateLimits"], "rateLimits", "rateLimits")
+        try check(root["email"], "email", "email")
+        try check(root["smtp"], "smtp", "smtp")
         if let limits = root["rateLimits"] as? [String: Any] {
             for (name, value) in limits { try check(value, "rateLimit", "rateLimits." + name) }
         }

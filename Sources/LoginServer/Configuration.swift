@@ -103,6 +103,13 @@ public struct ServerConfiguration: Sendable {
     public var allowedDomains: [String] = []
     /// How long an invitation is valid (7 days).
     public var invitationLifetimeMillis: Int64 = 7 * 24 * 3_600_000
+    /// Where a sign-in email may carry a sign-in link (docs/server.md, "Email"):
+    /// http(s) origins and custom `scheme://authority` entries. Empty: code-only email.
+    public var emailRedirectUris: [String] = []
+    /// The sign-in email's sender and templates.
+    public var email = EmailSettings()
+    /// Deliver mail over SMTP; nil: write it to the outbox directory.
+    public var smtp: SMTPConfiguration?
 
     public init() {}
 
@@ -190,6 +197,7 @@ public struct ServerConfiguration: Sendable {
             throw fail("testExchangeDelayMillis", "range", "the test exchange delay is 0 to 600000 milliseconds")
         }
         try validateSignup()
+        try validateMail()
     }
 
 }

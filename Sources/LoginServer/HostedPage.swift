@@ -136,7 +136,18 @@ enum HostedPage {
             OTP_EXPIRED: "That code has expired. Ask for a new one.",
             OTP_MAX_ATTEMPTS: "Too many wrong codes. Ask for a new email.",
             RATE_LIMITED: "Too many tries. Wait a moment and try again.",
-            INVALID_REQUEST: "Enter a valid email address."
+            INVALID_REQUEST: "Enter a valid email address.",
+            INVALID_REDIRECT_URI: "This server may not send sign-in emails for this page. Ask its administrator to " +
+              "add the page's origin to emailRedirectUris."
+          };
+          // The sign-in link of the email (docs/protocol.md, the hosted page): its token is in the fragment.
+          const linkMessages = {
+            BROWSER_MISMATCH: "This sign-in link was opened in a different browser from the one where you started. " +
+              "Go back to the sign-in page where you asked for the email and type the 6-digit code from the same " +
+              "email there; this browser cannot continue that sign-in.",
+            OTP_EXPIRED: "This sign-in link was already used or has expired. Ask for a new email.",
+            OTP_INVALID: "This sign-in link is damaged. Type the code from the email instead.",
+            OTP_MAX_ATTEMPTS: "Too many wrong codes or links. Ask for a new email."
           };
 
           function show(id, visible) { $(id).hidden = !visible; }
@@ -230,10 +241,13 @@ enum HostedPage {
           $("email-form").addEventListener("submit", async (event) => {
             event.preventDefault();
             const email = $("email").value.trim();
-            const answer = await call("POST", "/browser/signin/start", { email: email });
+            const page = window.location.origin + window.location.pathname + window.location.search;
+            const answer = await call("POST", "/browser/signin/start", { email: email, redirectUri: page });
             if (answer.status !== 200) { sayError(answer); return; }
             show("code-form", true);
-            say("We sent a code to " + email + ".");
+            say(answer.data && answer.data.linkSent
+              ? "We sent a code and a sign-in link to " + email + ". Type the code here, or open the link in this browser."
+              : "We sent a code to " + email + ".");
             $("code").focus();
           });
 
@@ -300,7 +314,30 @@ enum HostedPage {
               $("invite").value = inviteFromLink;
               show("invite-field", true);
             }
+            const linkToken = new URLSearchParams((window.location.hash || "").slice(1)).get("signin_token");
+            if (linkToken) {
+              // Off the address bar and the history before it is used.
+              window.history.replaceState(null, "", window.location.pathname + window.location.search);
+              await signInWithLink(linkToken);
+              return;
+            }
             await withSession();
+          }
+
+          async function signInWithLink(token) {
+            say("Signing you in…");
+            const invite = $("invite").value.trim();
+            const answer = await call("POST", "/browser/signin/link",
+                                      { token: token, attemptId: attemptId, invite: invite === "" ? undefined : invite });
+            if (answer.status === 200) { await withSession(); return; }
+            const code = codeOf(answer);
+            say(linkMessages[code] || errorMessages[code] || "Something went wrong. Try again.");
+            if (code === "BROWSER_MISMATCH") {
+              ["signin", "confirm", "cancel"].forEach((id) => show(id, false));
+            } else {
+              show("signin", true);
+              show("email-form", true);
+            }
           }
 
           window.addEventListener("pageshow", (event) => { if (event.persisted && leaving) { say(""); } });

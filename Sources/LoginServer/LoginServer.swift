@@ -47,7 +47,9 @@ public final class LoginServer: Sendable {
         }
         self.store = store
         let secret = try ServerSecret.loadOrCreate(path: configuration.resolvedSecretKeyPath)
-        let sender = mailer ?? OutboxMailSender(directory: configuration.resolvedOutboxPath)
+        let sender: any MailSender =
+            try mailer ?? configuration.smtp.map { try SMTPMailSender($0) }
+            ?? OutboxMailSender(directory: configuration.resolvedOutboxPath)
 
         let slot = ServiceSlot()
         let http = try HTTPServer(

@@ -151,11 +151,13 @@ public enum ServerCommand {
         if let readyFile { _ = FileManager.default.createFile(atPath: readyFile, contents: Data((server.listenURL + "\n").utf8)) }
         print("browser-login-server: listening on \(server.listenURL)")
         fflush(nil)
+        ServiceManager.notify("READY=1\nSTATUS=listening on \(server.listenURL)")
 
         let done = DispatchSemaphore(value: 0)
         let signals = SignalWatcher(signals: [SIGTERM, SIGINT]) { _ in done.signal() }
         done.wait()
         Log.info("stopping")
+        ServiceManager.notify("STOPPING=1")
         server.stop()
         signals.cancel()
         return 0

@@ -110,6 +110,7 @@ enum Schema {
             );
             CREATE INDEX notes_user ON notes(user_id, created_at);
             """),
+        EmailLinks.migration,
         Migration(
             "0008-signup",
             """
