@@ -51,6 +51,8 @@ let package = Package(
             name: "LoginServer",
             dependencies: [
                 "BrowserLoginProtocol", "CommandLineKit", "SQLiteSupport", "SystemSupport", "CMicroHTTPD", "CCrypto",
+                // Sign-in with an upstream OpenID provider (docs/server.md): the broker's OAuth, JOSE and HTTP code.
+                "BrokerOAuth", "BrokerJOSE", "BrokerHTTP", "BrokerCore",
             ]),
         .executableTarget(name: "browser-login-server", dependencies: ["LoginServer"]),
         .target(name: "ScriptedBrowser", dependencies: ["BrowserLoginProtocol", "CurlSupport"]),

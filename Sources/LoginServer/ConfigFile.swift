@@ -52,6 +52,7 @@ extension ServerConfiguration {
             "accessTokenLifetimeMillis", "refreshGraceMillis", "signInCodeLifetimeMillis", "database", "secretKey",
             "outbox", "tls", "testAccounts", "trustForwardedFor", "rateLimits", "connectionLimit",
             "testExchangeDelayMillis", "$comment",
+            "upstreamProviders",
         ],
         "tls": ["certificate", "key"],
         "rateLimits": ["create", "exchange", "codeEntry"],
@@ -137,6 +138,7 @@ extension ServerConfiguration {
             }
             c.clients.append(ClientRegistration(clientId: id, appName: appName, returnUrls: returnUrls, policy: policy))
         }
+        c.upstreamProviders = try loadUpstreamProviders(json: data, relativeTo: directory)
         return c
     }
 

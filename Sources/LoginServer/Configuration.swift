@@ -95,6 +95,8 @@ public struct ServerConfiguration: Sendable {
     /// FOR TESTS ONLY: the exchange route sleeps this long after committing
     /// the exchange and before answering, so a test can kill the client in between.
     public var testExchangeDelayMillis: Int64 = 0
+    /// Upstream OpenID providers offered on the hosted page (docs/server.md).
+    public var upstreamProviders: [UpstreamProviderConfiguration] = []
 
     public init() {}
 
@@ -185,6 +187,7 @@ public struct ServerConfiguration: Sendable {
         guard (0...600_000).contains(testExchangeDelayMillis) else {
             throw fail("testExchangeDelayMillis", "range", "the test exchange delay is 0 to 600000 milliseconds")
         }
+        try validateUpstreamProviders()
     }
 
 }
