@@ -269,6 +269,23 @@ import Testing
         #expect(try browser.currentSession() == nil)
     }
 
+    /// A disabled user comes back from the provider to a page that says to
+    /// ask an administrator (`AUTH_USER_DISABLED`), signed out.
+    @Test func aDisabledUserIsToldToAskAnAdministrator() throws {
+        let world = try UpstreamWorld()
+        #expect(try world.signIn(try world.browser()).status == 303)
+        let disabled = try runProgram(
+            binDirectory + "/browser-login-server",
+            ["users", "disable", "alice@example.com", "--database", world.h.dir + "/server/server.sqlite"])
+        #expect(disabled.status == 0, "\(disabled.err)")
+        let browser = try world.browser()
+        let answer = try world.signIn(browser)
+        #expect(answer.status == 403)
+        #expect(answer.text.contains("AUTH_USER_DISABLED"), "\(answer.text)")
+        #expect(answer.text.contains("Ask an administrator"))
+        #expect(try browser.currentSession() == nil)
+    }
+
     /// The start route: only the browser the attempt is bound to, only a
     /// configured provider, and a provider whose discovery names another
     /// issuer than the configured one is refused before anyone leaves.
@@ -381,6 +398,15 @@ final class UpstreamWorld {
         let cookie = answer.headers("set-cookie").first { $0.hasPrefix("__Host-bl_upstream=") }
         let handle = cookie.flatMap { $0.dropFirst("__Host-bl_upstream=".count).split(separator: ".").first }.map(String.init)
         return Started(authorizeUrl: url, handle: handle)
+    }
+
+    /// A whole sign-in of `user` with the provider in `browser` for a new
+    /// attempt: the answer to the redirect back.
+    func signIn(_ browser: ScriptedBrowser, user: String = "alice") throws -> HTTPAnswer {
+        let attempt = try createAttempt()
+        try browser.loadPage(attempt.authorizeUrl)
+        let start = try startUpstream(browser, attemptId: attempt.attemptId)
+        return try browser.request("GET", try provider.authorize(start.authorizeUrl, user: user), stateChanging: false)
     }
 
     struct Attempt {
