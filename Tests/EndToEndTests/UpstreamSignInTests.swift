@@ -107,6 +107,19 @@ import Testing
         #expect(issued["session"]?["account"]?["email"] == "alice@example.com")
     }
 
+    /// A public client (no secret): PKCE alone protects the code.
+    @Test func aPublicClientSignsInWithPKCEAlone() throws {
+        let world = try UpstreamWorld(name: "public", publicClient: true)
+        let attempt = try world.createAttempt()
+        let browser = try world.browser()
+        try browser.loadPage(attempt.authorizeUrl)
+        let start = try world.startUpstream(browser, attemptId: attempt.attemptId, provider: "public")
+        #expect(start.authorizeUrl.contains("client_id=login-server-public"))
+        let landed = try browser.request("GET", try world.provider.authorize(start.authorizeUrl), stateChanging: false)
+        #expect(landed.status == 303, "\(landed.text)")
+        #expect(try browser.currentSession()?.authMethod == "public")
+    }
+
     /// A redirect on any address but a configured redirect URI, compared as
     /// strings, is refused with `INVALID_REDIRECT_URI` and changes nothing:
     /// the round trip still completes on its own redirect URI.
@@ -315,15 +328,19 @@ final class UpstreamWorld {
     let tokenProxy: TokenProxy?
     let port: Int
     var origin: String { "http://127.0.0.1:\(port)" }
-    var callbackURI: String { origin + "/browser-login/browser/upstream/callback/dot" }
+    let segment: String
+    var callbackURI: String { origin + "/browser-login/browser/upstream/callback/" + segment }
 
     /// - Parameters:
     ///   - name: the provider's name (nil: none, so `oidc`).
     ///   - secondProvider: also `dot2`, the same client on `…/callback/dot2`.
     ///   - secondIssuerSuffix: appended to `dot2`'s issuer (a wrong issuer).
-    init(name: String? = "dot", tokenProxy useProxy: Bool = false, secondProvider: Bool = false, secondIssuerSuffix: String = "")
-        throws
-    {
+    ///   - publicClient: the provider's public client `login-server-public` (no secret) on `…/callback/public`.
+    init(
+        name: String? = "dot", tokenProxy useProxy: Bool = false, secondProvider: Bool = false,
+        secondIssuerSuffix: String = "", publicClient: Bool = false
+    ) throws {
+        segment = publicClient ? "public" : "dot"
         h = try Harness()
         provider = try TestProvider.start(in: h.dir + "/provider")
         tokenProxy =
@@ -334,9 +351,10 @@ final class UpstreamWorld {
         port = try Tinyproxy.freeLoopbackPort()
         try "login-server-secret\n".write(toFile: h.dir + "/server/dot-secret", atomically: true, encoding: .utf8)
         var dot: [String: Any] = [
-            "issuer": provider.issuer, "clientId": "login-server", "clientSecretFile": "dot-secret",
+            "issuer": provider.issuer, "clientId": publicClient ? "login-server-public" : "login-server",
             "scopes": ["openid", "email", "profile"], "redirectUris": [callbackURI],
         ]
+        if !publicClient { dot["clientSecretFile"] = "dot-secret" }
         if let name { dot["name"] = name }
         if let tokenProxy { dot["tokenEndpoint"] = tokenProxy.tokenEndpoint }
         var providers = [dot]

@@ -51,6 +51,16 @@ def applications(model):
             "skip_authorization": False,
             "client_secret": "login-server-secret",
         },
+        {
+            # The same as a public client (no secret: PKCE alone).
+            "client_id": "login-server-public",
+            "name": "Browser Login server (public)",
+            "client_type": model.CLIENT_PUBLIC,
+            "authorization_grant_type": model.GRANT_AUTHORIZATION_CODE,
+            "redirect_uris": "http://127.0.0.1/browser-login/browser/upstream/callback/public",
+            "algorithm": model.RS256_ALGORITHM,
+            "skip_authorization": False,
+        },
     ]
 
 
