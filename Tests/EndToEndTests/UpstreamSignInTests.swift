@@ -72,11 +72,23 @@ import Testing
         let derived = try world.derived(handle)
         #expect(derived.state == CallbackURL.value(redirect, "state").flatMap { percentDecode($0[...]) })
         #expect(derived.nonce == CallbackURL.value(providerURL, "nonce").flatMap { percentDecode($0[...]) })
-        let secrets: [(String, String)] = [
-            ("code", try #require(CallbackURL.value(redirect, "code").flatMap { percentDecode($0[...]) })),
-            ("state", derived.state), ("nonce", derived.nonce), ("verifier", derived.verifier), ("handle", handle),
-            ("client secret", "login-server-secret"), ("attempt id", attemptId),
-        ]
+        // The tokens the provider issued to the server, from its own database.
+        let issued = try runProgram(
+            TestProvider.virtualEnvironment + "/bin/python",
+            [
+                "-c",
+                "import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); print('\\n'.join(r[0] for r in db.execute("
+                    + "'SELECT token FROM oauth2_provider_accesstoken UNION ALL SELECT token FROM oauth2_provider_refreshtoken') if r[0]))",
+                world.provider.directory + "/provider.sqlite3",
+            ])
+        let tokens = issued.out.split(separator: "\n").map(String.init).filter { !$0.isEmpty }
+        #expect(issued.status == 0 && tokens.count >= 1, "\(issued.err)")
+        let secrets: [(String, String)] =
+            [
+                ("code", try #require(CallbackURL.value(redirect, "code").flatMap { percentDecode($0[...]) })),
+                ("state", derived.state), ("nonce", derived.nonce), ("verifier", derived.verifier), ("handle", handle),
+                ("client secret", "login-server-secret"), ("attempt id", attemptId),
+            ] + tokens.map { ("provider's token", $0) }
         h.stopServer()
         let log = try String(contentsOfFile: h.dir + "/server.log", encoding: .utf8)
         #expect(log.contains("upstream sign-in completed"), "\(log)")
