@@ -30,7 +30,7 @@ public struct IDTokenClaims: Sendable, Equatable {
     /// `tid` (Microsoft Entra's tenant id).
     public var tenantId: String?
     public var authTime: Int64?
-    /// `email_verified` (OIDC Core §5.1): nil when absent. A value that is
+    /// `email_verified` (OIDC Core §5.1): nil when absent or null. A value that is
     /// neither a boolean nor the string "true"/"false" (some providers send
     /// strings) reads as false, so that it never vouches for an address.
     public var emailVerified: Bool?

@@ -77,11 +77,11 @@ struct JSONObject: Sendable {
         }
     }
 
-    /// A boolean member (or the string "true" / "false"), nil when absent;
-    /// any other value is false.
+    /// A boolean member (or the string "true" / "false"), nil when absent or
+    /// null; any other value is false.
     func flag(_ name: String) -> Bool? {
         switch self[name] {
-        case nil: return nil
+        case nil, .null?: return nil
         case .bool(let value): return value
         case .string(let text): return text == "true"
         default: return false
