@@ -166,10 +166,12 @@ extension LoginService {
     /// or an error page with its code and what to do.
     func upstreamCallback(_ request: HTTPServerRequest) throws(APIError) -> HTTPServerResponse {
         var attemptId: String?
+        var providerName = "none"
         var clearCookie = false
         do throws(UpstreamFailure) {
             let redirectURI = issuer + request.path
             guard let entry = upstream.entry(redirectURI: redirectURI) else { throw .invalidRedirectURI() }
+            providerName = entry.name
             let cookie = request.cookies[Self.upstreamCookie].flatMap { value -> (String, String)? in
                 guard let dot = value.firstIndex(of: "."), dot != value.startIndex else { return nil }
                 let id = String(value[value.index(after: dot)...])
@@ -226,7 +228,7 @@ extension LoginService {
                     cookieHeader(name: Self.upstreamCookie, value: "", maxAgeSeconds: 0),
                 ])
         } catch {
-            Log.warning("upstream sign-in refused", ["code": error.code])
+            Log.warning("upstream sign-in refused", ["provider": providerName, "code": error.code])
             var headers: [(name: String, value: String)] = []
             if clearCookie { headers.append(cookieHeader(name: Self.upstreamCookie, value: "", maxAgeSeconds: 0)) }
             let back = attemptId.map { configuration.basePath + "/browser/login?attempt=" + percentEncode($0) }
