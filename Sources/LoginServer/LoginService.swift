@@ -20,6 +20,8 @@ final class LoginService: Sendable {
     let rateLimiter = RateLimiter()
     let mailer: any MailSender
     let testAccounts: [EmailAddress]
+    /// The upstream OpenID providers of the hosted page (UpstreamSignIn.swift).
+    let upstream: UpstreamProviders
 
     init(
         configuration: ServerConfiguration, issuer: String, store: Store, secret: [UInt8], clock: @escaping ServerClock,
@@ -33,6 +35,7 @@ final class LoginService: Sendable {
         self.clock = clock
         self.mailer = mailer
         self.testAccounts = configuration.testAccounts.compactMap(EmailAddress.init)
+        self.upstream = UpstreamProviders(configuration.upstreamProviders, clock: clock)
     }
 
     // MARK: Routing
