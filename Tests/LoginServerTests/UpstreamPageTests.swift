@@ -113,27 +113,10 @@ import Testing
         "use strict";
         const { execFileSync } = require("child_process");
         const [authorizeUrl, providerScript] = process.argv.slice(2);
-        const origin = new URL(authorizeUrl).origin;
         const jar = new Map();
 
-        async function browserFetch(url, init = {}) {
-          const target = new URL(url, authorizeUrl);
-          const headers = Object.assign({}, init.headers || {});
-          if (jar.size) headers["Cookie"] = [...jar].map(([k, v]) => k + "=" + v).join("; ");
-          const method = init.method || "GET";
-          if (method !== "GET") { headers["Origin"] = origin; }
-          headers["Sec-Fetch-Site"] = init.site || "same-origin";
-          const response = await fetch(target, { method, headers, body: init.body, redirect: "manual" });
-          for (const cookie of response.headers.getSetCookie()) {
-            const [pair, ...attributes] = cookie.split(";");
-            const eq = pair.indexOf("=");
-            const name = pair.slice(0, eq).trim(), value = pair.slice(eq + 1).trim();
-            if (attributes.some((a) => a.trim() === "Max-Age=0")) jar.delete(name); else jar.set(name, value);
-          }
-          return response;
-        }
-
-        const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+        const pageAddress = authorizeUrl;
+        \#(PageDriver.prelude)
 
         // One page load: its elements, its script running, and where it navigated.
         async function openPage(url) {
