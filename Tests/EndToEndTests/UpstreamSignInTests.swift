@@ -360,7 +360,7 @@ final class UpstreamWorld {
             ? try TokenProxy(
                 dir: h.dir + "/token-proxy", upstreamPort: provider.port, signingKey: provider.directory + "/oidc-rsa.pem")
             : nil
-        port = try Tinyproxy.freeLoopbackPort()
+        port = try freeLoopbackPort()
         try "login-server-secret\n".write(toFile: h.dir + "/server/dot-secret", atomically: true, encoding: .utf8)
         var dot: [String: Any] = [
             "issuer": provider.issuer, "clientId": publicClient ? "login-server-public" : "login-server",

@@ -85,23 +85,6 @@ import Testing
         #expect(try browser.currentSession() == nil)
     }
 
-    static func freeLoopbackPort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw HarnessError("socket failed") }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
-            }
-        }
-        guard bound else { throw HarnessError("bind failed") }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
-
     /// Runs the hosted page's own script (login.js from the server) in Node
     /// with a minimal DOM and a cookie jar, as a browser would: presses
     /// "Sign in with dot", lets the provider's scripted browser sign alice in
