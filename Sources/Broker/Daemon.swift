@@ -364,9 +364,10 @@ public enum BrokerDaemon {
         services.append(.init(RPCService(server: server, logger: logger), endsGroup: true))
         logger.notice(
             "serving", ["socket": socketDescription, "clients": "\(loaded.clients.count)", "state": stateDirectory])
+        let group = ServiceGroup(services)
         Systemd.notify("READY=1\nSTATUS=serving \(loaded.clients.count) client(s)")
 
-        await ServiceGroup(services).run { trigger in
+        await group.run { trigger in
             guard case .signal(let signal) = trigger else { return }
             logger.notice("stopping", ["signal": SignalWatcher.name(signal)])
             Systemd.notify("STOPPING=1\nSTATUS=stopping")

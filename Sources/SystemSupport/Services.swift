@@ -38,10 +38,14 @@ public struct ServiceGroup: Sendable {
 
     public let entries: [Entry]
     public let signals: [Int32]
+    /// The signals, watched from `init` on: make the group before telling
+    /// systemd it is ready, so a stop that comes right after is never lost.
+    private let signalStream: AsyncStream<Int32>
 
     public init(_ entries: [Entry], signals: [Int32] = [SIGTERM, SIGINT]) {
         self.entries = entries
         self.signals = signals
+        signalStream = SignalWatcher.stream(signals)
     }
 
     /// Runs the services until the group shuts down; `willShutdown` is called
@@ -52,7 +56,7 @@ public struct ServiceGroup: Sendable {
             case finished(Int, (any Error)?)
             case signal(Int32)
         }
-        let signalStream = SignalWatcher.stream(signals)
+        let signalStream = self.signalStream
         return await withTaskGroup(of: Event?.self) { group in
             for (index, entry) in entries.enumerated() {
                 group.addTask {
