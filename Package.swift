@@ -23,6 +23,8 @@ let package = Package(
     ],
     targets: [
         cLibrary("CSQLite", pkgConfig: "sqlite3", apt: ["libsqlite3-dev"]),
+        // The reference server's PostgreSQL store (libpq).
+        cLibrary("CPostgres", pkgConfig: "libpq", apt: ["libpq-dev"]),
         cLibrary("CSecret", pkgConfig: "libsecret-1", apt: ["libsecret-1-dev"]),
         cLibrary("CCrypto", pkgConfig: "libcrypto", apt: ["libssl-dev"]),
         cLibrary("CCurl", pkgConfig: "libcurl", apt: ["libcurl4-openssl-dev"]),
@@ -46,11 +48,14 @@ let package = Package(
         .target(name: "SystemSupport"),
         .target(name: "CurlSupport", dependencies: ["CCurl"]),
         .target(name: "SQLiteSupport", dependencies: ["CSQLite"]),
+        // One libpq connection, its errors and migrations; rows are SQLiteSupport's `Row` values.
+        .target(name: "PostgresSupport", dependencies: ["CPostgres", "SQLiteSupport"]),
         // The reference login server.
         .target(
             name: "LoginServer",
             dependencies: [
                 "BrowserLoginProtocol", "CommandLineKit", "SQLiteSupport", "SystemSupport", "CMicroHTTPD", "CCrypto",
+                "PostgresSupport",
             ]),
         .executableTarget(name: "browser-login-server", dependencies: ["LoginServer"]),
         .target(name: "ScriptedBrowser", dependencies: ["BrowserLoginProtocol", "CurlSupport"]),

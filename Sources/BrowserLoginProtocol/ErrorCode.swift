@@ -38,6 +38,9 @@ public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, Cu
     public static let otpExpired = ServerErrorCode("OTP_EXPIRED")
     public static let otpMaxAttempts = ServerErrorCode("OTP_MAX_ATTEMPTS")
     public static let internalError = ServerErrorCode("INTERNAL_ERROR")
+    /// The server's database cannot be reached now (it went away, or is too
+    /// busy): nothing was decided; retry after `Retry-After` seconds.
+    public static let serviceUnavailable = ServerErrorCode("SERVICE_UNAVAILABLE")
 
     /// The HTTP status a server answers with this code (docs/protocol.md §5, §6, §8).
     public var httpStatus: Int {
@@ -53,6 +56,7 @@ public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, Cu
         case .attemptExpired, .attemptCancelled: 410
         case .payloadTooLarge: 413
         case .rateLimited: 429
+        case .serviceUnavailable: 503
         default: 500
         }
     }

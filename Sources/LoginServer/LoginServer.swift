@@ -40,13 +40,22 @@ public final class LoginServer: Sendable {
             }
             tls = (key, certificate)
         }
+        let location = DatabaseLocation(configuration.databasePath)
+        // The secret first: a PostgreSQL server without one fails before it connects.
+        let secret = try ServerSecret.load(configuration, location: location)
         let store: Store
-        do { store = try Store(path: configuration.databasePath) } catch {
-            throw ConfigurationError(
-                field: "database", rule: "openable", message: "cannot open the SQLite database (\(error))")
+        do { store = try Store(location: location) } catch {
+            switch location {
+            case .sqlite:
+                throw ConfigurationError(
+                    field: "database", rule: "openable", message: "cannot open the SQLite database (\(error))")
+            case .postgres:
+                throw ConfigurationError(
+                    field: "database", rule: "reachable",
+                    message: "cannot use the PostgreSQL database \(location.redacted) (\(error)); check that it runs and the URL")
+            }
         }
         self.store = store
-        let secret = try ServerSecret.loadOrCreate(path: configuration.resolvedSecretKeyPath)
         let sender = mailer ?? OutboxMailSender(directory: configuration.resolvedOutboxPath)
 
         let slot = ServiceSlot()
