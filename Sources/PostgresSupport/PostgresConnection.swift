@@ -58,7 +58,10 @@ public final class PostgresConnection {
             throw PostgresError(sqlState: "", message: message, operation: "connect", connectionLost: true)
         }
         handle = connection
-        try execute("SET statement_timeout = \(statementTimeoutMillis); SET lock_timeout = \(statementTimeoutMillis)")
+        // Notices (e.g. "already exists, skipping") would go to standard error: keep warnings and errors only.
+        try execute(
+            "SET client_min_messages = warning; SET statement_timeout = \(statementTimeoutMillis); "
+                + "SET lock_timeout = \(statementTimeoutMillis)")
     }
 
     deinit { close() }

@@ -246,6 +246,17 @@ struct PostgresStoreTests {
         #expect(run.status == 78, "\(run.err)")
         #expect(run.err.contains("cannot use the PostgreSQL database"), "\(run.err)")
         #expect(!run.err.contains(secret))
+
+        // No shared secret: refused before connecting. A malformed one: refused, and not repeated.
+        var environment = ProcessInfo.processInfo.environment
+        environment["BROWSER_LOGIN_SERVER_SECRET"] = nil
+        let arguments = ["--database", url, "--port", "0", "--config", config, "--outbox", directory.path + "/outbox"]
+        let noSecret = try runProgram(ServerBinary.path, arguments, environment: environment, timeout: 60)
+        #expect(noSecret.status == 78 && noSecret.err.contains("BROWSER_LOGIN_SERVER_SECRET"), "\(noSecret.err)")
+        environment["BROWSER_LOGIN_SERVER_SECRET"] = "c2hvcnQtc2VjcmV0"
+        let short = try runProgram(ServerBinary.path, arguments, environment: environment, timeout: 60)
+        #expect(short.status == 78 && short.err.contains("exactly 32 bytes"), "\(short.err)")
+        #expect(!short.err.contains("c2hvcnQtc2VjcmV0"))
     }
 }
 
