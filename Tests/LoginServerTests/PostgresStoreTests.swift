@@ -108,6 +108,15 @@ struct PostgresStoreTests {
         }
         let sessions = try PostgresCluster.shared().psql(pair.url, "SELECT COUNT(*) FROM sessions")
         #expect(sessions.trimmingCharacters(in: .whitespacesAndNewlines) == "20")
+        // Contention (retried transactions) logs no secret.
+        let logs = CapturedLogs.all
+        for login in logins {
+            #expect(!logs.contains(login.code) && !logs.contains(login.attempt.id))
+        }
+        for answer in answers.compactMap({ try? $0.get() }) where answer.status == 200 {
+            let session = try answer.decode(ExchangeResponse.self).session
+            #expect(!logs.contains(session.accessToken) && !logs.contains(session.refreshToken ?? "-"))
+        }
     }
 
     @Test func twoInstancesRefreshEachTokenToOneSuccessor() throws {
@@ -151,6 +160,34 @@ struct PostgresStoreTests {
         #expect(answers.count == 20)
         #expect(answers.filter { $0.status == 201 }.count == 6, "\(answers.map(\.status))")
         #expect(answers.filter { $0.errorCode == ServerErrorCode.rateLimited.rawValue }.count == 14)
+    }
+
+    @Test func wrongSignInCodesAreCountedOnceAcrossInstances() throws {
+        let pair = try PostgresInstances(count: 2, cluster: try PostgresCluster.shared()) {
+            $0.rateLimits.codeEntry = RateLimit(burst: 1_000_000, perMinute: 1_000_000)
+        }
+        let email = "someone@example.org"
+        try ScriptedBrowser(serverOrigin: pair.servers[0].origin).startSignIn(email: email)
+        let outbox = pair.servers[0].configuration.resolvedOutboxPath
+        let right = try #require(OutboxMailSender.latestCode(in: outbox, to: email))
+        let wrong = right == "123456" ? "654321" : "123456"
+        // 20 wrong codes at once on the two instances: 4 answer OTP_INVALID, then the code is used up.
+        let answers = inParallel(20) { i -> HTTPAnswer in
+            try ScriptedBrowser(serverOrigin: pair.servers[i % 2].origin).request(
+                "POST", pair.base(i) + "/browser/signin/verify", headers: [("Content-Type", "application/json")],
+                body: Array(#"{"email":"\#(email)","code":"\#(wrong)"}"#.utf8))
+        }.compactMap { try? $0.get() }
+        #expect(answers.count == 20)
+        let invalid = answers.filter { $0.errorCode == ServerErrorCode.otpInvalid.rawValue }.count
+        let exhausted = answers.filter { $0.errorCode == ServerErrorCode.otpMaxAttempts.rawValue }.count
+        #expect(invalid == 4 && exhausted == 16, "\(answers.map { $0.errorCode ?? "\($0.status)" })")
+        // The right code no longer works, on either instance.
+        for i in 0..<2 {
+            let answer = try ScriptedBrowser(serverOrigin: pair.servers[i].origin).request(
+                "POST", pair.base(i) + "/browser/signin/verify", headers: [("Content-Type", "application/json")],
+                body: Array(#"{"email":"\#(email)","code":"\#(right)"}"#.utf8))
+            expectError(answer, .otpMaxAttempts)
+        }
     }
 
     @Test func instancesStartingTogetherMigrateOnce() throws {
