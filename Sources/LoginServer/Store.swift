@@ -248,6 +248,11 @@ final class Store: Sendable {
     }
 }
 
+/// A pooled connection found dead at the start of a transaction.
+private struct StaleConnection: Error {
+    var error: PostgresError
+}
+
 /// The database could not be used in time (no pooled connection free, or
 /// the retries of a contended transaction ran out). `reason` is for logs.
 struct StoreUnavailable: Error {
@@ -306,6 +311,7 @@ final class PostgresStore: @unchecked Sendable {
     static let retryBudgetMillis: Int64 = 20_000
 
     private let url: String
+    private let poolSize: Int
     private let lock = NSLock()
     private var idle: [PostgresConnection] = []
     private var closed = false
@@ -313,6 +319,7 @@ final class PostgresStore: @unchecked Sendable {
 
     init(url: String, poolSize: Int) throws {
         self.url = url
+        self.poolSize = max(1, poolSize)
         slots = DispatchSemaphore(value: max(1, poolSize))
         let first = try PostgresConnection(url: url, statementTimeoutMillis: Self.statementTimeoutMillis)
         // Migrations may wait for another instance's (holding the advisory lock): no statement timeout there.
@@ -359,10 +366,16 @@ final class PostgresStore: @unchecked Sendable {
     func transaction<T>(_ body: (Database) throws -> T) throws -> Result<T, APIError> {
         let started = Timestamp.now().millisecondsSince1970
         var round = 0
+        var reconnects = 0
         while true {
             do {
                 return try withConnection { connection in
-                    try connection.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+                    do { try connection.execute("BEGIN ISOLATION LEVEL SERIALIZABLE") } catch let error as PostgresError
+                        where error.connectionLost
+                    {
+                        // A pooled connection that died while idle (the server restarted): nothing was sent.
+                        throw StaleConnection(error: error)
+                    }
                     do {
                         let result = try capture(Database(.postgres(connection)), body)
                         try connection.commit()
@@ -372,6 +385,10 @@ final class PostgresStore: @unchecked Sendable {
                         throw error
                     }
                 }
+            } catch let stale as StaleConnection {
+                // Try the next (or a new) connection, at most once per pooled one.
+                reconnects += 1
+                guard reconnects <= poolSize else { throw stale.error }
             } catch let error as PostgresError where error.isRetryable {
                 round += 1
                 let elapsed = Timestamp.now().millisecondsSince1970 - started
@@ -392,19 +409,32 @@ final class PostgresStore: @unchecked Sendable {
         // each sees the previous one's result. `tokens` is in thousandths;
         // `perMinute` tokens per 60000 ms is `perMinute / 60` thousandths per ms.
         let refilled = "LEAST($2, r.tokens + GREATEST(0, $3 - r.updated_at) * $4 / 60)"
-        let row = try withConnection { connection in
-            try connection.query(
-                """
-                INSERT INTO rate_limits AS r (key, tokens, updated_at, allowed) VALUES ($1, $2 - 1000, $3, 1)
-                ON CONFLICT (key) DO UPDATE SET
-                    tokens = \(refilled) - CASE WHEN \(refilled) >= 1000 THEN 1000 ELSE 0 END,
-                    allowed = CASE WHEN \(refilled) >= 1000 THEN 1 ELSE 0 END,
-                    updated_at = GREATEST(r.updated_at, $3)
-                RETURNING tokens, allowed
-                """, arguments: [.text(key), .integer(burst), .integer(now), .integer(perMinute)]
-            ).first
+        var reconnects = 0
+        var taken: Row?? = nil
+        while taken == nil {
+            do { taken = try take() } catch let error as PostgresError
+                where error.connectionLost && error.operation != "connect" && reconnects < poolSize
+            {
+                // A pooled connection that died while idle: try the next (or a new) one. (Should the
+                // statement have been applied before the connection broke, one token was taken twice.)
+                reconnects += 1
+            }
         }
-        guard let row, row.int("allowed") == 0 else { return nil }
+        func take() throws -> Row? {
+            try withConnection { connection in
+                try connection.query(
+                    """
+                    INSERT INTO rate_limits AS r (key, tokens, updated_at, allowed) VALUES ($1, $2 - 1000, $3, 1)
+                    ON CONFLICT (key) DO UPDATE SET
+                        tokens = \(refilled) - CASE WHEN \(refilled) >= 1000 THEN 1000 ELSE 0 END,
+                        allowed = CASE WHEN \(refilled) >= 1000 THEN 1 ELSE 0 END,
+                        updated_at = GREATEST(r.updated_at, $3)
+                    RETURNING tokens, allowed
+                    """, arguments: [.text(key), .integer(burst), .integer(now), .integer(perMinute)]
+                ).first
+            }
+        }
+        guard let row = taken ?? nil, row.int("allowed") == 0 else { return nil }
         let missing = 1000 - (row.int("tokens") ?? 0)
         let waitMillis = Double(missing) * 60 / Double(max(1, perMinute))
         return max(1, Int((waitMillis / 1000).rounded(.up)))
