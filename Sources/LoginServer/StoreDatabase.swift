@@ -1,6 +1,7 @@
 import Foundation
 import PostgresSupport
 import SQLiteSupport
+import Synchronization
 
 /// Where the server keeps its state: an SQLite file, or a PostgreSQL
 /// database named by a `postgres://` / `postgresql://` URL.
@@ -43,8 +44,8 @@ final class Database {
         case postgres(PostgresConnection)
     }
     let connection: Connection
-    /// Translated statements, PostgreSQL only (the SQL texts are constants).
-    private var translated: [String: String] = [:]
+    /// Translated statements, for every connection (the SQL texts are constants, so it stays small).
+    private static let translated = Mutex<[String: String]>([:])
 
     init(_ connection: Connection) { self.connection = connection }
 
@@ -89,9 +90,9 @@ final class Database {
     }
 
     private func postgres(_ sql: String) -> String {
-        if let done = translated[sql] { return done }
+        if let done = Self.translated.withLock({ $0[sql] }) { return done }
         let done = numberedPlaceholders(sql)
-        translated[sql] = done
+        Self.translated.withLock { if $0.count < 10_000 { $0[sql] = done } }
         return done
     }
 }
