@@ -65,6 +65,7 @@ let package = Package(
             name: "LoginServerTests",
             dependencies: [
                 "LoginServer", "ScriptedBrowser", "BrowserLoginProtocol", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
+                "PostgresSupport", "SQLiteSupport",
             ]),
 
         // The broker.

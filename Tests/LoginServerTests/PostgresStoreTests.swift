@@ -4,6 +4,8 @@ import BrowserLoginTestTraits
 import Dispatch
 import Foundation
 import LoginServer
+import PostgresSupport
+import SQLiteSupport
 import ScriptedBrowser
 import Synchronization
 import Testing
@@ -147,6 +149,33 @@ struct PostgresStoreTests {
         let revoked = try PostgresCluster.shared().psql(
             pair.url, "SELECT COUNT(*) FROM sessions WHERE revoked_at IS NOT NULL")
         #expect(revoked.trimmingCharacters(in: .whitespacesAndNewlines) == "0")
+    }
+
+    @Test func cancelAndExchangeAtOnceOnTwoInstancesNeverBothWin() throws {
+        let pair = try PostgresInstances(count: 2, cluster: try PostgresCluster.shared(), Self.unlimited)
+        let logins = try (0..<20).map { try pair.authorized(on: $0) }
+        // For each attempt, an exchange on one instance and a cancel on the other, at the same moment.
+        let answers = inParallel(40) { i -> HTTPAnswer in
+            let login = logins[i / 2]
+            return i % 2 == 0
+                ? try pair.native(0, "/attempts/\(login.attempt.id)/exchange", login.attempt.exchangeJSON(code: login.code))
+                : try pair.native(1, "/attempts/\(login.attempt.id)/cancel", login.attempt.recoveryJSON)
+        }.map { try? $0.get() }
+        for index in 0..<logins.count {
+            guard let exchange = answers[2 * index], let cancel = answers[2 * index + 1] else {
+                Issue.record("a transport error")
+                continue
+            }
+            if exchange.status == 200 {
+                expectError(cancel, .attemptAlreadyExchanged)
+            } else {
+                expectError(exchange, .attemptCancelled)
+                #expect(cancel.status == 200 && cancel.text.contains("cancelled"), "\(cancel.text)")
+            }
+            let state = try pair.native(0, "/attempts/\(logins[index].attempt.id)/status", logins[index].attempt.recoveryJSON)
+                .decode(StatusResponse.self).state
+            #expect(state == (exchange.status == 200 ? .completed : .cancelled))
+        }
     }
 
     @Test func aRateLimitHoldsAcrossInstances() throws {
@@ -296,5 +325,24 @@ struct PostgresStoreTests {
         let path = server.server.configuration.databasePath
         #expect(PostgresCluster.selectedForTests ? path.hasPrefix("postgresql://") : path.hasSuffix(".sqlite"), "\(path)")
         _ = try login(server)
+    }
+}
+
+/// The two mechanical translations of the PostgreSQL store (PostgresSupport), without a server.
+@Suite struct PostgresTranslationTests {
+    @Test func placeholdersAreNumberedOutsideLiteralsAndComments() {
+        #expect(numberedPlaceholders("SELECT * FROM t WHERE a = ? AND b = ?") == "SELECT * FROM t WHERE a = $1 AND b = $2")
+        #expect(
+            numberedPlaceholders("SELECT '?', \"c?\" FROM t -- why?\nWHERE a = ? AND b = 'it''s ?' AND c = ?")
+                == "SELECT '?', \"c?\" FROM t -- why?\nWHERE a = $1 AND b = 'it''s ?' AND c = $2")
+        #expect(numberedPlaceholders("VALUES (?, ?, 0, ?)") == "VALUES ($1, $2, 0, $3)")
+    }
+
+    @Test func migrationsMapIntegerToBigint() {
+        let migration = Migration("x", "CREATE TABLE t (a INTEGER NOT NULL, b_INTEGER TEXT, c INTEGERS, d INTEGER);")
+        #expect(migration.postgresSQL == "CREATE TABLE t (a BIGINT NOT NULL, b_INTEGER TEXT, c INTEGERS, d BIGINT);")
+        let own = Migration("y", "CREATE TABLE t (a INTEGER);", postgres: "CREATE TABLE t (a SMALLINT);")
+        #expect(own.postgresSQL == "CREATE TABLE t (a SMALLINT);")
+        #expect(own.sql == "CREATE TABLE t (a INTEGER);")
     }
 }
