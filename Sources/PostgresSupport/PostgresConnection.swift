@@ -48,9 +48,19 @@ public final class PostgresConnection {
     /// connection URI). `statementTimeoutMillis` bounds every statement
     /// (and so every lock wait); `connectTimeoutSeconds` bounds the connect.
     public init(url: String, statementTimeoutMillis: Int, connectTimeoutSeconds: Int = 5) throws {
-        // Keywords override what the URI says; expand_dbname=1 parses `url` itself.
-        let keys = ["dbname", "connect_timeout", "application_name", "client_encoding"]
-        let values = [url, "\(connectTimeoutSeconds)", "browser-login-server", "UTF8"]
+        // expand_dbname=1 parses `url` in the place of `dbname`; a keyword given more than
+        // once takes its last value. So the defaults before it are the URL's to override:
+        // the connect timeout, and on TCP, keepalives and a user timeout so that a peer
+        // that vanished (no RST) is noticed in seconds (statement_timeout is the server's,
+        // and cannot end a wait for a server that is gone). The encoding after it is fixed.
+        let keys = [
+            "connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
+            "tcp_user_timeout", "application_name", "dbname", "client_encoding",
+        ]
+        let values = [
+            "\(connectTimeoutSeconds)", "1", "10", "5", "3", "\(statementTimeoutMillis + 5000)", "browser-login-server", url,
+            "UTF8",
+        ]
         let connection = withCStrings(keys) { k in withCStrings(values) { v in PQconnectdbParams(k, v, 1) } }
         guard let connection, PQstatus(connection) == CONNECTION_OK else {
             let message = connection.map { Self.text(PQerrorMessage($0)) } ?? "out of memory"
