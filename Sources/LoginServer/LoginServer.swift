@@ -43,6 +43,12 @@ public final class LoginServer: Sendable {
         let location = DatabaseLocation(configuration.databasePath)
         // The secret first: a PostgreSQL server without one fails before it connects.
         let secret = try ServerSecret.load(configuration, location: location)
+        if case .postgres = location, mailer == nil, configuration.outboxPath == nil {
+            // The default (next to the database) means nothing for a URL.
+            throw ConfigurationError(
+                field: "outbox", rule: "required",
+                message: "with PostgreSQL, set outbox (--outbox): the directory the sign-in emails are written to")
+        }
         let store: Store
         do { store = try Store(location: location) } catch {
             switch location {

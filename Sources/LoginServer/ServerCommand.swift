@@ -17,7 +17,7 @@ public enum ServerCommand {
             .value("base-path", "PATH", "default /browser-login"),
             .value("public-origin", "ORIGIN", "the issuer, e.g. https://login.example.com"),
             .value("database", "PATH|URL", "the SQLite database file, or a postgresql:// URL"),
-            .value("secret-key", "PATH", "the server secret file (default DATABASE.key)"),
+            .value("secret-key", "PATH", "the server secret file (default DATABASE.key; BROWSER_LOGIN_SERVER_SECRET wins)"),
             .value("outbox", "DIR", "where sign-in emails are written (default next to the database)"),
             .value("lifetime-ms", "N", "attempt lifetime, 1000-300000 (default 120000)"),
             .value("session-lifetime-ms", "N", "session lifetime (default 30 days)"),

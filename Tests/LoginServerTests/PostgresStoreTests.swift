@@ -315,6 +315,11 @@ struct PostgresStoreTests {
         let short = try runProgram(ServerBinary.path, arguments, environment: environment, timeout: 60)
         #expect(short.status == 78 && short.err.contains("exactly 32 bytes"), "\(short.err)")
         #expect(!short.err.contains("c2hvcnQtc2VjcmV0"))
+        // No outbox: the default (next to the database file) means nothing for a URL.
+        environment["BROWSER_LOGIN_SERVER_SECRET"] = secret
+        let noOutbox = try runProgram(
+            ServerBinary.path, Array(arguments.dropLast(2)), environment: environment, timeout: 60)
+        #expect(noOutbox.status == 78 && noOutbox.err.contains("outbox"), "\(noOutbox.err)")
     }
 }
 
