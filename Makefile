@@ -133,12 +133,12 @@ MINUTES ?= 10
 .PHONY: bench soak
 bench:
 	scripts/install-deps
-	$(SWIFT) build -c release
+	for p in $(PROGRAMS) browser-login-bench; do $(SWIFT) build $(RELEASE_FLAGS) --product $$p || exit 1; done
 	scripts/with-keyring .build/release/browser-login-bench $(BENCH_FLAGS)
 
 soak:
 	scripts/install-deps
-	$(SWIFT) build -c release
+	for p in $(PROGRAMS) browser-login-bench; do $(SWIFT) build $(RELEASE_FLAGS) --product $$p || exit 1; done
 	scripts/with-keyring .build/release/browser-login-bench --soak $(MINUTES)
 
 # Fuzzing (docs/reliability.md): every libFuzzer target for FUZZ_SECONDS each

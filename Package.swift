@@ -36,6 +36,8 @@ let package = Package(
         cLibrary("CQRencode", pkgConfig: "libqrencode", apt: ["libqrencode-dev"]),
         // glibc's <malloc.h> (malloc_trim); part of libc, nothing to install.
         .systemLibrary(name: "CMalloc", path: "Sources/CMalloc"),
+        // The file vault's key in the kernel's user keyring (docs/operations.md, "The file vault").
+        cLibrary("CKeyutils", pkgConfig: "libkeyutils", apt: ["libkeyutils-dev"]),
 
         // Shared by the broker and the reference server.
         .target(name: "BrowserLoginProtocol", dependencies: ["CCrypto", "CJansson"]),
@@ -55,6 +57,7 @@ let package = Package(
             name: "LoginServer",
             dependencies: [
                 "BrowserLoginProtocol", "CommandLineKit", "SQLiteSupport", "SystemSupport", "CMicroHTTPD", "CCrypto",
+                "CurlSupport", "CSystemd",
                 "PostgresSupport",
             ]),
         .executableTarget(name: "browser-login-server", dependencies: ["LoginServer"]),
@@ -72,7 +75,8 @@ let package = Package(
         .target(name: "BrokerCore", dependencies: ["BrowserLoginAPI", "BrowserLoginProtocol"]),
         .target(name: "BrokerStore", dependencies: ["BrokerCore", "SQLiteSupport"]),
         .target(name: "BrokerHTTP", dependencies: ["BrokerCore", "BrowserLoginProtocol", "CurlSupport", "CCurl"]),
-        .target(name: "BrokerVault", dependencies: ["BrokerCore", "CSecret"]),
+        .target(
+            name: "BrokerVault", dependencies: ["BrokerCore", "CSecret", "BrowserLoginProtocol", "CCrypto", "CKeyutils"]),
         // The OAuth 2.0 / OpenID Connect provider's wire (docs/providers.md), over BrokerCore's HTTPTransport.
         .target(name: "BrokerOAuth", dependencies: ["BrokerCore", "BrokerJOSE", "BrowserLoginProtocol"]),
         // ID token (JWS) validation with libcrypto (docs/providers.md): no BrokerCore, so it stays a pure check.
@@ -157,6 +161,8 @@ let package = Package(
             dependencies: [
                 "BrokerRPC", "BrowserLoginProtocol", "ScriptedBrowser", "DesktopEntry", "browser-login-broker",
                 "browser-login", "browser-login-server", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
+                // FileVaultTests reads the file vault as the broker does.
+                "BrokerVault", "BrokerCore",
             ]
         ),
         .testTarget(

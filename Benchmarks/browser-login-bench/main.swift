@@ -278,7 +278,7 @@ if selected.contains("server") { try await Figures.attemptCreation(world: world,
 
 // MARK: - browser-login status with 100,000 attempts
 
-if selected.contains("status") { try Figures.status(world: world, attempts: 100_000, reps: quick ? 5 : 15) }
+if selected.contains("status") { try Figures.status(world: world, attempts: quick ? 100_000 : 1_000_000, reps: quick ? 5 : 15) }
 
 // MARK: - login.finish overhead
 

@@ -33,8 +33,12 @@ public struct DaemonOptions: Sendable {
     public var dbus = true
     /// How often signed-in sessions are checked with the server (`GET session`).
     public var verifyIntervalMilliseconds: Int64 = 300_000
+    /// `--retain-ended`: how long ended attempts are kept (0: for ever).
+    public var retentionMilliseconds = BrokerEngine.defaultRetentionMilliseconds
     /// `--max-connections`: RPC connections served at once (docs/rpc.md, Limits).
     public var maxConnections = RPCServerConfiguration.defaultMaxConnections
+    /// `--config`: broker.conf (default $XDG_CONFIG_HOME/browser-login/broker.conf).
+    public var configPath: String?
 
     public static let command = Command(
         "browser-login-broker",
@@ -58,10 +62,20 @@ public struct DaemonOptions: Sendable {
                 "check each signed-in session with its server every S seconds (default 300); sessions revoked or disabled at the server end within that time"
             ),
             .value(
+                "retain-ended", "TIME",
+                "keep ended attempts for TIME (default 30d; units s, m, h, d; never: keep them all), then prune them; uncertain attempts are kept until settled"
+            ),
+            .value(
                 "max-connections", "N",
                 "serve at most N RPC connections (default 512); at the limit the connection idle longest is closed to make room, else new ones get BUSY (32 more for processes with none open)"
             ),
-            .flag("check-config", "validate the client files, print the problems, and exit (status 78 when a file is refused)"),
+            .value(
+                "config", "FILE",
+                "the broker's settings (default $XDG_CONFIG_HOME/browser-login/broker.conf, optional): Vault=secret-service or Vault=file; see docs/operations.md"
+            ),
+            .flag(
+                "check-config",
+                "validate broker.conf and the client files, print the problems, and exit (status 78 when a file is refused)"),
             .flag(
                 "check-servers",
                 "ask each client's login server whether it speaks the protocol (or read its OAuth provider's metadata), print one line per client, and exit (status 69 when one does not answer); --json for JSON"
@@ -85,10 +99,29 @@ public struct DaemonOptions: Sendable {
             ATTEMPT_ID=at_…; otherwise to stderr, one line per event with a journald
             priority prefix.
             Files: state.sqlite in the state directory; secrets live only in the
-            Secret Service keyring (schema org.browserlogin.Broker).
+            Secret Service keyring (schema org.browserlogin.Broker), or, with
+            Vault=file in broker.conf, in the file vault (vault/ in the state
+            directory), encrypted with a key held in the kernel's user keyring.
             """,
         synopsis: "browser-login-broker [OPTIONS]", title: "browser-login-broker — the browser-login daemon",
         optionsTitle: "Options:")
+
+    /// `30d`, `12h`, `90m`, `600s` (a bare number is days) in milliseconds;
+    /// `never` is 0. Nil when malformed, not positive or over ten years.
+    static func retention(_ text: String) -> Int64? {
+        if text == "never" { return 0 }
+        let units: [Character: Int64] = ["s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000]
+        var number = Substring(text)
+        var unit: Int64 = 86_400_000
+        if let last = text.last, let u = units[last] {
+            unit = u
+            number = number.dropLast()
+        }
+        guard !number.isEmpty, number.allSatisfy(\.isASCII), let value = Int64(number), value > 0,
+            value <= 3_650 * 86_400_000 / unit
+        else { return nil }
+        return value * unit
+    }
 
     /// Parses the command line; nil when `--help` or `--version` was answered.
     public static func parse(_ args: [String]) throws(UsageError) -> DaemonOptions? {
@@ -122,12 +155,19 @@ public struct DaemonOptions: Sendable {
             }
             options.verifyIntervalMilliseconds = Int64(seconds * 1000)
         }
+        if let v = parsed["retain-ended"] {
+            guard let milliseconds = Self.retention(v) else {
+                throw UsageError("--retain-ended takes a time such as 30d, 12h, 90m or 600s, or never")
+            }
+            options.retentionMilliseconds = milliseconds
+        }
         if let v = parsed["max-connections"] {
             guard let n = Int(v), (1...1_000_000).contains(n) else {
                 throw UsageError("--max-connections takes a number of connections (1 to 1000000)")
             }
             options.maxConnections = n
         }
+        options.configPath = parsed["config"]
         options.checkConfig = parsed.has("check-config")
         options.checkServers = parsed.has("check-servers")
         options.json = parsed.has("json")
@@ -152,10 +192,24 @@ public enum BrokerDaemon {
                 problem.severity == .error ? .error : .warning, "client file problem",
                 ["file": problem.file, "key": problem.key ?? "-", "problem": problem.message])
         }
+        let configPath = options.configPath ?? BrokerConfig.defaultPath(paths)
+        let (brokerConfig, configProblems) = BrokerConfig.load(path: configPath, required: options.configPath != nil)
+        for problem in configProblems {
+            logger.log(
+                problem.severity == .error ? .error : .warning, "broker.conf problem",
+                ["file": problem.file, "key": problem.key ?? "-", "problem": problem.message])
+        }
         if options.checkConfig {
-            for problem in loaded.problems { print(problem.description) }
+            for problem in configProblems + loaded.problems { print(problem.description) }
             print("\(loaded.clients.count) client(s) valid in \(loaded.files.count) file(s)")
-            return loaded.problems.contains { $0.severity == .error } ? 78 : 0
+            let refused = (configProblems + loaded.problems).contains { $0.severity == .error }
+            return refused ? 78 : 0
+        }
+        guard let brokerConfig else {
+            logger.error(
+                "broker.conf is refused; fix it (browser-login-broker --check-config lists the problems)",
+                ["file": configPath, "code": "CONFIG_INVALID"])
+            return 78
         }
         if options.checkServers {
             return await ServerCheck.run(
@@ -199,6 +253,23 @@ public enum BrokerDaemon {
         }
         let listen: RPCServerConfiguration.Listen = passed.map { .fileDescriptor($0) } ?? .path(socketDescription)
 
+        let vault: any SecretVault
+        var fileVault: FileVault?
+        switch brokerConfig.vault {
+        case .secretService:
+            vault = SecretServiceVault()
+        case .file:
+            let directory = brokerConfig.vaultDirectory ?? stateDirectory + "/vault"
+            do {
+                let opened = try FileVault(directory: directory)
+                fileVault = opened
+                vault = opened
+            } catch {
+                logger.error("cannot open the file vault", ["path": directory, "error": error.message])
+                return 73
+            }
+        }
+
         Systemd.notify("STATUS=opening and migrating the state database")
         let transport = CurlTransport.broker(environment: environment, logger: logger)
         let metadataCache = StoreMetadataCache(path: stateDirectory + "/state.sqlite")
@@ -206,7 +277,7 @@ public enum BrokerDaemon {
         do {
             engine = try BrokerEngine(
                 storePath: stateDirectory + "/state.sqlite", clients: loaded.clients,
-                vault: TestFaults.armed ? FaultingVault(base: SecretServiceVault()) : SecretServiceVault(),
+                vault: TestFaults.armed ? FaultingVault(base: vault) : vault,
                 makeServer: { client in
                     let server: any SignInProtocol
                     if let settings = client.provider {
@@ -220,7 +291,8 @@ public enum BrokerDaemon {
                     return TestFaults.armed ? FaultingLoginServer(base: server) : server
                 },
                 launcher: ProcessBrowserLauncher(environment: environment, logger: logger), transport: transport,
-                logger: logger, socketPath: socketDescription, verifyIntervalMilliseconds: options.verifyIntervalMilliseconds)
+                logger: logger, socketPath: socketDescription, verifyIntervalMilliseconds: options.verifyIntervalMilliseconds,
+                retentionMilliseconds: options.retentionMilliseconds)
         } catch {
             logger.error("cannot open the state database", ["path": stateDirectory, "error": "\(error)"])
             return 74
@@ -258,6 +330,8 @@ public enum BrokerDaemon {
             logger.error("cannot listen on the socket", ["socket": socketDescription, "error": "\(error)"])
             return 71
         }
+
+        if let fileVault { await openFileVault(fileVault, engine: engine, logger: logger) }
 
         Systemd.notify("STATUS=recovering unfinished sign-ins")
         do { try await engine.recover() } catch {
@@ -380,6 +454,8 @@ struct SessionBusService: Service {
                 case .busClosed: logger.warning("the session bus closed; reconnecting when it is back", [:])
                 case .activated: logger.info("activated over D-Bus")
                 case .actionRefused: logger.info("D-Bus ActivateAction refused: the broker has no actions")
+                case .keyringChanged: engine.vaultMayHaveChanged()
+                case .keyringWatched(let watching): engine.vaultWatched(watching)
                 }
             })
         api.attach(application)

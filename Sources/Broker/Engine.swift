@@ -44,13 +44,18 @@ public actor BrokerEngine {
     var loopbacks: [String: LoopbackListener] = [:]
     /// The poll of each waiting device sign-in.
     var devicePolls: [String: Task<Void, Never>] = [:]
+    /// How long ended attempts are kept (docs/operations.md, retention); 0 keeps them forever.
+    let retentionMilliseconds: Int64
+    /// When the timer next prunes ended attempts (nil: at its first tick).
+    var nextPruneAt: Timestamp?
 
     public init(
         storePath: String, clients: [ClientConfig], vault: any SecretVault,
         makeServer: (ClientConfig) -> any SignInProtocol, launcher: any BrowserLauncher, transport: any HTTPTransport,
         clock: any BrokerCore.Clock = SystemClock(), logger: Logger, socketPath: String,
-        verifyIntervalMilliseconds: Int64 = 300_000
+        verifyIntervalMilliseconds: Int64 = 300_000, retentionMilliseconds: Int64 = BrokerEngine.defaultRetentionMilliseconds
     ) throws {
+        self.retentionMilliseconds = retentionMilliseconds
         let store = try BrokerStore(path: storePath)
         self.store = store
         self.stateDirectory = (storePath as NSString).deletingLastPathComponent
@@ -93,14 +98,24 @@ public actor BrokerEngine {
     // MARK: - Info
 
     /// Nonisolated: apps poll it; it needs nothing of the engine's state.
-    public nonisolated func info() async -> BrokerInfo {
-        let health = await vault.health()
-        return BrokerInfo(
-            version: BrokerVersion.string, socket: socketPath, vaultAvailable: health.available && !health.locked,
+    public nonisolated func info() async -> BrokerInfo { info(await vault.health()) }
+
+    /// `broker.info` without waiting, while the vault's health is known.
+    public nonisolated func knownInfo() -> BrokerInfo? { vault.knownHealth().map(info) }
+
+    nonisolated func info(_ health: VaultHealth) -> BrokerInfo {
+        BrokerInfo(
+            version: BrokerVersion.string, socket: socketPath, vault: health.vault,
+            vaultAvailable: health.available && !health.locked,
             vaultLocked: health.locked, vaultDetail: health.detail)
     }
 
-    public func clientList(mayUse: (ClientConfig) -> Bool) -> [ClientSummary] {
+    /// The Secret Service announced a change (the session bus's signals): `info` asks it afresh.
+    public nonisolated func vaultMayHaveChanged() { vault.healthMayHaveChanged() }
+    /// Whether those signals are being followed.
+    public nonisolated func vaultWatched(_ watching: Bool) { vault.watchingChanges(watching) }
+
+    public nonisolated func clientList(mayUse: (ClientConfig) -> Bool) -> [ClientSummary] {
         clients.values.sorted { $0.id < $1.id }.filter(mayUse).map {
             ClientSummary(
                 id: $0.id, appName: $0.appName, protocol: $0.kind.rawValue, server: $0.server.serialized,
@@ -294,8 +309,45 @@ public actor BrokerEngine {
             }
         }
         consider(work.due)
+        // Not a deadline of its own: the timer ticks at least every
+        // `maximumSleepMilliseconds`, soon enough for a prune, and an idle
+        // engine has nothing scheduled.
+        pruneIfDue(now)
         timer.answered(due)
         return due
+    }
+
+    public static let defaultRetentionMilliseconds: Int64 = 30 * 86_400_000
+    /// The pause between two batches (`BrokerStore.pruneBatch`): a backlog
+    /// (a first start after an upgrade, a million old attempts) drains in
+    /// short steps while calls go on being served.
+    static let pruneBatchPauseMilliseconds: Int64 = 1_000
+    static let pruneIntervalMilliseconds: Int64 = 3_600_000
+
+    /// Deletes one batch of attempts that ended more than the retention time
+    /// ago, when due; answers when the next batch is due.
+    @discardableResult
+    func pruneIfDue(_ now: Timestamp) -> Timestamp? {
+        guard retentionMilliseconds > 0 else { return nil }
+        if let at = nextPruneAt, now < at { return at }
+        let cutoff = Timestamp(millisecondsSince1970: now.millisecondsSince1970 - retentionMilliseconds)
+        // At least twice per retention time, so a short one (a test's) is kept to.
+        var pause = min(Self.pruneIntervalMilliseconds, max(Self.pruneBatchPauseMilliseconds, retentionMilliseconds / 2))
+        do {
+            let deleted = try store.prune(endedBefore: cutoff, limit: BrokerStore.pruneBatch)
+            if deleted > 0 {
+                try store.compact(pages: 4 * BrokerStore.pruneBatch)
+                logger.debug("pruned ended attempts", ["count": "\(deleted)"])
+            }
+            if deleted == BrokerStore.pruneBatch { pause = Self.pruneBatchPauseMilliseconds }
+        } catch {
+            // Cannot write the state file now (full disk, read-only): try
+            // again later; pruning is never urgent.
+            logger.warning("cannot prune ended attempts", ["error": "\(error)"])
+        }
+        let next = Timestamp(millisecondsSince1970: now.millisecondsSince1970 + pause)
+        nextPruneAt = next
+        return next
     }
 
     /// Sets the hook called (from any thread) when the engine schedules work

@@ -30,9 +30,13 @@ enum PeerBinding {
 
     static func mayUse(_ client: ClientConfig, pid: Int32) -> Bool {
         guard !client.peers.isEmpty else { return true }
-        let identity = identity(pid: pid)
-        return client.peers.contains { peer in
-            peer.hasPrefix("/") ? identity.executable == peer : identity.flatpakId == peer
-        }
+        return mayUse(client, identity(pid: pid))
+    }
+
+    static func mayUse(_ client: ClientConfig, _ identity: Identity) -> Bool {
+        client.peers.isEmpty
+            || client.peers.contains { peer in
+                peer.hasPrefix("/") ? identity.executable == peer : identity.flatpakId == peer
+            }
     }
 }

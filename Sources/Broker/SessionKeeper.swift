@@ -189,7 +189,10 @@ final class SessionKeeper {
             {
                 try await end(clientId, status: code == .sessionExpired ? .expired : .revoked, reason: code.rawValue)
                 throw BrokerError(
-                    .notSignedIn, "the session ended at the server (\(code.rawValue)); sign in again",
+                    .notSignedIn,
+                    code == .authUserDisabled
+                        ? "the account is disabled at the server (AUTH_USER_DISABLED); contact your administrator to enable it"
+                        : "the session ended at the server (\(code.rawValue)); sign in again",
                     serverCode: code.rawValue)
             }
             throw server.brokerError(failure)

@@ -127,6 +127,10 @@ struct FaultingLoginServer: SignInProtocol, ServerAttemptControl {
 struct FaultingVault: SecretVault {
     let base: any SecretVault
 
+    func watchingChanges(_ watching: Bool) { base.watchingChanges(watching) }
+    func healthMayHaveChanged() { base.healthMayHaveChanged() }
+    func knownHealth() -> VaultHealth? { base.knownHealth() }
+
     func store(_ secret: [UInt8], label: String, attributes: [String: String]) async throws(VaultError) {
         try await base.store(secret, label: label, attributes: attributes)
         TestFaults.hit("vault:store")

@@ -28,10 +28,18 @@ public struct VaultHealth: Sendable, Equatable {
     public var available: Bool
     public var locked: Bool
     public var detail: String
-    public init(available: Bool, locked: Bool, detail: String) {
+    /// Which vault: `secret-service`, or `file` (`Vault=file` in broker.conf).
+    public var vault: String
+    /// The file vault: whether its key is in the kernel keyring now (nil for the Secret Service).
+    public var keyPresent: Bool?
+    public init(
+        available: Bool, locked: Bool, detail: String, vault: String = "secret-service", keyPresent: Bool? = nil
+    ) {
         self.available = available
         self.locked = locked
         self.detail = detail
+        self.vault = vault
+        self.keyPresent = keyPresent
     }
 }
 
@@ -49,6 +57,21 @@ public protocol SecretVault: Sendable {
     func remove(attributes: [String: String]) async throws(VaultError)
     /// Whether the Secret Service is there and unlocked.
     func health() async -> VaultHealth
+    /// Whether something delivers the vault's change signals to
+    /// `healthMayHaveChanged` (a vault may then keep its `health` answer longer).
+    func watchingChanges(_ watching: Bool)
+    /// The vault's service announced a change: `health` must ask afresh.
+    func healthMayHaveChanged()
+    /// What `health` would answer without asking the service (a recent
+    /// answer), or nil when it would have to ask.
+    func knownHealth() -> VaultHealth?
+}
+
+extension SecretVault {
+    /// A vault without change signals ignores them.
+    public func watchingChanges(_ watching: Bool) {}
+    public func healthMayHaveChanged() {}
+    public func knownHealth() -> VaultHealth? { nil }
 }
 
 // MARK: - HTTP transport

@@ -52,11 +52,25 @@ public final class RPCConnection: Sendable {
     private let hooks = Mutex(Hooks())
     /// Holds taken by `hold()` and not yet released.
     private let holds = Atomic<Int>(0)
+    /// What the handler keeps with this connection (`attached`).
+    private let attachment = Mutex<(any Sendable)?>(nil)
 
     init(id: UInt64, peer: RPCPeer, io: ConnectionIO) {
         self.id = id
         self.peer = peer
         self.io = io
+    }
+
+    /// The value the handler keeps with this connection, made by `make` on
+    /// first use (the broker: its peer's identity, read once per connection).
+    /// One value per connection: a later call with another type replaces it.
+    public func attached<T: Sendable>(_ make: () -> T) -> T {
+        attachment.withLock { slot in
+            if let value = slot as? T { return value }
+            let value = make()
+            slot = value
+            return value
+        }
     }
 
     /// Sends a notification. Notifications (and replies) go out in the order

@@ -87,7 +87,9 @@ public final class BrokerStore {
 
     /// Opens (creating) the store at `path` and runs its migrations.
     public init(path: String) throws {
-        db = try Database(path: path)
+        // A new file gives the pages that pruning frees back to the file system
+        // (`compact()`); a file made before keeps its size and reuses them.
+        db = try Database(path: path, incrementalVacuum: true)
         // 512 KiB of page cache instead of SQLite's default 2 MiB: what the broker
         // reads often (live attempts, sessions) is a few pages, and the file grows
         // by every ended attempt, which would otherwise fill the cache for good.
@@ -227,6 +229,46 @@ public final class BrokerStore {
         }
         return Int(try db.queryOne("SELECT COUNT(*) AS n FROM attempts")?.int("n") ?? 0)
     }
+
+    /// The states of attempts that are over with nothing owed for them: they
+    /// are kept for the retention time, then pruned. `uncertain` is not
+    /// among them: an uncertain attempt stays until it is settled.
+    public static let prunableStates: [AttemptState] = [
+        .completed, .cancelled, .expired, .denied, .failed, .acknowledged,
+    ]
+
+    /// Attempts the broker deletes per transaction (`prune`).
+    public static let pruneBatch = 500
+
+    /// Deletes at most `limit` attempts (with their history) that ended
+    /// before `cutoff` and have nothing owed (no server follow-up), oldest
+    /// first; never the attempt a session names. Answers how many it deleted:
+    /// fewer than `limit` means none is left to prune. One transaction, so a
+    /// batch is a short pause for the engine, never a long one.
+    public func prune(endedBefore cutoff: Timestamp, limit: Int) throws -> Int {
+        let states = Self.prunableStates.map { "'\($0.rawValue)'" }.joined(separator: ", ")
+        return try db.transaction {
+            try db.run(
+                """
+                DELETE FROM attempts WHERE id IN (
+                    SELECT id FROM attempts
+                    WHERE state IN (\(states)) AND created_at < ? AND updated_at < ? AND follow_up = 'none'
+                        AND id NOT IN (SELECT attempt_id FROM sessions WHERE attempt_id IS NOT NULL)
+                    ORDER BY created_at LIMIT ?)
+                """, cutoff.millisecondsSince1970, cutoff.millisecondsSince1970, limit)
+        }
+    }
+
+    /// Gives up to `pages` free pages back to the file system (a file made
+    /// with incremental auto-vacuum; a no-op on an older file, which reuses
+    /// its free pages instead).
+    public func compact(pages: Int) throws {
+        try db.execute("PRAGMA incremental_vacuum(\(max(0, pages)))")
+    }
+
+    /// Folds the write-ahead log into the file (tests and the benchmark
+    /// measure the file's own size).
+    public func checkpoint() throws { try db.execute("PRAGMA wal_checkpoint(TRUNCATE)") }
 
     /// The history of one attempt: (time, from, to, code), oldest first.
     public func history(attemptId: String) throws -> [(Timestamp, AttemptState?, AttemptState, String?)] {

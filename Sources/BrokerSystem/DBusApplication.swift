@@ -15,6 +15,12 @@ public enum DBusApplicationEvent: Sendable, Equatable {
     case busClosed
     case activated
     case actionRefused
+    /// The Secret Service announced a change (a collection created, deleted,
+    /// locked or unlocked; the service started or stopped): what the keyring's
+    /// health was may no longer be so.
+    case keyringChanged
+    /// Whether the keyring's change signals are being followed (false: the bus is gone).
+    case keyringWatched(Bool)
 }
 
 /// The daemon on the session bus: owns `org.browserlogin.Broker` and
@@ -183,6 +189,11 @@ public final class DBusApplication: @unchecked Sendable {
 
         let owner = own(busName, on: connection)
         defer { g_bus_unown_name(owner) }
+        let watches = watchKeyring(on: connection)
+        defer {
+            for id in watches { g_dbus_connection_signal_unsubscribe(connection, id) }
+            events(.keyringWatched(false))
+        }
         // The bus went away: serve a new one once it is back.
         let closedHandler = bl_dbus_on_closed(
             connection,
@@ -202,6 +213,35 @@ public final class DBusApplication: @unchecked Sendable {
             return .busClosed
         }
         return .stopped
+    }
+
+    /// Follows the Secret Service's change signals on `connection`: its
+    /// collections' `CollectionCreated`/`Deleted`/`Changed`, their
+    /// `PropertiesChanged` (`Locked`), and its name changing owner (the
+    /// keyring started, stopped or restarted). Any sender may send the first
+    /// two, so a signal is only a reason to ask again, never an answer.
+    private func watchKeyring(on connection: OpaquePointer) -> [guint] {
+        let userData = Unmanaged.passUnretained(self).toOpaque()
+        let changed: GDBusSignalCallback = { _, _, _, _, _, _, userData in
+            guard let userData else { return }
+            Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue().events(.keyringChanged)
+        }
+        let none = GDBusSignalFlags(rawValue: 0)
+        let ids = [
+            g_dbus_connection_signal_subscribe(
+                connection, nil, "org.freedesktop.Secret.Service", nil, "/org/freedesktop/secrets", nil, none, changed,
+                userData, nil),
+            g_dbus_connection_signal_subscribe(
+                connection, nil, "org.freedesktop.DBus.Properties", "PropertiesChanged", nil,
+                "org.freedesktop.Secret.Collection", none, changed, userData, nil),
+            g_dbus_connection_signal_subscribe(
+                connection, "org.freedesktop.DBus", "org.freedesktop.DBus", "NameOwnerChanged", "/org/freedesktop/DBus",
+                "org.freedesktop.secrets", none, changed, userData, nil),
+        ]
+        // Subscribed: what happened before is unknown, so ask afresh from now on.
+        events(.keyringWatched(true))
+        events(.keyringChanged)
+        return ids
     }
 
     /// Owns `name` on `connection` (not queued behind another owner), reporting

@@ -55,23 +55,57 @@ public final class SecretServiceVault: SecretVault {
     /// The last health answer and when it was taken (monotonic ns). Apps poll
     /// `broker.info`; the keyring is asked at most once per `healthTTL`, and
     /// any call that fails (or succeeds after a failure) asks it afresh.
-    private let cachedHealth = Mutex<(health: VaultHealth, at: UInt64)?>(nil)
+    private struct HealthCache {
+        var answer: (health: VaultHealth, at: UInt64)?
+        /// Counts `healthMayHaveChanged` calls: an answer asked for before
+        /// one is not kept after it.
+        var generation: UInt64 = 0
+    }
+    private let cachedHealth = Mutex(HealthCache())
     static let healthTTL: UInt64 = 2_000_000_000
+    /// While the daemon follows the Secret Service's change signals
+    /// (`watchingChanges`), the answer is kept until one arrives
+    /// (`healthMayHaveChanged`), or this long should one be missed.
+    static let watchedHealthTTL: UInt64 = 60_000_000_000
+    private let watched = Atomic<Bool>(false)
+
+    /// Whether something delivers the Secret Service's change signals to `healthMayHaveChanged`.
+    public func watchingChanges(_ watching: Bool) {
+        watched.store(watching, ordering: .relaxed)
+        if !watching { healthMayHaveChanged() }
+    }
+
+    /// The Secret Service announced a change: the next `health()` asks it.
+    public func healthMayHaveChanged() {
+        cachedHealth.withLock {
+            $0.answer = nil
+            $0.generation &+= 1
+        }
+    }
+
+    public func knownHealth() -> VaultHealth? {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let ttl = watched.load(ordering: .relaxed) ? Self.watchedHealthTTL : Self.healthTTL
+        guard let cached = cachedHealth.withLock({ $0.answer }), now &- cached.at < ttl else { return nil }
+        return cached.health
+    }
 
     public func health() async -> VaultHealth {
-        let now = DispatchTime.now().uptimeNanoseconds
-        if let cached = cachedHealth.withLock({ $0 }), now &- cached.at < Self.healthTTL { return cached.health }
+        if let known = knownHealth() { return known }
+        let generation = cachedHealth.withLock { $0.generation }
         let health = await withCheckedContinuation { (continuation: CheckedContinuation<VaultHealth, Never>) in
             queue.async { continuation.resume(returning: LibSecret.health()) }
         }
-        cachedHealth.withLock { $0 = (health, DispatchTime.now().uptimeNanoseconds) }
+        cachedHealth.withLock {
+            if $0.generation == generation { $0.answer = (health, DispatchTime.now().uptimeNanoseconds) }
+        }
         return health
     }
 
     private func noteOutcome(failed: Bool) {
-        cachedHealth.withLock { cached in
-            guard let health = cached?.health else { return }
-            if failed || !health.available || health.locked { cached = nil }
+        cachedHealth.withLock { cache in
+            guard let health = cache.answer?.health else { return }
+            if failed || !health.available || health.locked { cache.answer = nil }
         }
     }
 

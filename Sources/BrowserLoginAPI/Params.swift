@@ -171,6 +171,7 @@ public struct BrokerInfo: Codable, Sendable, Equatable {
     public var version: String
     public var `protocol`: Int
     public var socket: String
+    /// `secret-service`, or `file` (`Vault=file` in broker.conf).
     public var vault: String
     public var vaultAvailable: Bool
     public var vaultLocked: Bool

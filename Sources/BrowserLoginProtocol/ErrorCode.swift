@@ -38,6 +38,16 @@ public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, Cu
     public static let otpExpired = ServerErrorCode("OTP_EXPIRED")
     public static let otpMaxAttempts = ServerErrorCode("OTP_MAX_ATTEMPTS")
     public static let internalError = ServerErrorCode("INTERNAL_ERROR")
+    /// Sign-up gates (docs/protocol.md §6, docs/server.md): a new user needs an invitation or membership.
+    public static let invitationRequired = ServerErrorCode("INVITATION_REQUIRED")
+    /// The invitation token is unknown, used, revoked, expired, or for another address.
+    public static let invitationInvalid = ServerErrorCode("INVITATION_INVALID")
+    /// No invitation, and the address was put on the waitlist.
+    public static let waitlisted = ServerErrorCode("WAITLISTED")
+    /// The address's domain is not in the server's `allowedDomains`.
+    public static let domainNotAllowed = ServerErrorCode("DOMAIN_NOT_ALLOWED")
+    /// The hosted page's sign-in start: a redirect target the server's `emailRedirectUris` do not cover.
+    public static let invalidRedirectURI = ServerErrorCode("INVALID_REDIRECT_URI")
     /// The server's database cannot be reached now (it went away, or is too
     /// busy): nothing was decided; retry after `Retry-After` seconds.
     public static let serviceUnavailable = ServerErrorCode("SERVICE_UNAVAILABLE")
@@ -56,6 +66,8 @@ public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, Cu
         case .attemptExpired, .attemptCancelled: 410
         case .payloadTooLarge: 413
         case .rateLimited: 429
+        case .invitationRequired, .invitationInvalid, .waitlisted, .domainNotAllowed: 403
+        case .invalidRedirectURI: 400
         case .serviceUnavailable: 503
         default: 500
         }

@@ -6,7 +6,7 @@ import Synchronization
 // their requests with `CurlSession`.
 
 /// `curl_global_init` exactly once per process, before the first handle.
-private let curlGlobalInit: CURLcode = bl_curl_global_init_all()
+let curlGlobalInit: CURLcode = bl_curl_global_init_all()
 
 /// One header of an answer, name as the server sent it.
 public struct CurlHeader: Sendable, Equatable {

@@ -5,11 +5,16 @@ import SQLiteSupport
 /// Sign-in bodies of the hosted page's own routes (docs/server.md).
 struct SignInStartRequest: Decodable {
     var email: String
+    /// Where the email's sign-in link leads (the hosted page passes its own
+    /// URL); covered by `emailRedirectUris`, else 400 INVALID_REDIRECT_URI.
+    var redirectUri: String?
 }
 
 struct SignInVerifyRequest: Decodable {
     var email: String
     var code: String
+    /// An invitation token (sign-up mode `invite`), e.g. from the page's `?invite=`.
+    var invite: String? = nil
 }
 
 /// `GET browser/session` and `POST browser/signin/verify`: the browser
@@ -19,6 +24,8 @@ struct BrowserSessionResponse: Encodable {
     var account: Account
     var authMethod: String
     var expiresAt: Timestamp
+    /// On a finished sign-in: whether it created the user. Absent from `GET browser/session`.
+    var isNewUser: Bool? = nil
 }
 
 /// docs/protocol.md §6 and the hosted page's sign-in routes.
@@ -41,6 +48,7 @@ extension LoginService {
         case "session": (name, post, handle) = ("session", false, currentBrowserSession)
         case "signin/start": (name, post, handle) = ("signin.start", true, signInStart)
         case "signin/verify": (name, post, handle) = ("signin.verify", true, signInVerify)
+        case "signin/link": (name, post, handle) = ("signin.link", true, signInWithLink)
         case "signout": (name, post, handle) = ("signout", true, signOut)
         case "attempts/*": (name, post, handle) = ("describe", false, { _ throws(APIError) in try self.describe(attemptId: id) })
         case "attempts/*/authorize":
@@ -249,18 +257,11 @@ extension LoginService {
 
     // MARK: Sign-in with an emailed code
 
-    /// A test account: a configured base address, or `local+bltest<suffix>@domain`
-    /// of one (suffix `[A-Za-z0-9._-]*`, one `+`).
+    /// A test account: `local+bltest<suffix>@domain` of a configured base
+    /// `local@domain` (suffix `[A-Za-z0-9._-]*`, one `+`). The base address
+    /// itself is not one: it signs in with an emailed code like anyone.
     func isTestAccount(_ email: EmailAddress) -> Bool {
-        testAccounts.contains { base in
-            guard email.domain == base.domain else { return false }
-            if email.local == base.local { return true }
-            let prefix = base.local + "+bltest"
-            guard email.local.hasPrefix(prefix) else { return false }
-            return email.local.dropFirst(prefix.count).unicodeScalars.allSatisfy {
-                ($0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0))) || "._-".unicodeScalars.contains($0)
-            }
-        }
+        TestAccounts.isDerived(email, of: testAccounts)
     }
 
     static let testAccountCode = "000000"
@@ -268,30 +269,41 @@ extension LoginService {
     func signInStart(_ request: HTTPServerRequest) throws(APIError) -> HTTPServerResponse {
         let body = try decode(SignInStartRequest.self, request)
         guard let email = EmailAddress(body.email) else { throw APIError(.invalidRequest, "enter a valid email address") }
+        // Before anything is stored or sent: an uncovered target refuses the whole request.
+        let linkPlan = try emailLinkPlan(body.redirectUri)
         try limit("signin.address", request.remoteAddress, configuration.rateLimits.codeEntry)
         try limit("signin.email", email.text, configuration.rateLimits.codeEntry)
         if isTestAccount(email) { return json(200, ["codeSent": true]) }
         let code = try newSignInCode()
+        let linkToken = try linkPlan.map { _ throws(APIError) in try newEmailLinkToken() }
         let now = clock()
+        // One email, one row: a new request replaces the previous code and link.
         try store.perform { db in
             try db.run(
                 """
-                INSERT INTO sign_in_codes (email, code_hash, created_at, expires_at, wrong_count) VALUES (?, ?, ?, ?, 0)
+                INSERT INTO sign_in_codes (email, code_hash, created_at, expires_at, wrong_count, link_id_hash, link_hash,
+                    attempt_id_hash)
+                VALUES (?, ?, ?, ?, 0, ?, ?, ?)
                 ON CONFLICT(email) DO UPDATE SET code_hash = excluded.code_hash, created_at = excluded.created_at,
-                    expires_at = excluded.expires_at, wrong_count = 0
-                """, email.text, Records.hash(code), now, now + configuration.signInCodeLifetimeMillis)
+                    expires_at = excluded.expires_at, wrong_count = 0, link_id_hash = excluded.link_id_hash,
+                    link_hash = excluded.link_hash, attempt_id_hash = excluded.attempt_id_hash
+                """, email.text, Records.hash(code), now, now + configuration.signInCodeLifetimeMillis,
+                linkToken.map { Records.hash($0.selector) }, linkToken.map { Records.hash($0.verifier) },
+                linkPlan?.attemptIdHash)
         }
-        let minutes = configuration.signInCodeLifetimeMillis / 60_000
+        let link = linkPlan.flatMap { plan in
+            linkToken.map { plan.target.text + "#" + EmailLinks.fragmentName + "=" + $0.token }
+        }
         do {
-            try mailer.send(
-                MailMessage(
-                    to: email.text, subject: "Your sign-in code",
-                    body: "Your sign-in code is \(code). It is valid for \(minutes) minutes and works once.\n"))
+            try mailer.send(signInEmail(to: email, code: code, link: link))
         } catch {
-            Log.error("cannot send the sign-in email", ["error": "\(type(of: error))"])
-            throw APIError(.internalError, "the sign-in email could not be sent")
+            // The reason names no address, code or link (MailDeliveryError).
+            let reason = (error as? MailDeliveryError)?.description ?? "\(type(of: error))"
+            Log.error("cannot send the sign-in email", ["error": reason])
+            throw APIError(
+                .internalError, "the sign-in email could not be sent; try again later, or tell the administrator")
         }
-        return json(200, ["codeSent": true])
+        return json(200, ["codeSent": true, "linkSent": link != nil])
     }
 
     /// Six uniformly random digits, never `000000` (the test accounts' code).
@@ -341,7 +353,8 @@ extension LoginService {
                 }
                 try db.run("DELETE FROM sign_in_codes WHERE email = ?", email.text)
             }
-            return try startBrowserSession(db, SignInIdentity(email: email, method: test ? "test" : "email"), now: now)
+            return try startBrowserSession(
+                db, SignInIdentity(email: email, method: test ? "test" : "email"), now: now, invitation: body.invite)
         }
         return browserSessionAnswer(started)
     }

@@ -44,6 +44,13 @@ extension ServerConfiguration {
         var rateLimits: Limits?
         var connectionLimit: Int?
         var testExchangeDelayMillis: Int64?
+        var signupMode: String?
+        var waitlist: Bool?
+        var allowedDomains: [String]?
+        var invitationLifetimeMillis: Int64?
+        var emailRedirectUris: [String]?
+        var email: MailConfigFile.Email?
+        var smtp: MailConfigFile.SMTP?
     }
 
     private static let knownMembers: [String: Set<String>] = [
@@ -51,12 +58,15 @@ extension ServerConfiguration {
             "listen", "port", "basePath", "publicOrigin", "clients", "lifetimeMillis", "sessionLifetimeMillis",
             "accessTokenLifetimeMillis", "refreshGraceMillis", "signInCodeLifetimeMillis", "database", "secretKey",
             "outbox", "tls", "testAccounts", "trustForwardedFor", "rateLimits", "connectionLimit",
-            "testExchangeDelayMillis", "$comment",
+            "testExchangeDelayMillis", "$comment", "signupMode", "waitlist", "allowedDomains",
+            "invitationLifetimeMillis", "emailRedirectUris", "email", "smtp",
         ],
         "tls": ["certificate", "key"],
         "rateLimits": ["create", "exchange", "codeEntry"],
         "rateLimit": ["burst", "perMinute"],
         "client": ["clientId", "appName", "returnUrls", "policy"],
+        "email": MailConfigFile.emailMembers,
+        "smtp": MailConfigFile.smtpMembers,
     ]
 
     /// Parses a configuration file. Relative paths in it are resolved
@@ -108,6 +118,15 @@ extension ServerConfiguration {
         if let v = file.trustForwardedFor { c.trustForwardedFor = v }
         if let v = file.connectionLimit { c.connectionLimit = v }
         if let v = file.testExchangeDelayMillis { c.testExchangeDelayMillis = v }
+        if let v = file.signupMode {
+            guard let mode = SignupMode(rawValue: v) else {
+                throw fail("signupMode", "one-of", "the sign-up mode is 'open', 'invite' or 'domain'")
+            }
+            c.signupMode = mode
+        }
+        if let v = file.waitlist { c.waitlist = v }
+        if let v = file.allowedDomains { c.allowedDomains = v }
+        if let v = file.invitationLifetimeMillis { c.invitationLifetimeMillis = v }
         func limit(_ l: File.Limit?, _ d: RateLimit) -> RateLimit {
             RateLimit(burst: l?.burst ?? d.burst, perMinute: l?.perMinute ?? d.perMinute)
         }
@@ -137,6 +156,7 @@ extension ServerConfiguration {
             }
             c.clients.append(ClientRegistration(clientId: id, appName: appName, returnUrls: returnUrls, policy: policy))
         }
+        try MailConfigFile.apply(redirects: file.emailRedirectUris, email: file.email, smtp: file.smtp, to: &c, path: path)
         return c
     }
 
@@ -152,6 +172,8 @@ extension ServerConfiguration {
         try check(root, "", "")
         try check(root["tls"], "tls", "tls")
         try check(root["rateLimits"], "rateLimits", "rateLimits")
+        try check(root["email"], "email", "email")
+        try check(root["smtp"], "smtp", "smtp")
         if let limits = root["rateLimits"] as? [String: Any] {
             for (name, value) in limits { try check(value, "rateLimit", "rateLimits." + name) }
         }

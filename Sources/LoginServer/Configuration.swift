@@ -95,6 +95,21 @@ public struct ServerConfiguration: Sendable {
     /// FOR TESTS ONLY: the exchange route sleeps this long after committing
     /// the exchange and before answering, so a test can kill the client in between.
     public var testExchangeDelayMillis: Int64 = 0
+    /// Who may sign up: `open`, `invite` or `domain` (docs/server.md "Sign-up modes").
+    public var signupMode: SignupMode = .open
+    /// With `invite`: a new address without an invitation joins the waitlist (`WAITLISTED`).
+    public var waitlist = false
+    /// With `domain`: the domains whose addresses may sign up.
+    public var allowedDomains: [String] = []
+    /// How long an invitation is valid (7 days).
+    public var invitationLifetimeMillis: Int64 = 7 * 24 * 3_600_000
+    /// Where a sign-in email may carry a sign-in link (docs/server.md, "Email"):
+    /// http(s) origins and custom `scheme://authority` entries. Empty: code-only email.
+    public var emailRedirectUris: [String] = []
+    /// The sign-in email's sender and templates.
+    public var email = EmailSettings()
+    /// Deliver mail over SMTP; nil: write it to the outbox directory.
+    public var smtp: SMTPConfiguration?
 
     public init() {}
 
@@ -168,11 +183,7 @@ public struct ServerConfiguration: Sendable {
                 throw fail(field + ".returnUrls", "unique", "a return URL is listed twice (scheme and host case aside)")
             }
         }
-        for (i, email) in testAccounts.enumerated() {
-            guard let parts = EmailAddress(email), !parts.local.contains("+") else {
-                throw fail("testAccounts[\(i)]", "email", "a test account is a plain email address without '+'")
-            }
-        }
+        try validateTestAccounts()
         for (name, limit) in [
             ("create", rateLimits.create), ("exchange", rateLimits.exchange), ("codeEntry", rateLimits.codeEntry),
         ] {
@@ -185,6 +196,8 @@ public struct ServerConfiguration: Sendable {
         guard (0...600_000).contains(testExchangeDelayMillis) else {
             throw fail("testExchangeDelayMillis", "range", "the test exchange delay is 0 to 600000 milliseconds")
         }
+        try validateSignup()
+        try validateMail()
     }
 
 }

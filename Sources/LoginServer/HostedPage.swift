@@ -31,6 +31,10 @@ enum HostedPage {
             <form id="email-form">
             <label for="email">Email address</label>
             <input id="email" name="email" type="email" autocomplete="email" required>
+            <div id="invite-field" hidden>
+            <label for="invite">Invitation code</label>
+            <input id="invite" name="invite" autocomplete="off">
+            </div>
             <button type="submit">Send me a code</button>
             </form>
             <form id="code-form" hidden>
@@ -100,6 +104,9 @@ enum HostedPage {
           const $ = (id) => document.getElementById(id);
           const base = $("app").dataset.base;
           const attemptId = new URLSearchParams(window.location.search).get("attempt");
+          // An invitation token (sign-up mode "invite"), sent with the code; kept only in memory.
+          const inviteFromLink = new URLSearchParams(window.location.search).get("invite");
+          let newUser = false;
           let attempt = null;
           let shownSessionId = null;
           let automaticSessionId = null;
@@ -118,12 +125,29 @@ enum HostedPage {
             BROWSER_MISMATCH: "This sign-in was started in another browser. Finish signing in in the browser where " +
               "you started it (the one your app opened); nothing here can continue it.",
             ORIGIN_MISMATCH: "This page could not prove where the request came from. Reload the page.",
-            AUTH_USER_DISABLED: "This account is disabled.",
+            AUTH_USER_DISABLED: "This account is disabled. Ask an administrator to enable it.",
+            INVITATION_REQUIRED: "New accounts need an invitation. Enter the invitation code an administrator gave " +
+              "you, then ask for a new sign-in code.",
+            INVITATION_INVALID: "This invitation is not valid: it was used, has expired, was revoked or is for " +
+              "another address. Ask an administrator for a new one.",
+            WAITLISTED: "You are on the waitlist. An administrator will let you in; sign in again once they have.",
+            DOMAIN_NOT_ALLOWED: "Addresses at this domain cannot sign up here. Use your organisation's email address.",
             OTP_INVALID: "That code is not right. Try again.",
             OTP_EXPIRED: "That code has expired. Ask for a new one.",
             OTP_MAX_ATTEMPTS: "Too many wrong codes. Ask for a new email.",
             RATE_LIMITED: "Too many tries. Wait a moment and try again.",
-            INVALID_REQUEST: "Enter a valid email address."
+            INVALID_REQUEST: "Enter a valid email address.",
+            INVALID_REDIRECT_URI: "This server may not send sign-in emails for this page. Ask its administrator to " +
+              "add the page's origin to emailRedirectUris."
+          };
+          // The sign-in link of the email (docs/protocol.md, the hosted page): its token is in the fragment.
+          const linkMessages = {
+            BROWSER_MISMATCH: "This sign-in link was opened in a different browser from the one where you started. " +
+              "Go back to the sign-in page where you asked for the email and type the 6-digit code from the same " +
+              "email there; this browser cannot continue that sign-in.",
+            OTP_EXPIRED: "This sign-in link was already used or has expired. Ask for a new email.",
+            OTP_INVALID: "This sign-in link is damaged. Type the code from the email instead.",
+            OTP_MAX_ATTEMPTS: "Too many wrong codes or links. Ask for a new email."
           };
 
           function show(id, visible) { $(id).hidden = !visible; }
@@ -211,30 +235,47 @@ enum HostedPage {
             shownSessionId = session.sessionId;
             $("account").textContent = session.account.email;
             show("confirm", true);
-            say("");
+            say(newUser ? "Your account was created." : "");
           }
 
           $("email-form").addEventListener("submit", async (event) => {
             event.preventDefault();
             const email = $("email").value.trim();
-            const answer = await call("POST", "/browser/signin/start", { email: email });
+            const page = window.location.origin + window.location.pathname + window.location.search;
+            const answer = await call("POST", "/browser/signin/start", { email: email, redirectUri: page });
             if (answer.status !== 200) { sayError(answer); return; }
             show("code-form", true);
-            say("We sent a code to " + email + ".");
+            say(answer.data && answer.data.linkSent
+              ? "We sent a code and a sign-in link to " + email + ". Type the code here, or open the link in this browser."
+              : "We sent a code to " + email + ".");
             $("code").focus();
           });
 
           $("code-form").addEventListener("submit", async (event) => {
             event.preventDefault();
+            const invite = $("invite").value.trim();
             const answer = await call("POST", "/browser/signin/verify",
-                                      { email: $("email").value.trim(), code: $("code").value.trim() });
+                                      { email: $("email").value.trim(), code: $("code").value.trim(),
+                                        invite: invite === "" ? undefined : invite });
             if (answer.status !== 200) {
               sayError(answer);
-              if (codeOf(answer) === "OTP_MAX_ATTEMPTS" || codeOf(answer) === "OTP_EXPIRED") {
+              const code = codeOf(answer);
+              if (code === "OTP_MAX_ATTEMPTS" || code === "OTP_EXPIRED") {
                 show("code-form", false);
+              } else if (code === "INVITATION_REQUIRED" || code === "INVITATION_INVALID") {
+                // The code is used up: enter the invitation, then ask for a new code.
+                show("code-form", false);
+                show("invite-field", true);
+                $("invite").focus();
+              } else if (code === "DOMAIN_NOT_ALLOWED") {
+                show("code-form", false);
+              } else if (code === "AUTH_USER_DISABLED" || code === "WAITLISTED") {
+                // Nothing on this page helps until an administrator acts: no retry.
+                show("signin", false);
               }
               return;
             }
+            newUser = answer.data && answer.data.isNewUser === true;
             $("code").value = "";
             await withSession();
           });
@@ -269,7 +310,34 @@ enum HostedPage {
               return;
             }
             show("cancel", true);
+            if (inviteFromLink) {
+              $("invite").value = inviteFromLink;
+              show("invite-field", true);
+            }
+            const linkToken = new URLSearchParams((window.location.hash || "").slice(1)).get("signin_token");
+            if (linkToken) {
+              // Off the address bar and the history before it is used.
+              window.history.replaceState(null, "", window.location.pathname + window.location.search);
+              await signInWithLink(linkToken);
+              return;
+            }
             await withSession();
+          }
+
+          async function signInWithLink(token) {
+            say("Signing you in…");
+            const invite = $("invite").value.trim();
+            const answer = await call("POST", "/browser/signin/link",
+                                      { token: token, attemptId: attemptId, invite: invite === "" ? undefined : invite });
+            if (answer.status === 200) { await withSession(); return; }
+            const code = codeOf(answer);
+            say(linkMessages[code] || errorMessages[code] || "Something went wrong. Try again.");
+            if (code === "BROWSER_MISMATCH") {
+              ["signin", "confirm", "cancel"].forEach((id) => show(id, false));
+            } else {
+              show("signin", true);
+              show("email-form", true);
+            }
           }
 
           window.addEventListener("pageshow", (event) => { if (event.persisted && leaving) { say(""); } });

@@ -43,7 +43,7 @@ public final class LoginServer: Sendable {
         let location = DatabaseLocation(configuration.databasePath)
         // The secret first: a PostgreSQL server without one fails before it connects.
         let secret = try ServerSecret.load(configuration, location: location)
-        if case .postgres = location, mailer == nil, configuration.outboxPath == nil {
+        if case .postgres = location, mailer == nil, configuration.smtp == nil, configuration.outboxPath == nil {
             // The default (next to the database) means nothing for a URL.
             throw ConfigurationError(
                 field: "outbox", rule: "required",
@@ -62,7 +62,9 @@ public final class LoginServer: Sendable {
             }
         }
         self.store = store
-        let sender = mailer ?? OutboxMailSender(directory: configuration.resolvedOutboxPath)
+        let sender: any MailSender =
+            try mailer ?? configuration.smtp.map { try SMTPMailSender($0) }
+            ?? OutboxMailSender(directory: configuration.resolvedOutboxPath)
 
         let slot = ServiceSlot()
         let http = try HTTPServer(

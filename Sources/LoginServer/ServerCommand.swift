@@ -35,6 +35,9 @@ public enum ServerCommand {
                    browser-login-server users disable EMAIL [--config FILE | --database PATH]
                    browser-login-server users enable EMAIL [--config FILE | --database PATH]
                    browser-login-server attempts list [--config FILE | --database PATH]
+                   browser-login-server members list|add EMAIL|remove EMAIL [--config FILE | --database PATH]
+                   browser-login-server invitations create [EMAIL]|list|revoke ID [--config FILE | --database PATH]
+                   browser-login-server waitlist list|approve EMAIL [--config FILE | --database PATH]
                    browser-login-server migrate [--config FILE | --database PATH|URL]
             """, optionsTitle: "flags (override the configuration file):")
 
@@ -53,6 +56,11 @@ public enum ServerCommand {
             words = Array(args.prefix(count))
             args.removeFirst(count)
         case "serve": args.removeFirst()
+        case let group? where SignupAdmin.groups.contains(group):
+            let count = SignupAdmin.wordCount(args)
+            guard args.count >= count else { return usageError("missing arguments") }
+            words = Array(args.prefix(count))
+            args.removeFirst(count)
         case "migrate":
             words = ["migrate"]
             args.removeFirst()
@@ -79,6 +87,7 @@ public enum ServerCommand {
             return configurationError(
                 ConfigurationError(field: "database", rule: "required", message: "set --database or --config"))
         }
+        if SignupAdmin.groups.contains(words[0]) { return SignupAdmin.run(words, configuration: configuration) }
         return admin(words, databasePath: configuration.databasePath)
     }
 
@@ -146,11 +155,13 @@ public enum ServerCommand {
         if let readyFile { _ = FileManager.default.createFile(atPath: readyFile, contents: Data((server.listenURL + "\n").utf8)) }
         print("browser-login-server: listening on \(server.listenURL)")
         fflush(nil)
+        ServiceManager.notify("READY=1\nSTATUS=listening on \(server.listenURL)")
 
         let done = DispatchSemaphore(value: 0)
         let signals = SignalWatcher(signals: [SIGTERM, SIGINT]) { _ in done.signal() }
         done.wait()
         Log.info("stopping")
+        ServiceManager.notify("STOPPING=1")
         server.stop()
         signals.cancel()
         return 0

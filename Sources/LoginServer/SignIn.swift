@@ -23,9 +23,13 @@ struct StartedBrowserSession: Sendable {
 /// the browser session.
 extension LoginService {
     /// Runs inside the caller's transaction, after the method has proved
-    /// `identity`. Throws 403 AUTH_USER_DISABLED for a disabled user.
-    func startBrowserSession(_ db: Database, _ identity: SignInIdentity, now: Int64) throws -> StartedBrowserSession {
-        let (user, isNewUser) = try provisionUser(db, identity, now: now)
+    /// `identity`. Throws 403 AUTH_USER_DISABLED for a disabled user, and the
+    /// sign-up gates' errors for a new user (see `provisionUser`).
+    /// `invitation`: the invitation token the sign-in request carried, if any.
+    func startBrowserSession(_ db: Database, _ identity: SignInIdentity, now: Int64, invitation: String? = nil) throws
+        -> StartedBrowserSession
+    {
+        let (user, isNewUser) = try provisionUser(db, identity, now: now, invitation: invitation)
         if user.disabled { throw APIError(.authUserDisabled, "the account is disabled") }
         let secret = try randomToken(bytes: 32)
         let sessionId = try randomToken(bytes: 16)
@@ -40,13 +44,21 @@ extension LoginService {
         Log.info("browser session started", ["user.id": user.id, "auth.method": identity.method])
         let response = BrowserSessionResponse(
             sessionId: sessionId, account: user.account, authMethod: identity.method,
-            expiresAt: Timestamp(millisecondsSince1970: now + lifetime))
+            expiresAt: Timestamp(millisecondsSince1970: now + lifetime), isNewUser: isNewUser)
         return StartedBrowserSession(response: response, secret: secret, isNewUser: isNewUser)
     }
 
-    /// The user of `identity`'s address, created on first sign-in.
-    func provisionUser(_ db: Database, _ identity: SignInIdentity, now: Int64) throws -> (UserRecord, isNewUser: Bool) {
+    /// The user of `identity`'s address, created on first sign-in. The
+    /// sign-up gates (`signupMode`, docs/server.md) apply here, to new users
+    /// only, whatever the method (test accounts included): they throw 403
+    /// INVITATION_REQUIRED, INVITATION_INVALID, WAITLISTED or
+    /// DOMAIN_NOT_ALLOWED. A valid `invitation` token is used up.
+    func provisionUser(_ db: Database, _ identity: SignInIdentity, now: Int64, invitation: String? = nil) throws -> (
+        UserRecord, isNewUser: Bool
+    ) {
         if let user = try Records.user(db, email: identity.email.text) { return (user, false) }
+        let admission = try Signup.admit(
+            db, identity.email, invitation: invitation, configuration: configuration, now: now)
         let userId = try randomToken(bytes: 16)
         try db.run(
             "INSERT INTO users (id, email, display_name, disabled, created_at) VALUES (?, ?, ?, 0, ?)",
@@ -54,7 +66,7 @@ extension LoginService {
         guard let user = try Records.user(db, id: userId) else {
             throw APIError(.internalError, "the user could not be created")
         }
-        Log.info("user created", ["user.id": userId])
+        Log.info("user created", ["user.id": userId, "signup.via": admission.label])
         return (user, true)
     }
 

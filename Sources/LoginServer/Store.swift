@@ -118,6 +118,29 @@ enum Schema {
             );
             CREATE INDEX notes_user ON notes(user_id, created_at);
             """),
+        EmailLinks.migration,
+        Migration(
+            "0008-signup",
+            """
+            CREATE TABLE members (
+                email TEXT PRIMARY KEY NOT NULL,
+                added_at BIGINT NOT NULL
+            );
+            CREATE TABLE invitations (
+                id TEXT PRIMARY KEY NOT NULL,
+                token_hash TEXT NOT NULL UNIQUE,
+                email TEXT,
+                created_at BIGINT NOT NULL,
+                expires_at BIGINT NOT NULL,
+                used_at BIGINT,
+                used_by TEXT,
+                revoked_at BIGINT
+            );
+            CREATE TABLE waitlist (
+                email TEXT PRIMARY KEY NOT NULL,
+                requested_at BIGINT NOT NULL
+            );
+            """),
         // The rate limits' token buckets, shared by every instance on one
         // PostgreSQL database (`tokens` in thousandths). A server on SQLite
         // keeps its buckets in memory (one process owns the file) and leaves

@@ -96,3 +96,49 @@ final class Database {
         return done
     }
 }
+
+extension Database {
+    /// A connection of its own to `location`, migrated: for an admin command
+    /// (one short-lived process). Servers use `Store`, which pools them.
+    convenience init(location: DatabaseLocation) throws {
+        switch location {
+        case .sqlite(let path):
+            let db = try SQLiteSupport.Database(path: path)
+            try db.migrate(Schema.migrations)
+            self.init(.sqlite(db))
+        case .postgres(let url):
+            let pg = try PostgresConnection(url: url, statementTimeoutMillis: PostgresStore.statementTimeoutMillis)
+            // Migrations may wait for a server's (holding the advisory lock): no statement timeout there.
+            try pg.execute("SET statement_timeout = 0")
+            try pg.migrate(Schema.migrations)
+            try pg.execute("SET statement_timeout = \(PostgresStore.statementTimeoutMillis)")
+            self.init(.postgres(pg))
+        }
+    }
+
+    /// Runs `body` in one transaction on this connection (SQLite: `BEGIN
+    /// IMMEDIATE`; PostgreSQL: SERIALIZABLE, run again when it loses a race
+    /// with a server), committed when it returns, rolled back when it throws.
+    func transaction<T>(_ body: () throws -> T) throws -> T {
+        switch connection {
+        case .sqlite(let db): return try db.transaction(body)
+        case .postgres(let pg):
+            var round = 0
+            while true {
+                try pg.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+                do {
+                    let result = try body()
+                    try pg.commit()
+                    return result
+                } catch let error as PostgresError where error.isRetryable && round < 100 {
+                    if pg.isOpen { try? pg.execute("ROLLBACK") }
+                    round += 1
+                    usleep(UInt32.random(in: 0...UInt32(min(50, 1 + round * 2) * 1000)))
+                } catch {
+                    if pg.isOpen { try? pg.execute("ROLLBACK") }
+                    throw error
+                }
+            }
+        }
+    }
+}

@@ -112,8 +112,10 @@ public final class Database {
     public let path: String
 
     /// Opens (creating) the database at `path`; `:memory:` for a private one.
-    /// WAL journal, foreign keys on, a 5 s busy timeout.
-    public init(path: String) throws {
+    /// WAL journal, foreign keys on, a 5 s busy timeout. `incrementalVacuum`:
+    /// a new file is made in incremental auto-vacuum mode (it must be chosen
+    /// before the file's first page is written; an existing file keeps its mode).
+    public init(path: String, incrementalVacuum: Bool = false) throws {
         self.path = path
         var db: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
@@ -126,6 +128,7 @@ public final class Database {
         handle = db
         sqlite3_busy_timeout(db, 5000)
         sqlite3_extended_result_codes(db, 1)
+        if incrementalVacuum { try execute("PRAGMA auto_vacuum = INCREMENTAL") }
         if path != ":memory:" { try execute("PRAGMA journal_mode=WAL") }
         try execute("PRAGMA synchronous=NORMAL")
         try execute("PRAGMA foreign_keys=ON")

@@ -11,6 +11,8 @@ public struct BrowserSessionInfo: Codable, Sendable, Equatable {
     public var account: Account
     public var authMethod: String
     public var expiresAt: Timestamp
+    /// On a finished sign-in only: whether it created the user (absent from `GET browser/session`).
+    public var isNewUser: Bool?
 }
 
 /// A user agent that plays a real browser on the reference server's hosted
@@ -105,6 +107,15 @@ public final class ScriptedBrowser: Sendable {
     @discardableResult
     public func verifySignIn(email: String, code: String, basePath: String? = nil) throws -> BrowserSessionInfo {
         try ok("POST", url(basePath, "/browser/signin/verify"), json: ["email": email, "code": code])
+            .decode(BrowserSessionInfo.self)
+    }
+
+    /// `POST {base}/browser/signin/verify {"email","code","invite"}`: signs up with an invitation token.
+    @discardableResult
+    public func verifySignIn(email: String, code: String, invite: String, basePath: String? = nil) throws
+        -> BrowserSessionInfo
+    {
+        try ok("POST", url(basePath, "/browser/signin/verify"), json: ["email": email, "code": code, "invite": invite])
             .decode(BrowserSessionInfo.self)
     }
 

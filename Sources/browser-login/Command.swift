@@ -48,6 +48,7 @@ struct CLIError: Error {
         let plain = error.isLocal || error.code == .invalidParams || error.code == .internalError
         self.init(error.code.rawValue, error.message, exitCode(error), data: data)
         if !plain { text = error.description }
+        if let advice = serverCodeAdvice(error.data.serverCode) { text = (text ?? message) + "\n  " + advice }
     }
 
     /// The JSON form: `code`, `message` and the data members.

@@ -136,7 +136,17 @@ func table(_ rows: [[String]]) -> String {
 func describeAttempt(_ a: AttemptView) -> String {
     var text = "attempt \(a.attemptId): \(a.state.rawValue) (client \(a.client))"
     if let error = a.error { text += "\n  error: \(error.code) — \(error.message)" }
+    if let advice = serverCodeAdvice(a.error?.serverCode) { text += "\n  " + advice }
     return text
+}
+
+/// What people should do about a server code that no retry fixes, or nil.
+func serverCodeAdvice(_ code: String?) -> String? {
+    switch code {
+    case "AUTH_USER_DISABLED"?:
+        "this account is disabled at the login server: contact your administrator to enable it (signing in again will not work until then)"
+    default: nil
+    }
 }
 
 func describeSession(_ s: SessionView) -> String {
@@ -144,6 +154,7 @@ func describeSession(_ s: SessionView) -> String {
     if let account = s.account { text += " as \(account.displayName) <\(account.email)>" }
     if let expires = s.expiresAt { text += ", until \(expires.rfc3339)" }
     if let reason = s.reason { text += " (reason: \(reason))" }
+    if let advice = serverCodeAdvice(s.reason) { text += "\n  " + advice }
     return text
 }
 
@@ -333,14 +344,26 @@ let subcommands: [Subcommand] = [
     Subcommand(
         "session", summary: "show a client's session", arguments: ["CLIENT"], options: [json],
         help: """
-            Shows whether CLIENT is signed in, as which account, and until when.
-            Exit status 0 only when it is signed in; 1 (with the state printed)
-            when it is signed out, signing in, expired or revoked.
+            Shows whether CLIENT is signed in, as which account, and until when,
+            and (without --json) which vault keeps the broker's secrets:
+            secret-service, or file (Vault=file in broker.conf). Exit status 0
+            only when it is signed in; 1 (with the state printed) when it is
+            signed out, signing in, expired or revoked. A session signed out
+            with reason VAULT_KEY_LOST lost its tokens with the file vault's key
+            (the machine restarted): sign in again.
             """,
         run: { args, broker in
             let answer = try await broker.call(.sessionGet, params: encode(ClientParams(client: args.positionals[0])))
             let session: SessionView = try decode(answer)
-            if args.has("json") { printJSON(answer) } else { print(describeSession(session)) }
+            if args.has("json") {
+                printJSON(answer)
+            } else {
+                print(describeSession(session))
+                // The vault is the broker's, not the session's: it comes from broker.info.
+                if let info: BrokerInfo = try? decode(try await broker.call(.brokerInfo, params: nil)) {
+                    print("vault: \(info.vault)")
+                }
+            }
             return session.status == .signedIn ? .ok : .failure
         }),
     Subcommand(

@@ -122,12 +122,19 @@ func doctorFindings(_ client: BrowserLoginClient) async -> [Finding] {
             fix: "export XDG_RUNTIME_DIR=/run/user/$(id -u)")
     }
 
-    // The session bus, the broker's names and the Secret Service.
+    // The session bus, the broker's names and the Secret Service. With the
+    // file vault (Vault=file: servers over SSH, minimal sessions) the
+    // Secret Service is not used and a missing session bus costs only
+    // D-Bus activation and the D-Bus API.
+    let fileVault = info?.vault == "file"
     let busFix = "dbus-run-session -- $SHELL"
     let keyringFix = "gnome-keyring-daemon --start --components=secrets"
     if (env["DBUS_SESSION_BUS_ADDRESS"] ?? "").isEmpty && (env["XDG_RUNTIME_DIR"] ?? "").isEmpty {
         add(
-            "session-bus", .problem, "no session bus (DBUS_SESSION_BUS_ADDRESS is not set): no keyring, no activation",
+            "session-bus", fileVault ? .warning : .problem,
+            fileVault
+                ? "no session bus (DBUS_SESSION_BUS_ADDRESS is not set): no D-Bus activation or D-Bus API; the file vault does not need one"
+                : "no session bus (DBUS_SESSION_BUS_ADDRESS is not set): no keyring, no activation",
             fix: busFix)
     } else if let secrets = busNameState("org.freedesktop.secrets", env) {
         add("session-bus", .ok, "the session bus answers")
@@ -151,17 +158,32 @@ func doctorFindings(_ client: BrowserLoginClient) async -> [Finding] {
                     fix: startFix)
             }
         }
-        if secrets.owned || secrets.activatable {
+        if fileVault {
+            add(
+                "secret-service", .ok,
+                "not needed: the broker keeps its secrets in the file vault (Vault=file in broker.conf)")
+        } else if secrets.owned || secrets.activatable {
             let how = secrets.owned ? "is running" : "is activatable"
             add("secret-service", .ok, "the Secret Service (org.freedesktop.secrets) \(how)")
         } else {
             add("secret-service", .problem, "no Secret Service (org.freedesktop.secrets) on the session bus", fix: keyringFix)
         }
-        if secrets.owned || secrets.activatable { findings += keyringFindings(env) }
+        if !fileVault && (secrets.owned || secrets.activatable) { findings += keyringFindings(env) }
     } else {
-        add("session-bus", .problem, "the session bus does not answer (or gdbus is not installed)", fix: busFix)
+        add(
+            "session-bus", fileVault ? .warning : .problem, "the session bus does not answer (or gdbus is not installed)",
+            fix: busFix)
     }
-    if let info {
+    if let info, info.vault == "file" {
+        // The detail says where the vault is and whether its key is in the kernel keyring.
+        if info.vaultAvailable {
+            add("vault", .ok, "the broker keeps sessions in the file vault. \(info.vaultDetail)")
+        } else {
+            add(
+                "vault", .problem, "the broker cannot use its file vault: \(info.vaultDetail)",
+                fix: "keyctl show @u  # the broker's key must be readable there; see docs/operations.md, \"The file vault\"")
+        }
+    } else if let info {
         if info.vaultAvailable && !info.vaultLocked {
             add("vault", .ok, "the broker keeps sessions in the \(info.vault) vault")
         } else if info.vaultLocked {
@@ -447,7 +469,10 @@ let doctorCommand = Subcommand(
         Checks, in order: the broker's socket; the session bus, and that the
         names org.browserlogin.Broker and org.browserlogin.Broker1 have an
         owner or are activatable; the Secret Service, its default collection
-        and that it is unlocked; the broker's vault; the client files; for each
+        and that it is unlocked (not with the file vault, Vault=file in
+        broker.conf, where a missing session bus is only a warning); the
+        broker's vault (which one; for the file vault, whether its key is in
+        the kernel user keyring); the client files; for each
         client's custom scheme, that the broker's desktop file is the default
         handler (xdg-mime query default); that xdg-open handles the schemes
         (xdg-utils 1.1.3 takes a scheme with a digit for a file); that the

@@ -91,4 +91,75 @@ final class ScratchDirectory: Sendable {
         #expect(loaded == s)
         #expect(try store.sessions().count == 1)
     }
+
+    // MARK: Retention
+
+    /// An attempt inserted at `ms` and moved to `state` (with history).
+    func ended(_ store: BrokerStore, _ id: String, _ state: AttemptState, at ms: Int64, followUp: ServerFollowUp = .none)
+        throws
+    {
+        var a = sample(id, at: ms)
+        try store.insert(a)
+        a.state = state
+        a.followUp = followUp
+        a.updatedAt = Timestamp(millisecondsSince1970: ms + 10)
+        try store.update(a, previous: .starting)
+    }
+
+    @Test func pruningDeletesOnlyEndedAttemptsPastTheCutoffWithNothingOwed() throws {
+        let store = try BrokerStore(path: tempPath())
+        for (i, state) in BrokerStore.prunableStates.enumerated() { try ended(store, "old-\(state)", state, at: 100 + Int64(i)) }
+        try ended(store, "old-uncertain", .uncertain, at: 100)
+        try ended(store, "old-waiting", .waiting, at: 100)
+        try ended(store, "old-owed", .cancelled, at: 100, followUp: .cancel)
+        try ended(store, "old-session", .completed, at: 100)
+        try store.save(
+            SessionRecord(
+                client: "com.example.notes", status: .signedIn, attemptId: "old-session",
+                updatedAt: Timestamp(millisecondsSince1970: 1)))
+        try ended(store, "new-denied", .denied, at: 5_000)
+        // Ended after the cutoff although created before it: kept.
+        var late = sample("late-ack", at: 100)
+        try store.insert(late)
+        late.state = .acknowledged
+        late.updatedAt = Timestamp(millisecondsSince1970: 6_000)
+        try store.update(late, previous: .starting)
+
+        let deleted = try store.prune(endedBefore: Timestamp(millisecondsSince1970: 1_000), limit: 100)
+        #expect(deleted == BrokerStore.prunableStates.count)
+        let left = Set(try store.list().map(\.id))
+        #expect(left == ["old-uncertain", "old-waiting", "old-owed", "old-session", "new-denied", "late-ack"])
+        #expect(try store.history(attemptId: "old-expired").isEmpty)
+        #expect(try store.history(attemptId: "old-uncertain").count == 2)
+        #expect(try store.prune(endedBefore: Timestamp(millisecondsSince1970: 1_000), limit: 100) == 0)
+    }
+
+    @Test func pruningGoesInBatchesOldestFirst() throws {
+        let store = try BrokerStore(path: tempPath())
+        for i in 0..<25 { try ended(store, "a\(i)", .acknowledged, at: 100 + Int64(i)) }
+        let cutoff = Timestamp(millisecondsSince1970: 10_000)
+        #expect(try store.prune(endedBefore: cutoff, limit: 10) == 10)
+        #expect(try store.attempt(id: "a9") == nil)
+        #expect(try store.attempt(id: "a10") != nil)
+        #expect(try store.prune(endedBefore: cutoff, limit: 10) == 10)
+        #expect(try store.prune(endedBefore: cutoff, limit: 10) == 5)
+        #expect(try store.count() == 0)
+    }
+
+    @Test func aNewStateFileGivesPrunedPagesBack() throws {
+        let path = tempPath()
+        let store = try BrokerStore(path: path)
+        for i in 0..<3_000 { try ended(store, "attempt-\(i)-" + String(repeating: "x", count: 40), .acknowledged, at: Int64(i)) }
+        func size() throws -> Int {
+            // The WAL is folded into the file first, so the size is the file's own.
+            try store.checkpoint()
+            return try #require(try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int)
+        }
+        let full = try size()
+        while try store.prune(endedBefore: Timestamp(millisecondsSince1970: 1_000_000), limit: 500) > 0 {
+            try store.compact(pages: 10_000)
+        }
+        let pruned = try size()
+        #expect(pruned * 4 < full, "the file stays \(pruned) bytes after pruning (it held \(full))")
+    }
 }

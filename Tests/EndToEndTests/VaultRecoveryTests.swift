@@ -98,6 +98,16 @@ final class RestartableKeyring: @unchecked Sendable {
         busPid = 0
     }
 
+    /// Locks the default keyring, as the desktop's "lock" does.
+    func lock() throws {
+        try PrivateKeyring.run(
+            "/usr/bin/gdbus",
+            [
+                "call", "--session", "--dest", "org.freedesktop.secrets", "--object-path", "/org/freedesktop/secrets",
+                "--method", "org.freedesktop.Secret.Service.Lock", "['/org/freedesktop/secrets/collection/login']",
+            ], env: ["DBUS_SESSION_BUS_ADDRESS": address])
+    }
+
     func stopAll() {
         stopKeyring()
         stopBus()
@@ -206,5 +216,37 @@ struct VaultRecoveryTests {
         try h.signIn()
         #expect(try me(rpc)["status"] == 200)
         #expect(h.broker?.isRunning == true)
+    }
+
+    /// `broker.info` follows the Secret Service's change signals (issue 19):
+    /// polling it does not ask the keyring, and a lock is seen at once.
+    @Test func brokerInfoFollowsTheKeyringsSignalsInsteadOfAskingIt() throws {
+        let (h, keyring) = try signedIn()
+        defer { keyring.stopAll() }
+        try waitUntil(15, "the broker to own its bus name") { keyring.hasOwner("org.browserlogin.Broker") }
+        let rpc = try h.rpc()
+        #expect(try rpc.call("broker.info")["vaultLocked"] == false)
+        // Every method call to the keyring's objects while an app polls for 3 s
+        // (longer than the 2 s the answer is kept without the signals).
+        let monitor = try SpawnedProcess(
+            [
+                "/usr/bin/dbus-monitor", "--address", keyring.address,
+                "type='method_call',path_namespace='/org/freedesktop/secrets'",
+            ],
+            environment: ProcessInfo.processInfo.environment, log: h.dir + "/monitor.log")
+        try waitUntil(10, "dbus-monitor to attach") {
+            ((try? String(contentsOfFile: monitor.log, encoding: .utf8)) ?? "").contains("NameAcquired")
+        }
+        for _ in 0..<30 {
+            #expect(try rpc.call("broker.info")["vaultLocked"] == false)
+            usleep(100_000)
+        }
+        _ = monitor.stop()
+        let calls = ((try? String(contentsOfFile: monitor.log, encoding: .utf8)) ?? "")
+            .split(separator: "\n").filter { $0.hasPrefix("method call") }
+        #expect(calls.isEmpty, "the broker asked the keyring while polled: \(calls)")
+        // Locked behind the broker's back: the signal makes the next answer ask.
+        try keyring.lock()
+        try waitUntil(10, "broker.info to see the keyring locked") { try rpc.call("broker.info")["vaultLocked"] == true }
     }
 }

@@ -308,7 +308,7 @@ import Testing
     }
 
     @Test(arguments: [
-        ("dev@example.com", true), ("DEV@Example.com", true), ("dev+bltest@example.com", true),
+        ("dev@example.com", false), ("DEV@Example.com", false), ("dev+bltest@example.com", true),
         ("dev+bltest1@example.com", true), ("dev+bltest.a-b_C9@example.com", true), ("dev+other@example.com", false),
         ("dev+bltest+x@example.com", false), ("dev+bltest!@example.com", false), ("dev@example.org", false),
         ("xdev+bltest@example.com", false), ("dev+bltes@example.com", false),

@@ -29,14 +29,17 @@ let httpsClient = "web.example"
 let httpsReturn = "https://app.example.com/auth/callback"
 let autoCustomClient = "com.example.auto"
 let autoCustomReturn = "com.example.auto:/done"
-let testBase = "dev@example.com"
+/// The configured test account base address: it signs in with an emailed code, like anyone.
+let testBaseAddress = "dev@example.com"
+/// A derived test address of `testBaseAddress`: it signs in with the fixed code `000000`.
+let testBase = "dev+bltest@example.com"
 
 func baseConfiguration(directory: String) -> ServerConfiguration {
     var c = ServerConfiguration()
     c.port = 0
     c.databasePath = directory + "/server.sqlite"
     c.outboxPath = directory + "/outbox"
-    c.testAccounts = [testBase]
+    c.testAccounts = [testBaseAddress]
     c.clients = [
         ClientRegistration(
             clientId: confirmClient, appName: "Notes", returnUrls: [try! ReturnURL(confirmReturn)], policy: .confirm),

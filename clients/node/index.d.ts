@@ -86,7 +86,8 @@ export interface BrokerInfo {
   version: string;
   protocol: number;
   socket: string;
-  vault: string;
+  /** "secret-service", or "file" (Vault=file in the broker's broker.conf). */
+  vault: "secret-service" | "file" | string;
   vaultAvailable: boolean;
   vaultLocked: boolean;
   vaultDetail: string | null;

@@ -3,11 +3,13 @@ import BrokerRPC
 
 extension MethodTable {
     static let brokerMethods: [RPCMethod: MethodHandler] = [
-        .brokerInfo: MethodHandler { call in try result(await call.engine.info()) },
-        // The clients this peer may use.
-        .clientsList: MethodHandler { call in
-            let pid = call.peer.pid
-            return try result(await call.engine.clientList { PeerBinding.mayUse($0, pid: pid) })
+        // At once while the vault's health is known (kept until the keyring signals a change).
+        .brokerInfo: MethodHandler(immediate: { call in try call.engine.knownInfo().map { try result($0).serialized() } }) {
+            call in try result(await call.engine.info())
+        },
+        // The clients this peer may use (the configuration never changes: always at once).
+        .clientsList: MethodHandler(immediate: { call in try result(call.engine.clientList(mayUse: call.mayUse)).serialized() }) {
+            call in try result(call.engine.clientList(mayUse: call.mayUse))
         },
     ]
 }

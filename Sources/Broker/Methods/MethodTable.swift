@@ -9,9 +9,17 @@ struct MethodHandler: Sendable {
     /// The names of its params; any other is `-32602`.
     let parameters: Set<String>
     let handle: @Sendable (MethodCall) async throws -> JSONValue
+    /// The serialized result at once, without a task or the engine actor,
+    /// when it is known without waiting (a read of state kept in memory);
+    /// nil (or an error) hands the call to `handle`, which answers the same.
+    let immediate: (@Sendable (MethodCall) throws -> [UInt8]?)?
 
-    init(_ parameters: Set<String> = [], _ handle: @escaping @Sendable (MethodCall) async throws -> JSONValue) {
+    init(
+        _ parameters: Set<String> = [], immediate: (@Sendable (MethodCall) throws -> [UInt8]?)? = nil,
+        _ handle: @escaping @Sendable (MethodCall) async throws -> JSONValue
+    ) {
         self.parameters = parameters
+        self.immediate = immediate
         self.handle = handle
     }
 }
@@ -38,9 +46,24 @@ struct MethodCall: Sendable {
         return socket
     }
 
+    /// The caller's identity for `Peers=`: read once per socket connection
+    /// (a connection belongs to the process that made it; a process that
+    /// hands its descriptor on could as well forward its calls), and per call
+    /// over D-Bus.
+    func identity() -> PeerBinding.Identity {
+        let pid = peer.pid
+        guard let socket else { return PeerBinding.identity(pid: pid) }
+        return socket.connection.attached { PeerBinding.identity(pid: pid) }
+    }
+
+    /// Whether this caller may use `config`'s client (Peers=).
+    func mayUse(_ config: ClientConfig) -> Bool {
+        config.peers.isEmpty || PeerBinding.mayUse(config, identity())
+    }
+
     /// Checks this connection's peer may use `client` (Peers=); an unknown client is the engine's to refuse.
     func requireUse(_ client: String) throws {
-        if let config = engine.config(for: client), !PeerBinding.mayUse(config, pid: peer.pid) {
+        if let config = engine.config(for: client), !mayUse(config) {
             throw BrokerError(
                 .clientForbidden,
                 "this program may not use the client '\(client)'; its client file's Peers= does not name it")
@@ -54,8 +77,8 @@ struct MethodCall: Sendable {
 
     /// A filter of client ids for this peer (clients without a config are let through).
     func clientFilter() -> @Sendable (String) -> Bool {
-        let (engine, pid) = (engine, peer.pid)
-        return { client in engine.config(for: client).map { PeerBinding.mayUse($0, pid: pid) } ?? true }
+        let call = self
+        return { client in call.engine.config(for: client).map(call.mayUse) ?? true }
     }
 }
 
@@ -122,17 +145,18 @@ public struct MethodTable: Sendable {
         }
     }
 
-    /// The RPC server's fast path (`RPCFastHandler`): `session.get` for a
-    /// configured client without `Peers=`, answered from the engine's session
-    /// board on the connection's I/O queue. Anything else (other methods, other
-    /// params, errors, bound clients) returns nil and takes `handle`, which
-    /// gives the same answer for these calls.
+    /// The RPC server's fast path (`RPCFastHandler`), on the connection's I/O
+    /// queue: a method whose handler has an `immediate` answer gives it
+    /// there (`session.get`, `broker.info`, `clients.list`); anything else,
+    /// and any error, returns nil and takes `handle`, which answers the same.
     public func handleFast(_ context: RPCRequestContext, _ method: String, _ params: JSONValue?) -> [UInt8]? {
-        guard method == RPCMethod.sessionGet.rawValue, case .object(let members)? = params, members.count == 1,
-            case .string(let client)? = members["client"], let config = engine.config(for: client),
-            config.peers.isEmpty, let entry = engine.sessionBoard.entry(client)
+        guard let handler = Self.handlers[method], let immediate = handler.immediate,
+            let params = try? Params(params, allowed: handler.parameters)
         else { return nil }
-        return entry.bytes
+        let call = MethodCall(
+            peer: CallerPeer(pid: context.peer.pid, uid: context.peer.uid), socket: context, params: params,
+            engine: engine)
+        return try? immediate(call)
     }
 
     static func rpcError(_ error: BrokerError) -> RPCError {

@@ -3,8 +3,15 @@ import BrokerRPC
 
 extension MethodTable {
     static let sessionMethods: [RPCMethod: MethodHandler] = [
-        // The RPC server's fast path answers most of them: `MethodTable.handleFast`.
-        .sessionGet: MethodHandler(["client"]) { call in
+        // Answered from the engine's session board, at once, once the client's view is on it.
+        .sessionGet: MethodHandler(
+            ["client"],
+            immediate: { call in
+                let client = try call.params.string("client")
+                try call.requireUse(client)
+                return call.engine.sessionBoard.entry(client)?.bytes
+            }
+        ) { call in
             let params = ClientParams(client: try call.params.string("client"))
             try call.requireUse(params.client)
             let view = try await call.engine.session(client: params.client)

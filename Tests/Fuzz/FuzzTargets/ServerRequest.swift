@@ -175,7 +175,7 @@ public enum ServerRequestFuzzing {
             }
             let browser = [("Origin", origin), ("Sec-Fetch-Site", "same-origin")]
             let signIn = send(
-                "POST", base + "/browser/signin/verify", #"{"email":"dev@example.com","code":"000000"}"#, browser)
+                "POST", base + "/browser/signin/verify", #"{"email":"dev+bltest@example.com","code":"000000"}"#, browser)
             let sessionCookie = String(signIn.headers.first { $0.name == "Set-Cookie" }!.value.split(separator: ";")[0])
             let sessionId = json(signIn)["sessionId"] as! String
 

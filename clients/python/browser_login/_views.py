@@ -163,6 +163,7 @@ class Info:
     version: str
     protocol: int
     socket: Optional[str]
+    #: "secret-service", or "file" (Vault=file in the broker's broker.conf).
     vault: str
     vault_available: bool
     vault_locked: bool
