@@ -267,27 +267,36 @@ struct PostgresStoreTests {
         // A cluster of its own: the shared one serves the other tests meanwhile.
         let cluster = try PostgresCluster()
         defer { cluster.stop() }
-        let directory = try TemporaryDirectory("login-server-pg")
-        var c = baseConfiguration(directory: directory.path)
-        c.databasePath = try cluster.createDatabase()
-        c.secretKeyPath = directory.path + "/server.key"
-        let server = try LoginServer(configuration: c)
-        defer { server.stop() }
-        let base = server.origin + c.basePath
+        let one = try PostgresInstances(count: 1, cluster: cluster)
         let v = try ProofSecret.generate().challenge
         let body =
             #"{"clientId":"\#(confirmClient)","returnUrl":"\#(confirmReturn)","codeChallenge":"\#(v)","codeChallengeMethod":"S256","recoveryChallenge":"\#(v)","ephemeral":false}"#
-        #expect(try RawHTTP.postJSON(base + "/native/attempts", body).status == 201)
+        #expect(try one.native(0, "/attempts", body).status == 201)
+        // An authorized attempt not yet exchanged, and a session not yet refreshed.
+        let pending = try one.authorized(on: 0)
+        let issued = try one.authorized(on: 0)
+        let session = try one.native(
+            0, "/attempts/\(issued.attempt.id)/exchange", issued.attempt.exchangeJSON(code: issued.code)
+        ).decode(ExchangeResponse.self).session
+        let exchange = {
+            try one.native(0, "/attempts/\(pending.attempt.id)/exchange", pending.attempt.exchangeJSON(code: pending.code))
+        }
+        let refresh = { try one.native(0, "/sessions/refresh", #"{"refreshToken":"\#(session.refreshToken!)"}"#) }
 
         try cluster.halt()
-        for _ in 0..<3 {
-            let down = try RawHTTP.postJSON(base + "/native/attempts", body)
-            expectError(down, .serviceUnavailable)
-            #expect(Int(down.header("retry-after") ?? "") ?? 0 >= 1, "\(down.headers("retry-after"))")
+        // Down: every answer that needs the database is 503 with Retry-After, and nothing is decided.
+        for answer in [try one.native(0, "/attempts", body), try exchange(), try refresh(), try exchange()] {
+            expectError(answer, .serviceUnavailable)
+            #expect(Int(answer.header("retry-after") ?? "") ?? 0 >= 1, "\(answer.headers("retry-after"))")
         }
         try cluster.startAgain()
-        // The first request after the restart is answered: the dead pooled connection is replaced at once.
-        #expect(try RawHTTP.postJSON(base + "/native/attempts", body).status == 201)
+        // Back: the first requests are answered (the dead pooled connections are replaced at once),
+        // and the exchange and the refresh the outage refused still work, once.
+        #expect(try one.native(0, "/attempts", body).status == 201)
+        #expect(try exchange().status == 200)
+        expectError(try exchange(), .attemptAlreadyExchanged)
+        let refreshed = try refresh()
+        #expect(refreshed.status == 200, "\(refreshed.text)")
     }
 
     @Test func anUnreachableDatabaseAtStartUpExits78() throws {
