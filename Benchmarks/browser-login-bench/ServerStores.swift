@@ -17,7 +17,7 @@ import Synchronization
 enum ServerStores {
     static let client = "com.example.bench"
     static let returnURL = "com.example.bench:/callback"
-    static let email = "bench@example.com"
+    static let email = "bench+bltest@example.com"
     /// Requests in flight at once, spread round-robin over the instances.
     static let concurrency = 16
 
@@ -27,7 +27,7 @@ enum ServerStores {
         let limit = #"{"burst": 100000000, "perMinute": 100000000}"#
         let text = """
             {"clients": [{"clientId": "\(client)", "appName": "Bench", "returnUrls": ["\(returnURL)"], "policy": "confirm"}],
-             "testAccounts": ["\(email)"],
+             "testAccounts": ["bench@example.com"],
              "rateLimits": {"create": \(limit), "exchange": \(limit), "codeEntry": \(limit)}}
             """
         guard FileManager.default.createFile(atPath: config, contents: Data(text.utf8)) else {

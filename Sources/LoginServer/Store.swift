@@ -344,7 +344,7 @@ final class PostgresStore: @unchecked Sendable {
         self.url = url
         self.poolSize = max(1, poolSize)
         slots = DispatchSemaphore(value: max(1, poolSize))
-        let first = try PostgresConnection(url: url, statementTimeoutMillis: Self.statementTimeoutMillis)
+        let first = try Self.connect(url)
         // Migrations may wait for another instance's (holding the advisory lock): no statement timeout there.
         try first.execute("SET statement_timeout = 0; SET lock_timeout = 0")
         try first.migrate(Schema.migrations)
@@ -356,7 +356,18 @@ final class PostgresStore: @unchecked Sendable {
     private func checkout() throws -> PostgresConnection {
         let reused: PostgresConnection? = lock.withLock { idle.popLast() }
         if let reused, reused.isOpen { return reused }
-        return try PostgresConnection(url: url, statementTimeoutMillis: Self.statementTimeoutMillis)
+        return try Self.connect(url)
+    }
+
+    /// A new connection for the pool. Every query of the server looks rows up by
+    /// key; a sequential scan (the planner's choice while a table is small) would
+    /// take a predicate lock on the whole table at SERIALIZABLE, and make every
+    /// concurrent writer of that table a serialization conflict, run again.
+    /// Index scans lock only the rows (pages) they read.
+    private static func connect(_ url: String) throws -> PostgresConnection {
+        let connection = try PostgresConnection(url: url, statementTimeoutMillis: statementTimeoutMillis)
+        try connection.execute("SET enable_seqscan = off")
+        return connection
     }
 
     private func checkin(_ connection: PostgresConnection) {
@@ -414,6 +425,7 @@ final class PostgresStore: @unchecked Sendable {
                 guard reconnects <= poolSize else { throw stale.error }
             } catch let error as PostgresError where error.isRetryable {
                 round += 1
+                Log.debug("transaction lost a race; running it again", ["round": "\(round)", "sqlstate": error.sqlState])
                 let elapsed = Timestamp.now().millisecondsSince1970 - started
                 guard elapsed < Self.retryBudgetMillis else {
                     throw StoreUnavailable(reason: "a contended transaction was retried \(round) times in \(elapsed) ms")
