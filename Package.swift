@@ -58,6 +58,8 @@ let package = Package(
             dependencies: [
                 "BrowserLoginProtocol", "CommandLineKit", "SQLiteSupport", "SystemSupport", "CMicroHTTPD", "CCrypto",
                 "CurlSupport", "CSystemd",
+                // Sign-in with an upstream OpenID provider (docs/server.md): the broker's OAuth, JOSE and HTTP code.
+                "BrokerOAuth", "BrokerJOSE", "BrokerHTTP", "BrokerCore",
                 "PostgresSupport",
             ]),
         .executableTarget(name: "browser-login-server", dependencies: ["LoginServer"]),

@@ -263,16 +263,15 @@ extension BrokerEngine {
         do { metadata = try await signIn.provider.metadata() } catch {
             throw error.brokerError(attemptId: record.id)
         }
-        if let issuer = callback.issuer {
-            // RFC 9207: the issuer that answered must be the client's.
-            let expected = metadata.issuer
-            guard signIn.settings.issuerIsTemplate || issuer == expected else {
-                throw BrokerError(
-                    .issuerMismatch,
-                    "the callback's issuer is not this client's provider (\(ProviderError.issuerText(issuer)) instead of \(ProviderError.issuerText(expected))); nothing was changed",
-                    attemptId: record.id)
-            }
-        } else if metadata.issParameterSupported {
+        // RFC 9207: the issuer that answered must be the client's.
+        switch metadata.checkCallbackIssuer(callback.issuer, issuerIsTemplate: signIn.settings.issuerIsTemplate) {
+        case .accepted: break
+        case .mismatch(let issuer, let expected):
+            throw BrokerError(
+                .issuerMismatch,
+                "the callback's issuer is not this client's provider (\(ProviderError.issuerText(issuer)) instead of \(ProviderError.issuerText(expected))); nothing was changed",
+                attemptId: record.id)
+        case .missing:
             throw BrokerError(
                 .callbackInvalid,
                 "the callback lacks the 'iss' parameter its provider promises (RFC 9207); nothing was changed",

@@ -428,9 +428,10 @@ public struct ConfigText: Error, Sendable, Equatable, CustomStringConvertible {
 /// absolute https URL, or http on a loopback IP address (127.0.0.0/8 or
 /// [::1], never `localhost`); no userinfo, no fragment. An issuer has no
 /// query either (RFC 8414 §2) and may hold `{tenantid}` in its path.
-enum ProviderURLCheck {
+/// Public: the reference server's upstream providers follow the same rule.
+public enum ProviderURLCheck {
     /// The URL's origin, or why the URL is refused.
-    static func check(_ text: String, isIssuer: Bool) -> Result<Origin, ConfigText> {
+    public static func check(_ text: String, isIssuer: Bool) -> Result<Origin, ConfigText> {
         var checked = text
         if isIssuer, text.contains("{") || text.contains("}") {
             checked = text.replacingAll("{tenantid}", with: "tenant")

@@ -30,10 +30,15 @@ public struct IDTokenClaims: Sendable, Equatable {
     /// `tid` (Microsoft Entra's tenant id).
     public var tenantId: String?
     public var authTime: Int64?
+    /// `email_verified` (OIDC Core §5.1): nil when absent or null. A value that is
+    /// neither a boolean nor the string "true"/"false" (some providers send
+    /// strings) reads as false, so that it never vouches for an address.
+    public var emailVerified: Bool?
 
     public init(
         issuer: String, subject: String, audience: [String], authorizedParty: String?, expiresAt: Int64, issuedAt: Int64,
-        nonce: String?, email: String?, name: String?, preferredUsername: String?, tenantId: String?, authTime: Int64?
+        nonce: String?, email: String?, name: String?, preferredUsername: String?, tenantId: String?, authTime: Int64?,
+        emailVerified: Bool? = nil
     ) {
         self.issuer = issuer
         self.subject = subject
@@ -47,6 +52,7 @@ public struct IDTokenClaims: Sendable, Equatable {
         self.preferredUsername = preferredUsername
         self.tenantId = tenantId
         self.authTime = authTime
+        self.emailVerified = emailVerified
     }
 }
 
@@ -173,7 +179,8 @@ public enum IDToken {
             name: try object.string("name", in: "claim"),
             preferredUsername: try object.string("preferred_username", in: "claim"),
             tenantId: try object.string("tid", in: "claim"),
-            authTime: try object.integer("auth_time", in: "claim"))
+            authTime: try object.integer("auth_time", in: "claim"),
+            emailVerified: object.flag("email_verified"))
     }
 
     /// OpenID Connect Core §3.1.3.7 steps 2–4, 9, 10 and 11.

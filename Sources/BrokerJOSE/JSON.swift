@@ -77,6 +77,17 @@ struct JSONObject: Sendable {
         }
     }
 
+    /// A boolean member (or the string "true" / "false"), nil when absent or
+    /// null; any other value is false.
+    func flag(_ name: String) -> Bool? {
+        switch self[name] {
+        case nil, .null?: return nil
+        case .bool(let value): return value
+        case .string(let text): return text == "true"
+        default: return false
+        }
+    }
+
     /// A member that must be a JSON integer (no fraction, no exponent) when present.
     func integer(_ name: String, in what: String) throws(JOSEError) -> Int64? {
         switch self[name] {

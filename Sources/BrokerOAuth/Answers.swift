@@ -45,12 +45,16 @@ public struct UserInfo: Sendable, Equatable {
     public var email: String?
     public var name: String?
     public var preferredUsername: String?
+    /// `email_verified`: nil when absent; a value that is neither a boolean
+    /// nor "true" / "false" reads as false.
+    public var emailVerified: Bool?
 
-    public init(subject: String?, email: String?, name: String?, preferredUsername: String?) {
+    public init(subject: String?, email: String?, name: String?, preferredUsername: String?, emailVerified: Bool? = nil) {
         self.subject = subject
         self.email = email
         self.name = name
         self.preferredUsername = preferredUsername
+        self.emailVerified = emailVerified
     }
 }
 

@@ -47,6 +47,21 @@ struct WireSeconds: Decodable, Sendable, Equatable {
     }
 }
 
+/// A boolean claim written as a JSON boolean or as the string "true" /
+/// "false" (some providers); any other value reads as false, never as an error.
+struct WireFlag: Decodable, Sendable, Equatable {
+    var value: Bool
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if let flag = try? container.decode(Bool.self) {
+            value = flag
+        } else {
+            value = (try? container.decode(String.self)) == "true"
+        }
+    }
+}
+
 /// A user id written as a string (`sub`) or a JSON integer (GitHub's `id`),
 /// kept as its decimal text.
 struct WireIdentifier: Decodable, Sendable, Equatable {

@@ -396,7 +396,7 @@ public final class OAuthProvider: Sendable {
             let subject = (wire.sub ?? wire.id)?.text
             return UserInfo(
                 subject: subject.flatMap { $0.isEmpty ? nil : $0 }, email: wire.email, name: wire.name,
-                preferredUsername: wire.preferred_username ?? wire.login)
+                preferredUsername: wire.preferred_username ?? wire.login, emailVerified: wire.email_verified?.value)
         case 401, 403:
             // RFC 6750 §3: the error is in WWW-Authenticate.
             if let code = response.header("WWW-Authenticate").flatMap(Self.bearerError) {
@@ -415,6 +415,7 @@ public final class OAuthProvider: Sendable {
         var name: String?
         var preferred_username: String?
         var login: String?
+        var email_verified: WireFlag?
     }
 
     /// The `error` auth-param of a `Bearer` challenge (RFC 6750 §3).

@@ -174,7 +174,8 @@ public struct OAuthSignIn: SignInProtocol {
 
     /// OpenID Connect Core §3.1.3.7 with the provider's keys; an unknown key
     /// id re-fetches the key set once (at most once a minute, the provider's rule).
-    func verify(_ idToken: String, nonce: String?, now: Timestamp) async throws(SignInFailure) -> IDTokenClaims {
+    /// Public: the reference server's upstream sign-in checks ID tokens with it too.
+    public func verify(_ idToken: String, nonce: String?, now: Timestamp) async throws(SignInFailure) -> IDTokenClaims {
         let expect = IDTokenExpectations(
             issuer: settings.issuer, clientId: settings.clientId, nonce: nonce, now: now.millisecondsSince1970 / 1000)
         for refetch in [false, true] {

@@ -55,6 +55,8 @@ extension LoginService {
             (name, post, handle) = ("authorize", true, { r throws(APIError) in try self.authorize(r, attemptId: id) })
         case "attempts/*/decline":
             (name, post, handle) = ("decline", true, { r throws(APIError) in try self.decline(r, attemptId: id) })
+        case "upstream/start": (name, post, handle) = ("upstream.start", true, upstreamStart)
+        case _ where Self.isUpstreamCallback(key): (name, post, handle) = ("upstream.callback", false, upstreamCallback)
         default: throw APIError(.notFound, "no such browser route")
         }
         route = "browser." + name
@@ -135,7 +137,7 @@ extension LoginService {
                 headers.append(cookieHeader(name: cookieName, value: binding.secret, maxAgeSeconds: binding.maxAge))
             }
         }
-        return HostedPage.page(basePath: configuration.basePath, extraHeaders: headers)
+        return HostedPage.page(basePath: configuration.basePath, extraHeaders: headers, upstreamProviders: upstream.names)
     }
 
     // MARK: §6 Describe

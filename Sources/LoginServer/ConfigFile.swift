@@ -59,7 +59,7 @@ extension ServerConfiguration {
             "accessTokenLifetimeMillis", "refreshGraceMillis", "signInCodeLifetimeMillis", "database", "secretKey",
             "outbox", "tls", "testAccounts", "trustForwardedFor", "rateLimits", "connectionLimit",
             "testExchangeDelayMillis", "$comment", "signupMode", "waitlist", "allowedDomains",
-            "invitationLifetimeMillis", "emailRedirectUris", "email", "smtp",
+            "invitationLifetimeMillis", "emailRedirectUris", "email", "smtp", "upstreamProviders",
         ],
         "tls": ["certificate", "key"],
         "rateLimits": ["create", "exchange", "codeEntry"],
@@ -157,6 +157,7 @@ extension ServerConfiguration {
             c.clients.append(ClientRegistration(clientId: id, appName: appName, returnUrls: returnUrls, policy: policy))
         }
         try MailConfigFile.apply(redirects: file.emailRedirectUris, email: file.email, smtp: file.smtp, to: &c, path: path)
+        c.upstreamProviders = try loadUpstreamProviders(json: data, relativeTo: directory)
         return c
     }
 

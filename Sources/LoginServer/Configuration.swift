@@ -110,6 +110,8 @@ public struct ServerConfiguration: Sendable {
     public var email = EmailSettings()
     /// Deliver mail over SMTP; nil: write it to the outbox directory.
     public var smtp: SMTPConfiguration?
+    /// Upstream OpenID providers offered on the hosted page (docs/server.md).
+    public var upstreamProviders: [UpstreamProviderConfiguration] = []
 
     public init() {}
 
@@ -198,6 +200,7 @@ public struct ServerConfiguration: Sendable {
         }
         try validateSignup()
         try validateMail()
+        try validateUpstreamProviders()
     }
 
 }

@@ -206,5 +206,6 @@ enum Records {
         try db.run(
             "DELETE FROM browser_sessions WHERE expires_at <= ? AND id NOT IN (SELECT browser_session_id FROM sessions)",
             now - endedRetentionMillis)
+        try db.run("DELETE FROM upstream_round_trips WHERE expires_at <= ?", now)
     }
 }

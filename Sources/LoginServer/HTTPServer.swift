@@ -14,6 +14,9 @@ public struct HTTPServerRequest: Sendable {
     /// True when the body was longer than the limit (its bytes were dropped).
     public var bodyTooLarge: Bool
     public var remoteAddress: String
+    /// The query arguments named more than once (`query` keeps the first):
+    /// a redirect from an upstream provider with a repeated parameter is refused.
+    public var repeatedQueryNames: Set<String> = []
 
     /// A request as the listener hands it over: header names in lower case,
     /// the path percent-decoded, the first of each cookie and query argument.
@@ -81,6 +84,7 @@ private final class ValueCollector {
     var headers: [(name: String, value: String)] = []
     var cookies: [String: String] = [:]
     var query: [String: String] = [:]
+    var repeatedQuery: Set<String> = []
 }
 
 /// An HTTP listener on libmicrohttpd with one thread per connection, so a
@@ -148,7 +152,8 @@ private let collectValue: MHD_KeyValueIterator = { cls, kind, key, value in
     switch kind {
     case .HEADER_KIND: collector.headers.append((name.lowercased(), text))
     case .COOKIE_KIND: if collector.cookies[name] == nil { collector.cookies[name] = text }
-    case .GET_ARGUMENT_KIND: if collector.query[name] == nil { collector.query[name] = text }
+    case .GET_ARGUMENT_KIND:
+        if collector.query[name] == nil { collector.query[name] = text } else { collector.repeatedQuery.insert(name) }
     default: break
     }
     return .YES
@@ -190,10 +195,11 @@ private let accessHandler: bl_mhd_access_handler = {
     let remote: String =
         bl_mhd_client_address(connection, &addressBuffer, addressBuffer.count) == 0
         ? String(decoding: addressBuffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) : "unknown"
-    let request = HTTPServerRequest(
+    var request = HTTPServerRequest(
         method: method.map { String(cString: $0) } ?? "GET", path: url.map { String(cString: $0) } ?? "/",
         query: collector.query, headers: collector.headers, cookies: collector.cookies, body: pending.body,
         bodyTooLarge: pending.tooLarge, remoteAddress: remote)
+    request.repeatedQueryNames = collector.repeatedQuery
     let response = box.handler(request)
 
     var body = response.body

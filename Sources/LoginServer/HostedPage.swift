@@ -11,8 +11,11 @@ enum HostedPage {
         ("Cross-Origin-Opener-Policy", "same-origin"),
     ]
 
-    static func page(basePath: String, extraHeaders: [(name: String, value: String)]) -> HTTPServerResponse {
+    static func page(
+        basePath: String, extraHeaders: [(name: String, value: String)], upstreamProviders: [String] = []
+    ) -> HTTPServerResponse {
         let base = escapeHTML(basePath)
+        let upstreamButtons = upstreamButtonsHTML(upstreamProviders)
         let html = """
             <!doctype html>
             <html lang="en">
@@ -42,7 +45,7 @@ enum HostedPage {
             <input id="code" name="code" inputmode="numeric" autocomplete="one-time-code" pattern="[0-9]{6}" maxlength="6" required>
             <button type="submit">Sign in</button>
             </form>
-            </section>
+            \(upstreamButtons)</section>
             <section id="confirm" hidden>
             <p>Continue to <strong id="app-name"></strong> as <strong id="account"></strong>?</p>
             <button id="continue" type="button">Continue</button>
@@ -93,6 +96,9 @@ enum HostedPage {
                  border: 1px solid #2456c7; background: #2456c7; color: #fff; cursor: pointer; }
         button.secondary { background: #fff; color: #2456c7; }
         [hidden] { display: none !important; }
+        p.or { margin: 1rem 0 0; color: #5c6170; text-align: center; }
+        button.upstream { display: block; width: 100%; }
+        p.code { color: #5c6170; font-size: 0.9rem; }
 
         """
 
@@ -340,9 +346,73 @@ enum HostedPage {
             }
           }
 
+          // "Sign in with NAME": the server starts the round trip and the page goes to the provider.
+          for (let i = 0; $("upstream-" + i); i++) {
+            const button = $("upstream-" + i);
+            button.addEventListener("click", async () => {
+              const answer = await call("POST", "/browser/upstream/start",
+                                        { provider: button.dataset.provider, attemptId: attemptId });
+              if (answer.status === 200 && answer.data && answer.data.authorizeUrl) {
+                leaving = true;
+                say("Continuing to " + button.dataset.provider + "…");
+                window.location.assign(answer.data.authorizeUrl);
+              } else {
+                say((answer.data && answer.data.error && errorMessages[answer.data.error.code]) ||
+                    (answer.data && answer.data.error && answer.data.error.message) || "Something went wrong. Try again.");
+              }
+            });
+          }
+
           window.addEventListener("pageshow", (event) => { if (event.persisted && leaving) { say(""); } });
           start();
         })();
 
         """#
+
+    // MARK: Upstream providers
+
+    /// One "Sign in with NAME" button per upstream provider (ids
+    /// `upstream-0`, `upstream-1`, …; the name in `data-provider`).
+    static func upstreamButtonsHTML(_ names: [String]) -> String {
+        guard !names.isEmpty else { return "" }
+        let buttons = names.enumerated().map { index, name in
+            let text = escapeHTML(name)
+            return
+                "<button id=\"upstream-\(index)\" type=\"button\" class=\"secondary upstream\" data-provider=\"\(text)\">Sign in with \(text)</button>"
+        }
+        return "<div id=\"upstream\">\n<p class=\"or\">or</p>\n" + buttons.joined(separator: "\n") + "\n</div>\n"
+    }
+
+    /// The page an upstream provider's redirect ends on when the sign-in
+    /// stops: the error's code and message, and the way back to the
+    /// attempt's sign-in page when it is known. No script.
+    static func upstreamErrorPage(
+        _ failure: UpstreamFailure, basePath: String, back: String?, extraHeaders: [(name: String, value: String)]
+    ) -> HTTPServerResponse {
+        let link = back.map { "<p><a id=\"back\" href=\"\(escapeHTML($0))\">Back to sign-in</a></p>\n" } ?? ""
+        let html = """
+            <!doctype html>
+            <html lang="en">
+            <head>
+            <meta charset="utf-8">
+            <meta name="viewport" content="width=device-width, initial-scale=1">
+            <meta name="referrer" content="no-referrer">
+            <title>Sign-in failed</title>
+            <link rel="stylesheet" href="\(escapeHTML(basePath))/browser/login.css">
+            </head>
+            <body>
+            <main id="app">
+            <h1 id="title">Sign-in failed</h1>
+            <p id="status" role="alert">\(escapeHTML(failure.message))</p>
+            <p class="code">Error code: <code id="error-code">\(escapeHTML(failure.code))</code></p>
+            \(link)</main>
+            </body>
+            </html>
+
+            """
+        return HTTPServerResponse(
+            status: failure.status,
+            headers: [("Content-Type", "text/html; charset=utf-8")] + securityHeaders + extraHeaders,
+            body: Array(html.utf8))
+    }
 }

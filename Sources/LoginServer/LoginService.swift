@@ -19,6 +19,8 @@ final class LoginService: Sendable {
     let clock: ServerClock
     let mailer: any MailSender
     let testAccounts: [EmailAddress]
+    /// The upstream OpenID providers of the hosted page (UpstreamSignIn.swift).
+    let upstream: UpstreamProviders
 
     init(
         configuration: ServerConfiguration, issuer: String, store: Store, secret: [UInt8], clock: @escaping ServerClock,
@@ -32,6 +34,7 @@ final class LoginService: Sendable {
         self.clock = clock
         self.mailer = mailer
         self.testAccounts = configuration.testAccounts.compactMap(EmailAddress.init)
+        self.upstream = UpstreamProviders(configuration.upstreamProviders, clock: clock)
     }
 
     // MARK: Routing

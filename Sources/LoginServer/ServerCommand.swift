@@ -141,6 +141,11 @@ public enum ServerCommand {
 
     private static func serve(_ configuration: ServerConfiguration, readyFile: String?) -> Int32 {
         let server: LoginServer
+        // Watching SIGTERM before anything starts: the dispatch source is
+        // registered asynchronously, and a stop that comes right after READY=1
+        // must not fall between ignoring the signal and watching it.
+        let done = DispatchSemaphore(value: 0)
+        let signals = SignalWatcher(signals: [SIGTERM, SIGINT]) { _ in done.signal() }
         do {
             server = try LoginServer(configuration: configuration)
         } catch let error as ConfigurationError {
@@ -157,8 +162,6 @@ public enum ServerCommand {
         fflush(nil)
         ServiceManager.notify("READY=1\nSTATUS=listening on \(server.listenURL)")
 
-        let done = DispatchSemaphore(value: 0)
-        let signals = SignalWatcher(signals: [SIGTERM, SIGINT]) { _ in done.signal() }
         done.wait()
         Log.info("stopping")
         ServiceManager.notify("STOPPING=1")

@@ -141,6 +141,22 @@ enum Schema {
                 requested_at BIGINT NOT NULL
             );
             """),
+        // An upstream provider's round trip (UpstreamSignIn.swift): the digest
+        // of the handle in the browser's cookie; state, nonce and verifier are
+        // derived from the handle, never stored.
+        Migration(
+            "0009-upstream-round-trips",
+            """
+            CREATE TABLE upstream_round_trips (
+                handle_hash TEXT PRIMARY KEY NOT NULL,
+                provider TEXT NOT NULL,
+                redirect_uri TEXT NOT NULL,
+                attempt_hash TEXT NOT NULL,
+                created_at BIGINT NOT NULL,
+                expires_at BIGINT NOT NULL
+            );
+            CREATE INDEX upstream_round_trips_expiry ON upstream_round_trips(expires_at);
+            """),
         // The rate limits' token buckets, shared by every instance on one
         // PostgreSQL database (`tokens` in thousandths). A server on SQLite
         // keeps its buckets in memory (one process owns the file) and leaves

@@ -221,7 +221,7 @@ final class Tinyproxy {
         var lastError = ""
         // A free port may be taken between the probe and tinyproxy's bind: try again.
         for _ in 0..<5 {
-            let port = try Tinyproxy.freeLoopbackPort()
+            let port = try freeLoopbackPort()
             let config = """
                 Port \(port)
                 Listen 127.0.0.1
@@ -260,24 +260,6 @@ final class Tinyproxy {
     var requests: [String] { lines.filter { $0.contains("Request (file descriptor") } }
     /// The readiness probe connects once without a request.
     private let probes = 1
-
-    static func freeLoopbackPort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw HarnessError("socket failed") }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
-            }
-        }
-        guard bound else { throw HarnessError("bind failed") }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
 
     /// Whether something accepts TCP connections on 127.0.0.1:`port`.
     static func accepts(_ port: Int) -> Bool {

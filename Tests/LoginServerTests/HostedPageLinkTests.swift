@@ -77,37 +77,8 @@ struct HostedPageLinkTests {
         const url = new URL(address);
         const jar = new Map(fs.existsSync(jarFile) ? JSON.parse(fs.readFileSync(jarFile, "utf8")) : []);
 
-        async function browserFetch(target, init = {}) {
-          const headers = Object.assign({}, init.headers || {});
-          if (jar.size) headers["Cookie"] = [...jar].map(([k, v]) => k + "=" + v).join("; ");
-          const method = init.method || "GET";
-          if (method !== "GET") headers["Origin"] = url.origin;
-          headers["Sec-Fetch-Site"] = "same-origin";
-          const response = await fetch(new URL(target, url), { method, headers, body: init.body, redirect: "manual" });
-          for (const cookie of response.headers.getSetCookie()) {
-            const [pair, ...attributes] = cookie.split(";");
-            const eq = pair.indexOf("=");
-            const name = pair.slice(0, eq).trim(), value = pair.slice(eq + 1).trim();
-            if (attributes.some((a) => a.trim() === "Max-Age=0")) jar.delete(name); else jar.set(name, value);
-          }
-          return response;
-        }
-
-        const elements = {};
-        function makeElement(id) {
-          const listeners = {};
-          return {
-            id, hidden: false, textContent: "", value: "", href: "", dataset: {},
-            addEventListener(type, fn) { (listeners[type] = listeners[type] || []).push(fn); },
-            async fire(type) { for (const fn of listeners[type] || []) await fn({ preventDefault() {}, persisted: false }); },
-            focus() {}
-          };
-        }
-        const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-        async function until(predicate, what) {
-          for (let i = 0; i < 300; i++) { if (predicate()) return; await sleep(10); }
-          throw new Error("timed out waiting for " + what + "; status: " + elements.status.textContent);
-        }
+        const pageAddress = address;
+        \#(PageDriver.prelude)
 
         (async () => {
           let navigatedTo = null;

@@ -451,7 +451,10 @@ import Testing
             ))
         let info = try await Fixture.provider(transport).userinfo(accessToken: "AT-secret")
         #expect(
-            info == UserInfo(subject: "248289761001", email: "ada@example.com", name: "Ada Lovelace", preferredUsername: "ada"))
+            info
+                == UserInfo(
+                    subject: "248289761001", email: "ada@example.com", name: "Ada Lovelace", preferredUsername: "ada",
+                    emailVerified: true))
         let request = try #require(transport.requests(to: Fixture.userinfo).first)
         #expect(request.method == "GET" && !request.changesState)
         #expect(request.header("Authorization") == "Bearer AT-secret")

@@ -9,6 +9,9 @@ USERS = [
     # username, password, email, first name, last name
     ("alice", "alice-password", "alice@example.com", "Alice", "Example"),
     ("bob", "bob-password", "bob@example.com", "Bob", "Example"),
+    # For the reference server's upstream sign-in: no address, and an address not verified (validators.py).
+    ("nomail", "nomail-password", "", "No", "Mail"),
+    ("unverified", "unverified-password", "unverified@example.com", "Un", "Verified"),
 ]
 
 LOOPBACK_AND_SCHEME = "http://127.0.0.1/callback http://[::1]/callback com.example.chat:/callback"
@@ -36,6 +39,28 @@ def applications(model):
             "algorithm": model.RS256_ALGORITHM,
             "skip_authorization": False,
         },
+        {
+            # The reference server's upstream sign-in (docs/server.md): a
+            # confidential web client whose callback is the server's route.
+            "client_id": "login-server",
+            "name": "Browser Login server",
+            "client_type": model.CLIENT_CONFIDENTIAL,
+            "authorization_grant_type": model.GRANT_AUTHORIZATION_CODE,
+            "redirect_uris": "http://127.0.0.1/browser-login/browser/upstream/callback/dot",
+            "algorithm": model.RS256_ALGORITHM,
+            "skip_authorization": False,
+            "client_secret": "login-server-secret",
+        },
+        {
+            # The same as a public client (no secret: PKCE alone).
+            "client_id": "login-server-public",
+            "name": "Browser Login server (public)",
+            "client_type": model.CLIENT_PUBLIC,
+            "authorization_grant_type": model.GRANT_AUTHORIZATION_CODE,
+            "redirect_uris": "http://127.0.0.1/browser-login/browser/upstream/callback/public",
+            "algorithm": model.RS256_ALGORITHM,
+            "skip_authorization": False,
+        },
     ]
 
 
@@ -56,8 +81,9 @@ class Command(BaseCommand):
                 client_id=fields["client_id"],
                 defaults={"client_type": fields["client_type"], "authorization_grant_type": fields["authorization_grant_type"]},
             )
+            secret = fields.pop("client_secret", "")
             for key, value in fields.items():
                 setattr(app, key, value)
-            app.client_secret = ""
+            app.client_secret = secret
             app.hash_client_secret = False
             app.save()

@@ -1,0 +1,90 @@
+import BrokerCore
+import BrokerHTTP
+import BrokerOAuth
+import BrowserLoginProtocol
+import Dispatch
+import Synchronization
+
+/// The configured upstream OpenID providers of a running server, each an
+/// `OAuthSignIn` of the broker's own OAuth code (BrokerOAuth: discovery,
+/// the authorization request, the token exchange; BrokerJOSE: the ID
+/// token), over the broker's libcurl transport. Metadata and keys are kept
+/// in memory by each provider (fetched again after a day, or for an unknown
+/// key id). Safe to share between connection threads.
+final class UpstreamProviders: Sendable {
+    struct Entry: Sendable {
+        let configuration: UpstreamProviderConfiguration
+        let signIn: OAuthSignIn
+        var name: String { configuration.name }
+        var provider: OAuthProvider { signIn.provider }
+    }
+
+    let entries: [Entry]
+
+    init(_ configurations: [UpstreamProviderConfiguration], clock: @escaping ServerClock) {
+        guard !configurations.isEmpty else {
+            entries = []
+            return
+        }
+        let transport = CurlTransport(configuration: .init(maximumConcurrentTransfers: 8))
+        let time = ServerTime(clock: clock)
+        entries = configurations.map { configuration in
+            var authorizeParams: [(name: String, value: String)] = []
+            if let text = configuration.authorizeParams,
+                case .success(let params) = ClientConfigValidator.parseAuthorizeParams(text)
+            {
+                authorizeParams = params
+            }
+            let settings = ProviderSettings(
+                kind: .oidc, issuer: configuration.issuer, clientId: configuration.clientId,
+                clientSecret: configuration.clientSecret, scopes: configuration.scopes,
+                endpoints: ProviderEndpoints(
+                    authorization: configuration.authorizationEndpoint, token: configuration.tokenEndpoint,
+                    userinfo: configuration.userinfoEndpoint, jwks: configuration.jwksUri),
+                authorizeParams: authorizeParams)
+            let provider = OAuthProvider(
+                settings: settings, transport: transport, caFile: configuration.caFile, clock: time, cache: nil)
+            return Entry(configuration: configuration, signIn: OAuthSignIn(provider: provider, clock: time))
+        }
+    }
+
+    /// The provider a start request names (exactly as configured).
+    func entry(named name: String) -> Entry? { entries.first { $0.name == name } }
+
+    /// The provider whose configured redirect URIs contain `redirectURI`,
+    /// compared as strings (no normalisation): the one client a callback on
+    /// that address belongs to.
+    func entry(redirectURI: String) -> Entry? {
+        entries.first { $0.configuration.redirectUris.contains { $0.utf8.elementsEqual(redirectURI.utf8) } }
+    }
+
+    /// The names, in configuration order (the hosted page's buttons).
+    var names: [String] { entries.map(\.name) }
+}
+
+/// The server's clock as the broker's `Clock` (tests move the server's by hand).
+struct ServerTime: BrokerCore.Clock {
+    let clock: ServerClock
+    func now() -> Timestamp { Timestamp(millisecondsSince1970: clock()) }
+}
+
+/// Runs `body` on the concurrency pool and waits for it on this thread. The
+/// HTTP listener runs one thread per connection (never a pool thread), so
+/// blocking it while the provider answers holds up no other request; every
+/// request to a provider has its own timeouts (OAuthProvider's 15 s).
+func waitFor<T: Sendable>(_ body: @escaping @Sendable () async -> T) -> T {
+    let slot = ResultSlot<T>()
+    let done = DispatchSemaphore(value: 0)
+    Task {
+        let value = await body()
+        slot.value.withLock { $0 = value }
+        done.signal()
+    }
+    done.wait()
+    guard let value = slot.value.withLock({ $0 }) else { preconditionFailure("the task ended without a value") }
+    return value
+}
+
+private final class ResultSlot<T: Sendable>: Sendable {
+    let value = Mutex<T?>(nil)
+}
