@@ -360,3 +360,18 @@ struct PostgresStoreTests {
         #expect(own.sql == "CREATE TABLE t (a INTEGER);")
     }
 }
+
+/// `"database"` in the configuration file: a path is relative to the file, a URL is kept as it is.
+@Suite struct DatabaseLocationConfigTests {
+    @Test func aURLIsNotMadeAPath() throws {
+        func database(_ value: String) throws -> String {
+            let json = #"""
+                {"database": "\#(value)", "clients": [{"clientId": "a.b", "appName": "A", "returnUrls": ["a.b:/cb"], "policy": "confirm"}]}
+                """#
+            return try ServerConfiguration.load(json: Data(json.utf8), relativeTo: "/etc/browser-login").databasePath
+        }
+        #expect(try database("postgresql://login@db.internal/login") == "postgresql://login@db.internal/login")
+        #expect(try database("postgres://login@/login?host=/run/postgresql") == "postgres://login@/login?host=/run/postgresql")
+        #expect(try database("state/server.sqlite") == "/etc/browser-login/state/server.sqlite")
+    }
+}
