@@ -89,7 +89,7 @@ public final class LoginServer: Sendable {
         timer.schedule(deadline: .now(), repeating: .seconds(60))
         timer.setEventHandler {
             let now = clock()
-            _ = try? store.perform { db in try Records.sweep(db, now: now) }
+            store.sweep { db in try Records.sweep(db, now: now) }
         }
         timer.resume()
         sweeper = Mutex(timer)

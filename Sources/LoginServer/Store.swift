@@ -279,6 +279,23 @@ final class Store: Sendable {
         }
     }
 
+    /// Runs the periodic clean-up `body` (deletes of what has ended). On
+    /// PostgreSQL it runs at READ COMMITTED: its deletes are idempotent and
+    /// need no serial order, and at SERIALIZABLE their table scans would make
+    /// every request writing those tables meanwhile run again; and only one
+    /// instance sweeps at a time (a transaction advisory lock; the others skip
+    /// that round). Errors are logged, never thrown.
+    func sweep(_ body: (Database) throws -> Void) {
+        do {
+            switch backend {
+            case .sqlite(let store): _ = try store.transaction(body).get()
+            case .postgres(let store): try store.sweep(body)
+            }
+        } catch {
+            Log.error("the periodic clean-up failed", ["error": "\(error)"])
+        }
+    }
+
     func close() {
         switch backend {
         case .sqlite(let store): store.close()
@@ -448,6 +465,23 @@ final class PostgresStore: @unchecked Sendable {
                 }
                 // A growing, jittered pause: the contenders spread out instead of colliding again.
                 usleep(UInt32.random(in: 0...UInt32(min(50, 1 + round * 2) * 1000)))
+            }
+        }
+    }
+
+    /// The key of the advisory lock one instance sweeps under ("blsweep").
+    static let sweepLock: Int64 = 0x626C_7377_6565_70
+
+    func sweep(_ body: (Database) throws -> Void) throws {
+        try withConnection { connection in
+            try connection.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+            do {
+                let locked = try connection.query("SELECT pg_try_advisory_xact_lock(\(Self.sweepLock)) AS locked", arguments: [])
+                if locked.first?.bool("locked") == true { try body(Database(.postgres(connection))) }
+                try connection.commit()
+            } catch {
+                if connection.isOpen { try? connection.execute("ROLLBACK") }
+                throw error
             }
         }
     }

@@ -219,6 +219,27 @@ struct PostgresStoreTests {
         }
     }
 
+    @Test func theSweeperCleansUpOnPostgres() throws {
+        let cluster = try PostgresCluster.shared()
+        let directory = try TemporaryDirectory("login-server-pg")
+        var c = baseConfiguration(directory: directory.path)
+        c.databasePath = try cluster.createDatabase()
+        c.secretKeyPath = directory.path + "/server.key"
+        let migrate = try ServerBinary.run(["migrate", "--database", c.databasePath])
+        #expect(migrate.status == 0, "\(migrate.err)")
+        // A used-up sign-in code, expired long ago: the sweep at start-up deletes it.
+        try cluster.psql(
+            c.databasePath,
+            "INSERT INTO sign_in_codes (email, code_hash, created_at, expires_at, wrong_count) VALUES ('old@example.org', 'x', 1, 2, 0)"
+        )
+        let servers = try (0..<2).map { _ in try LoginServer(configuration: c) }
+        defer { servers.forEach { $0.stop() } }
+        try waitUntil(20, "the sweep") {
+            try cluster.psql(c.databasePath, "SELECT COUNT(*) FROM sign_in_codes").trimmingCharacters(in: .whitespacesAndNewlines)
+                == "0"
+        }
+    }
+
     @Test func instancesStartingTogetherMigrateOnce() throws {
         let cluster = try PostgresCluster.shared()
         let url = try cluster.createDatabase()
