@@ -54,6 +54,14 @@ final class Database {
         return false
     }
 
+    /// Runs one or more statements with no parameters and no results.
+    func execute(_ sql: String) throws {
+        switch connection {
+        case .sqlite(let db): try db.execute(sql)
+        case .postgres(let pg): try pg.execute(sql)
+        }
+    }
+
     /// Runs a statement; answers the number of rows changed.
     @discardableResult
     func run(_ sql: String, _ arguments: DatabaseBindable...) throws -> Int {
