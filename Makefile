@@ -32,6 +32,10 @@ build:
 test:
 	scripts/install-deps
 	scripts/test
+	@# The reference server's suite again, on PostgreSQL (scripts/postgres); skipped, saying so, where it is not installed.
+	if scripts/postgres check 2>/dev/null || [ -n "$$BL_REQUIRE_POSTGRES" ]; then \
+	  BL_TEST_STORE=postgres scripts/test --filter LoginServerTests; \
+	else echo "make test: PostgreSQL is not installed (scripts/install-deps): the server suite ran on SQLite only"; fi
 
 # The unit and end-to-end suites under ThreadSanitizer, then AddressSanitizer:
 # separate build directories; the end-to-end tests run the sanitized daemon,

@@ -23,6 +23,8 @@ let package = Package(
     ],
     targets: [
         cLibrary("CSQLite", pkgConfig: "sqlite3", apt: ["libsqlite3-dev"]),
+        // The reference server's PostgreSQL store (libpq).
+        cLibrary("CPostgres", pkgConfig: "libpq", apt: ["libpq-dev"]),
         cLibrary("CSecret", pkgConfig: "libsecret-1", apt: ["libsecret-1-dev"]),
         cLibrary("CCrypto", pkgConfig: "libcrypto", apt: ["libssl-dev"]),
         cLibrary("CCurl", pkgConfig: "libcurl", apt: ["libcurl4-openssl-dev"]),
@@ -48,6 +50,8 @@ let package = Package(
         .target(name: "SystemSupport"),
         .target(name: "CurlSupport", dependencies: ["CCurl"]),
         .target(name: "SQLiteSupport", dependencies: ["CSQLite"]),
+        // One libpq connection, its errors and migrations; rows are SQLiteSupport's `Row` values.
+        .target(name: "PostgresSupport", dependencies: ["CPostgres", "SQLiteSupport"]),
         // The reference login server.
         .target(
             name: "LoginServer",
@@ -56,6 +60,7 @@ let package = Package(
                 "CurlSupport", "CSystemd",
                 // Sign-in with an upstream OpenID provider (docs/server.md): the broker's OAuth, JOSE and HTTP code.
                 "BrokerOAuth", "BrokerJOSE", "BrokerHTTP", "BrokerCore",
+                "PostgresSupport",
             ]),
         .executableTarget(name: "browser-login-server", dependencies: ["LoginServer"]),
         .target(name: "ScriptedBrowser", dependencies: ["BrowserLoginProtocol", "CurlSupport"]),
@@ -65,6 +70,7 @@ let package = Package(
             name: "LoginServerTests",
             dependencies: [
                 "LoginServer", "ScriptedBrowser", "BrowserLoginProtocol", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
+                "PostgresSupport", "SQLiteSupport",
             ]),
 
         // The broker.

@@ -27,6 +27,8 @@ let usage = """
       --signins N      sign-ins before the memory figure (default 1000)
       --soak MINUTES   instead of the table: mixed calls, sign-ins and sign-outs for
                        MINUTES, printing the broker's RSS over time
+      --server-stores  instead of the table: the reference server's creates and exchanges
+                       per second, 1 instance on SQLite and 1, 2, 4 on one PostgreSQL
       --bin-dir DIR    where the release binaries are (default: next to this program)
 
     Run it under a session bus with an unlocked Secret Service (scripts/with-keyring).
@@ -56,6 +58,18 @@ if arguments.first == "--crash" {
 if arguments.first == "--micro" {
     Micro.run()
     exit(0)
+}
+if arguments.first == "--server-stores" {
+    // The reference server on SQLite and on PostgreSQL (1, 2, 4 instances): --server-stores [--quick] [--bin-dir DIR]
+    var dir = (CommandLine.arguments[0] as NSString).deletingLastPathComponent
+    if !dir.hasPrefix("/") { dir = FileManager.default.currentDirectoryPath + "/" + dir }
+    if let i = arguments.firstIndex(of: "--bin-dir"), i + 1 < arguments.count { dir = arguments[i + 1] }
+    do {
+        exit(try ServerStores.run(binDirectory: dir, quick: arguments.contains("--quick")))
+    } catch {
+        log("--server-stores: \(error)")
+        exit(1)
+    }
 }
 
 var quick = false

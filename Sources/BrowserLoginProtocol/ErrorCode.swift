@@ -48,6 +48,9 @@ public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, Cu
     public static let domainNotAllowed = ServerErrorCode("DOMAIN_NOT_ALLOWED")
     /// The hosted page's sign-in start: a redirect target the server's `emailRedirectUris` do not cover.
     public static let invalidRedirectURI = ServerErrorCode("INVALID_REDIRECT_URI")
+    /// The server's database cannot be reached now (it went away, or is too
+    /// busy): nothing was decided; retry after `Retry-After` seconds.
+    public static let serviceUnavailable = ServerErrorCode("SERVICE_UNAVAILABLE")
 
     /// The HTTP status a server answers with this code (docs/protocol.md §5, §6, §8).
     public var httpStatus: Int {
@@ -65,6 +68,7 @@ public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, Cu
         case .rateLimited: 429
         case .invitationRequired, .invitationInvalid, .waitlisted, .domainNotAllowed: 403
         case .invalidRedirectURI: 400
+        case .serviceUnavailable: 503
         default: 500
         }
     }

@@ -109,7 +109,7 @@ extension ServerConfiguration {
         if let v = file.accessTokenLifetimeMillis { c.accessTokenLifetimeMillis = v }
         if let v = file.refreshGraceMillis { c.refreshGraceMillis = v }
         if let v = file.signInCodeLifetimeMillis { c.signInCodeLifetimeMillis = v }
-        if let v = path(file.database) { c.databasePath = v }
+        if let v = file.database { c.databasePath = DatabaseLocation.isPostgresURL(v) ? v : path(v) ?? v }
         c.secretKeyPath = path(file.secretKey)
         c.outboxPath = path(file.outbox)
         c.tlsCertificatePath = path(file.tls?.certificate)

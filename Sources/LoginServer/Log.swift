@@ -17,4 +17,5 @@ public enum Log {
     static func error(_ message: String, _ metadata: [String: String] = [:]) { current.error(message, metadata) }
     static func warning(_ message: String, _ metadata: [String: String] = [:]) { current.warning(message, metadata) }
     static func info(_ message: String, _ metadata: [String: String] = [:]) { current.info(message, metadata) }
+    static func debug(_ message: String, _ metadata: [String: String] = [:]) { current.debug(message, metadata) }
 }

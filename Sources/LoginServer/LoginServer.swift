@@ -40,13 +40,28 @@ public final class LoginServer: Sendable {
             }
             tls = (key, certificate)
         }
-        let store: Store
-        do { store = try Store(path: configuration.databasePath) } catch {
+        let location = DatabaseLocation(configuration.databasePath)
+        // The secret first: a PostgreSQL server without one fails before it connects.
+        let secret = try ServerSecret.load(configuration, location: location)
+        if case .postgres = location, mailer == nil, configuration.smtp == nil, configuration.outboxPath == nil {
+            // The default (next to the database) means nothing for a URL.
             throw ConfigurationError(
-                field: "database", rule: "openable", message: "cannot open the SQLite database (\(error))")
+                field: "outbox", rule: "required",
+                message: "with PostgreSQL, set outbox (--outbox): the directory the sign-in emails are written to")
+        }
+        let store: Store
+        do { store = try Store(location: location) } catch {
+            switch location {
+            case .sqlite:
+                throw ConfigurationError(
+                    field: "database", rule: "openable", message: "cannot open the SQLite database (\(error))")
+            case .postgres:
+                throw ConfigurationError(
+                    field: "database", rule: "reachable",
+                    message: "cannot use the PostgreSQL database \(location.redacted) (\(error)); check that it runs and the URL")
+            }
         }
         self.store = store
-        let secret = try ServerSecret.loadOrCreate(path: configuration.resolvedSecretKeyPath)
         let sender: any MailSender =
             try mailer ?? configuration.smtp.map { try SMTPMailSender($0) }
             ?? OutboxMailSender(directory: configuration.resolvedOutboxPath)
@@ -74,7 +89,7 @@ public final class LoginServer: Sendable {
         timer.schedule(deadline: .now(), repeating: .seconds(60))
         timer.setEventHandler {
             let now = clock()
-            _ = try? store.perform { db in try Records.sweep(db, now: now) }
+            store.sweep { db in try Records.sweep(db, now: now) }
         }
         timer.resume()
         sweeper = Mutex(timer)

@@ -17,7 +17,6 @@ final class LoginService: Sendable {
     let store: Store
     let secret: [UInt8]
     let clock: ServerClock
-    let rateLimiter = RateLimiter()
     let mailer: any MailSender
     let testAccounts: [EmailAddress]
     /// The upstream OpenID providers of the hosted page (UpstreamSignIn.swift).
@@ -179,9 +178,12 @@ final class LoginService: Sendable {
     }
 
     /// Takes a token from the bucket for `key`, or throws 429 RATE_LIMITED.
-    func limit(_ kind: String, _ key: String, _ limit: RateLimit) throws(APIError) {
-        if let retry = rateLimiter.take(kind + ":" + key, limit: limit, now: clock()) {
-            throw APIError(.rateLimited, "too many requests; retry later", retryAfterSeconds: retry)
+    /// The buckets are the store's: on PostgreSQL they hold across instances.
+    func limit(_ kind: String, _ key: String, _ limit: RateLimit, message: String = "too many requests; retry later")
+        throws(APIError)
+    {
+        if let retry = try store.takeRateToken(kind + ":" + key, limit: limit, now: clock()) {
+            throw APIError(.rateLimited, message, retryAfterSeconds: retry)
         }
     }
 

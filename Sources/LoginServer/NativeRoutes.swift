@@ -50,13 +50,16 @@ extension LoginService {
         try limit("exchange.address", request.remoteAddress, configuration.rateLimits.exchange)
         let body = try decode(ExchangeRequest.self, request)
         let now = clock()
-        let exchangeLimit = configuration.rateLimits.exchange
+        // The client's bucket is taken before the exchange's transaction (on
+        // PostgreSQL a rate limit is its own statement, not part of it).
+        let clientId: String? = try store.perform { db in
+            try db.queryOne("SELECT client_id FROM attempts WHERE id_hash = ?", Records.hash(attemptId))?.string("client_id")
+        }
+        guard let clientId else { throw APIError(.attemptUnknown, "no such attempt") }
+        try limit("exchange.client", clientId, configuration.rateLimits.exchange, message: "too many exchanges for this client")
         let answer: ExchangeResponse = try store.perform { db in
             guard var attempt = try Records.attempt(db, id: attemptId, now: now) else {
                 throw APIError(.attemptUnknown, "no such attempt")
-            }
-            if let retry = rateLimiter.take("exchange.client:" + attempt.clientId, limit: exchangeLimit, now: now) {
-                throw APIError(.rateLimited, "too many exchanges for this client", retryAfterSeconds: retry)
             }
             guard ProofSecret.isWellFormed(body.codeVerifier),
                 ProofSecret(value: body.codeVerifier).verifies(challenge: attempt.codeChallenge)

@@ -16,8 +16,8 @@ public enum ServerCommand {
             .value("port", "N", "TCP port; 0 picks a free one (default 8080)"),
             .value("base-path", "PATH", "default /browser-login"),
             .value("public-origin", "ORIGIN", "the issuer, e.g. https://login.example.com"),
-            .value("database", "PATH", "the SQLite database"),
-            .value("secret-key", "PATH", "the server secret file (default DATABASE.key)"),
+            .value("database", "PATH|URL", "the SQLite database file, or a postgresql:// URL"),
+            .value("secret-key", "PATH", "the server secret file (default DATABASE.key; BROWSER_LOGIN_SERVER_SECRET wins)"),
             .value("outbox", "DIR", "where sign-in emails are written (default next to the database)"),
             .value("lifetime-ms", "N", "attempt lifetime, 1000-300000 (default 120000)"),
             .value("session-lifetime-ms", "N", "session lifetime (default 30 days)"),
@@ -38,6 +38,7 @@ public enum ServerCommand {
                    browser-login-server members list|add EMAIL|remove EMAIL [--config FILE | --database PATH]
                    browser-login-server invitations create [EMAIL]|list|revoke ID [--config FILE | --database PATH]
                    browser-login-server waitlist list|approve EMAIL [--config FILE | --database PATH]
+                   browser-login-server migrate [--config FILE | --database PATH|URL]
             """, optionsTitle: "flags (override the configuration file):")
 
     /// Runs the command; answers the exit status (0 ok, 64 usage, 78 configuration, 1 other).
@@ -60,6 +61,9 @@ public enum ServerCommand {
             guard args.count >= count else { return usageError("missing arguments") }
             words = Array(args.prefix(count))
             args.removeFirst(count)
+        case "migrate":
+            words = ["migrate"]
+            args.removeFirst()
         default: break
         }
         let configuration: ServerConfiguration
@@ -170,20 +174,26 @@ public enum ServerCommand {
 
     private static func admin(_ command: [String], databasePath: String) -> Int32 {
         do {
-            guard FileManager.default.fileExists(atPath: databasePath) else { return failure("no database at \(databasePath)") }
-            let db = try Database(path: databasePath)
-            try db.migrate(Schema.migrations)
+            // The admin commands use either store (a file path or a postgresql:// URL); opening it migrates.
+            let location = DatabaseLocation(databasePath)
+            if case .sqlite(let path) = location, command != ["migrate"], !FileManager.default.fileExists(atPath: path) {
+                return failure("no database at \(path)")
+            }
+            let store = try Store(location: location, poolSize: 1)
+            defer { store.close() }
+            func transaction<T>(_ body: (Database) throws -> T) throws -> T { try store.transaction(body).get() }
             let now = Timestamp.now().millisecondsSince1970
             func time(_ ms: Int64?) -> String { ms.map { Timestamp(millisecondsSince1970: $0).rfc3339 } ?? "-" }
             switch command {
             case ["users", "list"]:
                 print(["USER_ID", "EMAIL", "STATE", "CREATED", "LIVE_SESSIONS"].joined(separator: "\t"))
-                for row in try db.query(
-                    """
-                    SELECT u.*, (SELECT COUNT(*) FROM sessions s WHERE s.user_id = u.id AND s.revoked_at IS NULL
-                        AND s.expires_at > ?) AS live FROM users u ORDER BY u.created_at, u.email
-                    """, now)
-                {
+                for row in try transaction({ db in
+                    try db.query(
+                        """
+                        SELECT u.*, (SELECT COUNT(*) FROM sessions s WHERE s.user_id = u.id AND s.revoked_at IS NULL
+                            AND s.expires_at > ?) AS live FROM users u ORDER BY u.created_at, u.email
+                        """, now)
+                }) {
                     print(
                         [
                             row.text("id"), row.text("email"), row.bool("disabled") ? "disabled" : "enabled",
@@ -194,14 +204,14 @@ public enum ServerCommand {
             case let c where c.count == 3 && c[0] == "users":
                 guard let email = EmailAddress(c[2]) else { return failure("'\(c[2])' is not an email address") }
                 let disable = c[1] == "disable"
-                let found = try db.transaction { try Records.setDisabled(db, email: email.text, disabled: disable, now: now) }
+                let found = try transaction { db in try Records.setDisabled(db, email: email.text, disabled: disable, now: now) }
                 guard found else { return failure("no user \(email.text)") }
                 print("\(email.text): \(disable ? "disabled; their sessions are revoked" : "enabled")")
                 return 0
             case ["attempts", "list"]:
                 // Attempt ids are never stored; the reference is a prefix of their digest.
                 print(["REF", "CLIENT", "STATE", "CREATED", "EXPIRES", "SESSION"].joined(separator: "\t"))
-                for row in try db.query("SELECT * FROM attempts ORDER BY created_at") {
+                for row in try transaction({ db in try db.query("SELECT * FROM attempts ORDER BY created_at") }) {
                     var state = row.text("state")
                     if (state == "pending" || state == "authorized") && now >= row.millis("expires_at") { state = "expired" }
                     print(
@@ -210,6 +220,11 @@ public enum ServerCommand {
                             time(row.int("created_at")), time(row.int("expires_at")), row.string("session_id") ?? "-",
                         ].joined(separator: "\t"))
                 }
+                return 0
+            case ["migrate"]:
+                print(
+                    "browser-login-server: the schema of \(location.redacted) is up to date (\(Schema.migrations.count) migrations)"
+                )
                 return 0
             default:
                 return usageError("unknown command '\(command.joined(separator: " "))'")

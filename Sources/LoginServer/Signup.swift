@@ -209,9 +209,11 @@ enum SignupAdmin {
     static func run(_ command: [String], configuration: ServerConfiguration) -> Int32 {
         let databasePath = configuration.databasePath
         do {
-            guard FileManager.default.fileExists(atPath: databasePath) else { return failure("no database at \(databasePath)") }
-            let db = try Database(path: databasePath)
-            try db.migrate(Schema.migrations)
+            // Either store: a file path (which must exist) or a postgresql:// URL; opening it migrates.
+            guard DatabaseLocation.isPostgresURL(databasePath) || FileManager.default.fileExists(atPath: databasePath) else {
+                return failure("no database at \(databasePath)")
+            }
+            let db = try Database(location: DatabaseLocation(databasePath))
             let now = Timestamp.now().millisecondsSince1970
             func time(_ ms: Int64?) -> String { ms.map { Timestamp(millisecondsSince1970: $0).rfc3339 } ?? "-" }
             func address(_ text: String) -> EmailAddress? { EmailAddress(text) }

@@ -63,6 +63,12 @@ public struct Row: Sendable {
     public let columns: [String]
     public let values: [DatabaseValue]
 
+    /// A row made by another store (PostgresSupport) with the same values.
+    public init(columns: [String], values: [DatabaseValue]) {
+        self.columns = columns
+        self.values = values
+    }
+
     public subscript(_ index: Int) -> DatabaseValue { values[index] }
     public subscript(_ name: String) -> DatabaseValue {
         guard let i = columns.firstIndex(of: name) else { return .null }
@@ -87,9 +93,13 @@ public struct Row: Sendable {
 public struct Migration: Sendable {
     public let name: String
     public let sql: String
-    public init(_ name: String, _ sql: String) {
+    /// The text for PostgreSQL when the SQLite text cannot be mapped to it
+    /// mechanically (PostgresSupport's `Migration.postgresSQL`); nil for most.
+    public let postgres: String?
+    public init(_ name: String, _ sql: String, postgres: String? = nil) {
         self.name = name
         self.sql = sql
+        self.postgres = postgres
     }
 }
 

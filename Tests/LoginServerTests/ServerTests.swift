@@ -245,8 +245,14 @@ import Testing
     @Test func aRestartLosesNothing() throws {
         let directory = try TemporaryDirectory()
         let config = directory.path + "/server.json"
+        // BL_TEST_STORE=postgres: a PostgreSQL database and an explicit secret file (required there).
+        let postgres = PostgresCluster.selectedForTests ? try PostgresCluster.shared().createDatabase() : nil
+        let database =
+            postgres.map { #""database": "\#($0)", "secretKey": "state/server.key""# }
+            ?? #""database": "state/server.sqlite""#
+        let keyFile = directory.path + (postgres == nil ? "/state/server.sqlite.key" : "/state/server.key")
         let json = #"""
-            {"database": "state/server.sqlite", "outbox": "outbox", "testAccounts": ["dev@example.com"],
+            {\#(database), "outbox": "outbox", "testAccounts": ["dev@example.com"],
              "clients": [{"clientId": "com.example.notes", "appName": "Notes",
                           "returnUrls": ["com.example.notes:/callback"], "policy": "confirm"}]}
             """#
@@ -308,7 +314,7 @@ import Testing
             .attemptAlreadyExchanged)
         #expect(second.stop() == 0)
         let mode =
-            try FileManager.default.attributesOfItem(atPath: directory.path + "/state/server.sqlite.key")[.posixPermissions]
+            try FileManager.default.attributesOfItem(atPath: keyFile)[.posixPermissions]
             as? Int
         #expect(mode == 0o600)
     }

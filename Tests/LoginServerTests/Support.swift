@@ -52,6 +52,13 @@ func baseConfiguration(directory: String) -> ServerConfiguration {
     return c
 }
 
+/// `BL_TEST_STORE=postgres`: the server tests run on a database of their own
+/// on the test process's PostgreSQL cluster instead of an SQLite file.
+func usePostgres(_ c: inout ServerConfiguration, directory: String) throws {
+    c.databasePath = try PostgresCluster.shared().createDatabase()
+    c.secretKeyPath = directory + "/server.key"
+}
+
 /// An in-process server on a free loopback port, with its own database and a manual clock.
 final class TestServer: Sendable {
     let directory: TemporaryDirectory
@@ -62,6 +69,7 @@ final class TestServer: Sendable {
         _ = CapturedLogs.installed
         directory = try TemporaryDirectory("login-server-test")
         var c = baseConfiguration(directory: directory.path)
+        if PostgresCluster.selectedForTests { try usePostgres(&c, directory: directory.path) }
         adjust(&c)
         server = try LoginServer(configuration: c, clock: time.clock)
     }
