@@ -181,7 +181,7 @@ let package = Package(
             name: "browser-login-bench",
             dependencies: [
                 "BrokerRPC", "BrokerStore", "BrokerCore", "BrokerHTTP", "BrokerVault", "BrowserLoginProtocol",
-                "SQLiteSupport", "ScriptedBrowser", "BrowserLoginTestSupport", "SystemSupport",
+                "SQLiteSupport", "ScriptedBrowser", "BrowserLoginTestSupport", "SystemSupport", "CMicroHTTPD",
             ],
             path: "Benchmarks/browser-login-bench"
         ),

@@ -121,7 +121,7 @@ enum ServerStores {
         let created = Atomic<Int>(0)
         let failed = Atomic<Int>(0)
         let start = nowNanos()
-        DispatchQueue.concurrentPerform(iterations: concurrency) { t in
+        onThreads(concurrency) { t in
             var k = t
             while nowNanos() < end {
                 let answer = try? RawHTTP.postJSON(all[k % all.count] + "/native/attempts", createJSON)
@@ -139,7 +139,7 @@ enum ServerStores {
         // Exchanges: `exchanges` attempts authorized first (not timed), each
         // exchanged on another instance than the one that created it.
         let prepared = Mutex<[(attempt: String, code: String, verifier: String, instance: Int)]>([])
-        DispatchQueue.concurrentPerform(iterations: concurrency) { t in
+        onThreads(concurrency) { t in
             let mine = stride(from: t, to: setup.exchanges, by: concurrency)
             var browsers: [Int: ScriptedBrowser] = [:]
             for k in mine {
@@ -168,7 +168,7 @@ enum ServerStores {
         }
         let exchanged = Atomic<Int>(0)
         let exchangeStart = nowNanos()
-        DispatchQueue.concurrentPerform(iterations: concurrency) { t in
+        onThreads(concurrency) { t in
             for k in stride(from: t, to: work.count, by: concurrency) {
                 let item = work[k]
                 let base = all[(item.instance + 1) % all.count]

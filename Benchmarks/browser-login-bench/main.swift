@@ -274,7 +274,10 @@ if selected.contains("cold") { try Figures.coldStart(world: world, reps: quick ?
 
 // MARK: - browser-login-server attempt creation
 
-if selected.contains("server") { try await Figures.attemptCreation(world: world, seconds: quick ? 1 : 3, reps: quick ? 2 : 3) }
+if selected.contains("server") {
+    try await Figures.attemptCreation(world: world, seconds: quick ? 1 : 3, reps: quick ? 2 : 3)
+    try ServerLoad.figures(world: world, quick: quick)
+}
 
 // MARK: - browser-login status with 100,000 attempts
 

@@ -1,0 +1,185 @@
+// The reference server under load (issue 19): attempt creates and exchanges
+// per second with 64 clients at once, and their p99, next to a minimal
+// libmicrohttpd handler measured in the same run with the same client. The
+// handler has the server's threading (one internal polling thread, one
+// thread per connection) and answers a fixed body: what the HTTP layer
+// costs, without routes, JSON, HMAC or SQLite.
+import BrowserLoginProtocol
+import BrowserLoginTestSupport
+import CMicroHTTPD
+import Dispatch
+import Foundation
+import ScriptedBrowser
+import Synchronization
+
+/// The fixed answers of the minimal handler, reached through its `cls`.
+private final class FixedAnswers: Sendable {
+    let created = Array(
+        #"{"attemptId":"at_baseline","authorizeUrl":"http://127.0.0.1/x","expiresAt":"2026-01-01T00:00:00.000Z"}"#.utf8)
+    let exchanged = Array(#"{"accessToken":"baseline","refreshToken":"baseline","expiresIn":900}"#.utf8)
+}
+
+/// A libmicrohttpd daemon whose handler reads the body and answers a fixed
+/// JSON: 200 for a path ending in `/exchange`, else 201.
+final class MinimalHTTPServer: Sendable {
+    private let daemon: Int
+    let port: Int
+    private let answers: Unmanaged<FixedAnswers>
+
+    init() throws {
+        let answers = Unmanaged.passRetained(FixedAnswers())
+        var error: Int32 = 0
+        let handler: bl_mhd_access_handler = { cls, connection, url, _, _, _, uploadDataSize, requestContext in
+            guard let cls, let connection, let requestContext, let uploadDataSize else { return .NO }
+            if requestContext.pointee == nil {
+                requestContext.pointee = UnsafeMutableRawPointer(bitPattern: 1)
+                return .YES
+            }
+            if uploadDataSize.pointee > 0 {
+                uploadDataSize.pointee = 0
+                return .YES
+            }
+            let answers = Unmanaged<FixedAnswers>.fromOpaque(cls).takeUnretainedValue()
+            let exchange = url.map { String(cString: $0).hasSuffix("/exchange") } ?? false
+            let body = exchange ? answers.exchanged : answers.created
+            return body.withUnsafeBytes { bytes in
+                let response = MHD_create_response_from_buffer(
+                    bytes.count, UnsafeMutableRawPointer(mutating: bytes.baseAddress), .RESPMEM_MUST_COPY)
+                defer { MHD_destroy_response(response) }
+                MHD_add_response_header(response, "Content-Type", "application/json")
+                return MHD_queue_response(connection, exchange ? 200 : 201, response)
+            }
+        }
+        guard
+            let started = bl_mhd_start(
+                "127.0.0.1", 0, nil, nil, 256, 30, handler, answers.toOpaque(), nil, nil, &error)
+        else {
+            answers.release()
+            throw BenchError("the minimal libmicrohttpd server did not start (\(error))")
+        }
+        daemon = Int(bitPattern: started)
+        port = Int(bl_mhd_bound_port(started))
+        self.answers = answers
+    }
+
+    func stop() {
+        MHD_stop_daemon(OpaquePointer(bitPattern: daemon))
+        answers.release()
+    }
+}
+
+enum ServerLoad {
+    static let clients = 64
+
+    /// Requests per second and the 99th percentile of their latency (ns).
+    struct Load {
+        var rate: Double
+        var p99: Double
+        var failed: Int
+    }
+
+    /// `request(thread, k)` from `clients` threads at once, each as fast as it
+    /// gets answers, for `seconds` (or until `limit` requests in all).
+    static func load(
+        seconds: Double, limit: Int = .max, _ request: @escaping @Sendable (Int, Int) -> Bool
+    ) -> Load {
+        let latencies = Mutex<[Double]>([])
+        let failed = Atomic<Int>(0)
+        let next = Atomic<Int>(0)
+        let start = nowNanos()
+        let end = start + UInt64(seconds * 1e9)
+        onThreads(clients) { t in
+            var mine: [Double] = []
+            while nowNanos() < end {
+                let k = next.add(1, ordering: .relaxed).oldValue
+                if k >= limit { break }
+                let t0 = nowNanos()
+                if !request(t, k) { failed.add(1, ordering: .relaxed) }
+                mine.append(Double(nowNanos() - t0))
+            }
+            latencies.withLock { $0.append(contentsOf: mine) }
+        }
+        let elapsed = Double(nowNanos() - start) / 1e9
+        let all = latencies.withLock { $0 }.sorted()
+        let p99 = all.isEmpty ? 0 : all[min(all.count - 1, Int(Double(all.count) * 0.99))]
+        return Load(rate: Double(all.count) / elapsed, p99: p99, failed: failed.load(ordering: .relaxed))
+    }
+
+    static func figures(world: World, quick: Bool) throws {
+        let seconds = quick ? 1.0 : 3.0
+        let base = world.serverOrigin + "/browser-login"
+        let client = world.clientIds[0]
+        let verifier = try ProofSecret.generate()
+        let createJSON = String(
+            decoding: try JSONEncoder().encode(
+                CreateAttemptRequest(
+                    clientId: client, returnUrl: world.returnURL(client), codeChallenge: verifier.challenge,
+                    recoveryChallenge: verifier.challenge)), as: UTF8.self)
+        let minimal = try MinimalHTTPServer()
+        defer { minimal.stop() }
+        let minimalBase = "http://127.0.0.1:\(minimal.port)/browser-login"
+
+        // Creates: the server, then the minimal handler, with the same body.
+        func creates(_ base: String) -> Load {
+            load(seconds: seconds) { _, _ in
+                (try? RawHTTP.postJSON(base + "/native/attempts", createJSON))?.status == 201
+            }
+        }
+        _ = creates(minimalBase)
+        let serverCreates = creates(base)
+        let minimalCreates = creates(minimalBase)
+        guard serverCreates.failed == 0 else { throw BenchError("\(serverCreates.failed) creates failed under load") }
+
+        // Exchanges: attempts authorized first (not timed), then each exchanged once.
+        let count = quick ? 128 : 640
+        let prepared = Mutex<[(attempt: String, code: String, verifier: String)]>([])
+        let origin = world.serverOrigin
+        let email = world.email(900)
+        let returnURL = world.returnURL(client)
+        onThreads(8) { t in
+            guard let browser = try? ScriptedBrowser(serverOrigin: origin) else { return }
+            for _ in stride(from: t, to: count, by: 8) {
+                guard let proof = try? ProofSecret.generate(),
+                    let body = try? JSONEncoder().encode(
+                        CreateAttemptRequest(
+                            clientId: client, returnUrl: returnURL, codeChallenge: proof.challenge,
+                            recoveryChallenge: proof.challenge)),
+                    let answer = try? RawHTTP.postJSON(base + "/native/attempts", String(decoding: body, as: UTF8.self)),
+                    let created = try? answer.decode(CreateAttemptResponse.self),
+                    let callback = try? browser.signInAndAuthorize(
+                        authorizeURL: created.authorizeUrl, email: email, code: "000000"),
+                    case .code(let code) = (try? Callback(parsing: callback))?.outcome
+                else { continue }
+                prepared.withLock { $0.append((created.attemptId, code, proof.value)) }
+            }
+        }
+        let work = prepared.withLock { $0 }
+        guard work.count == count else { throw BenchError("only \(work.count) of \(count) attempts could be authorized") }
+        let serverExchanges = load(seconds: 120, limit: work.count) { _, k in
+            let item = work[k]
+            let json = #"{"code":"\#(item.code)","codeVerifier":"\#(item.verifier)"}"#
+            return (try? RawHTTP.postJSON(base + "/native/attempts/\(item.attempt)/exchange", json))?.status == 200
+        }
+        guard serverExchanges.failed == 0 else { throw BenchError("\(serverExchanges.failed) exchanges failed under load") }
+        let minimalExchanges = load(seconds: 120, limit: work.count) { _, k in
+            let item = work[k]
+            let json = #"{"code":"\#(item.code)","codeVerifier":"\#(item.verifier)"}"#
+            return (try? RawHTTP.postJSON(minimalBase + "/native/attempts/\(item.attempt)/exchange", json))?.status == 200
+        }
+
+        for (name, server, minimal) in [
+            ("creates", serverCreates, minimalCreates), ("exchanges", serverExchanges, minimalExchanges),
+        ] {
+            record(
+                Row(
+                    figure: "server \(name), \(clients) clients (SQLite)", value: perSecond(server.rate),
+                    baseline: perSecond(minimal.rate) + " (minimal MHD)",
+                    ratio: String(format: "%.2f×", server.rate / minimal.rate), target: "(info)", met: nil))
+            record(
+                Row(
+                    figure: "  p99 of one \(name == "creates" ? "create" : "exchange")", value: ms(server.p99),
+                    baseline: ms(minimal.p99) + " (minimal MHD)", ratio: String(format: "%.2f×", server.p99 / minimal.p99),
+                    target: "(info)", met: nil))
+        }
+    }
+}
