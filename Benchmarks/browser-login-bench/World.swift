@@ -97,7 +97,23 @@ final class World: @unchecked Sendable {
             _ = FileManager.default.createFile(
                 atPath: dir + "/config/browser-login/clients.d/\(id).conf", contents: Data(text.utf8))
         }
+        // A client bound to this program (Peers=): every call on it checks the caller.
+        let me = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let bound = """
+            [Client]
+            Id=\(boundClientId)
+            AppName=Bench bound
+            Server=\(serverOrigin)
+            ReturnUrl=\(returnURL(boundClientId))
+            Peers=\(me)
+
+            """
+        _ = FileManager.default.createFile(
+            atPath: dir + "/config/browser-login/clients.d/\(boundClientId).conf", contents: Data(bound.utf8))
     }
+
+    /// The client whose file's `Peers=` names the bench (never signed in).
+    var boundClientId: String { (clientIds.first.map { String($0.dropLast()) } ?? "com.example.bench") + "bound" }
 
     // MARK: Broker
 

@@ -1,5 +1,6 @@
 import BrokerCore
 import BrokerLoopback
+import BrokerRPC
 import BrokerStore
 import BrowserLoginProtocol
 import Foundation
@@ -44,6 +45,12 @@ public actor BrokerEngine {
     var loopbacks: [String: LoopbackListener] = [:]
     /// The poll of each waiting device sign-in.
     var devicePolls: [String: Task<Void, Never>] = [:]
+    /// Serialized answers of the read-only methods, kept while what they show is unchanged.
+    struct CachedAnswers {
+        var info: (health: VaultHealth, bytes: [UInt8])?
+        var clientLists: [String: [UInt8]] = [:]
+    }
+    nonisolated let answers = Mutex(CachedAnswers())
     /// How long ended attempts are kept (docs/operations.md, retention); 0 keeps them forever.
     let retentionMilliseconds: Int64
     /// When the timer next prunes ended attempts (nil: at its first tick).
@@ -102,6 +109,31 @@ public actor BrokerEngine {
 
     /// `broker.info` without waiting, while the vault's health is known.
     public nonisolated func knownInfo() -> BrokerInfo? { vault.knownHealth().map(info) }
+
+    /// `knownInfo()` serialized, made once per change of the vault's health:
+    /// apps poll `broker.info`.
+    nonisolated func knownInfoBytes() -> [UInt8]? {
+        guard let health = vault.knownHealth() else { return nil }
+        if let cached = answers.withLock({ $0.info }), cached.health == health { return cached.bytes }
+        guard let bytes = try? JSONValue(encoding: info(health)).serialized() else { return nil }
+        answers.withLock { $0.info = (health, bytes) }
+        return bytes
+    }
+
+    /// `clients.list` serialized for a caller who may use the clients
+    /// `mayUse` lets through; made once per distinct set of clients.
+    nonisolated func clientListBytes(mayUse: (ClientConfig) -> Bool) -> [UInt8]? {
+        let list = clientList(mayUse: mayUse)
+        let key = list.map(\.id).joined(separator: "\n")
+        if let bytes = answers.withLock({ $0.clientLists[key] }) { return bytes }
+        guard let bytes = try? JSONValue(encoding: list).serialized() else { return nil }
+        answers.withLock {
+            // As many sets as there are distinct Peers= outcomes: few; bounded all the same.
+            if $0.clientLists.count >= 64 { $0.clientLists.removeAll() }
+            $0.clientLists[key] = bytes
+        }
+        return bytes
+    }
 
     nonisolated func info(_ health: VaultHealth) -> BrokerInfo {
         BrokerInfo(
