@@ -134,11 +134,17 @@ clean:
 # Benchmarks (docs/performance.md): release build, then the suite under a
 # headless keyring against the real server on loopback. `make soak MINUTES=10`.
 MINUTES ?= 10
-.PHONY: bench soak
+.PHONY: bench bench-stores soak
 bench:
 	scripts/install-deps
 	for p in $(PROGRAMS) browser-login-bench; do $(SWIFT) build $(RELEASE_FLAGS) --product $$p || exit 1; done
 	scripts/with-keyring .build/release/browser-login-bench $(BENCH_FLAGS)
+
+# The reference server on SQLite and on 1, 2, 4 instances over one PostgreSQL (docs/server.md).
+bench-stores:
+	scripts/install-deps
+	for p in $(PROGRAMS) browser-login-bench; do $(SWIFT) build $(RELEASE_FLAGS) --product $$p || exit 1; done
+	.build/release/browser-login-bench --server-stores $(BENCH_FLAGS)
 
 soak:
 	scripts/install-deps
