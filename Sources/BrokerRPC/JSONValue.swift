@@ -45,7 +45,15 @@ extension JSONValue {
     /// keys are refused (`JSON_REJECT_DUPLICATES`): a message whose meaning
     /// depends on which duplicate wins is not accepted. Strings may contain
     /// `\u0000` (`JSON_ALLOW_NUL`).
+    /// Plain messages take `QuickJSON`, which answers only where jansson
+    /// would answer the same; jansson decides everything else.
     public static func parse(_ bytes: some Collection<UInt8>) throws(JSONParseError) -> JSONValue {
+        if let quick = bytes.withContiguousStorageIfAvailable(QuickJSON.parse), let value = quick { return value }
+        return try jansson(bytes)
+    }
+
+    /// Parses with jansson alone (`parse` without its shortcut).
+    static func jansson(_ bytes: some Collection<UInt8>) throws(JSONParseError) -> JSONValue {
         try withParsed(bytes) { JSONValue(jansson: $0) }
     }
 

@@ -1,0 +1,207 @@
+/// A parser for the plain JSON that RPC messages are made of, in front of
+/// jansson: objects, arrays, strings without `\u` escapes, integers that fit
+/// in 64 bits, `true`, `false`, `null`. It answers nil — and the caller asks
+/// jansson, which then accepts or refuses with its reason — for anything
+/// else: numbers with a fraction or an exponent, `\u` escapes, control
+/// characters, invalid UTF-8, duplicate or canonically equal keys, nesting
+/// deeper than `maximumDepth`, trailing bytes.
+///
+/// So it is only ever a shortcut: when it answers, jansson (with the flags
+/// `JSONValue.parse` uses) would have answered the same value; when it does
+/// not, jansson decides. `QuickJSONTests` checks this against jansson over a
+/// generated corpus, so speed never costs strictness.
+enum QuickJSON {
+    static let maximumDepth = 32
+
+    static func parse(_ bytes: UnsafeBufferPointer<UInt8>) -> JSONValue? {
+        var parser = Parser(bytes: bytes)
+        guard let value = parser.value(depth: 0) else { return nil }
+        parser.skipWhitespace()
+        // Not a ternary: `nil` there would be `JSONValue.null` (ExpressibleByNilLiteral).
+        guard parser.index == bytes.count else { return nil }
+        return value
+    }
+
+    private struct Parser {
+        let bytes: UnsafeBufferPointer<UInt8>
+        var index = 0
+
+        mutating func skipWhitespace() {
+            while index < bytes.count {
+                switch bytes[index] {
+                case 0x20, 0x09, 0x0A, 0x0D: index += 1
+                default: return
+                }
+            }
+        }
+
+        /// Consumes `literal` when the input continues with it.
+        mutating func take(_ literal: StaticString) -> Bool {
+            let count = literal.utf8CodeUnitCount
+            guard bytes.count - index >= count else { return false }
+            let start = literal.utf8Start
+            for offset in 0..<count where bytes[index + offset] != start[offset] { return false }
+            index += count
+            return true
+        }
+
+        mutating func value(depth: Int) -> JSONValue? {
+            skipWhitespace()
+            guard index < bytes.count else { return nil }
+            switch bytes[index] {
+            case UInt8(ascii: "{"):
+                guard depth < QuickJSON.maximumDepth else { return nil }
+                return object(depth: depth + 1)
+            case UInt8(ascii: "["):
+                guard depth < QuickJSON.maximumDepth else { return nil }
+                return array(depth: depth + 1)
+            case UInt8(ascii: "\""): return string().map(JSONValue.string)
+            case UInt8(ascii: "t"):
+                guard take("true") else { return nil }
+                return .bool(true)
+            case UInt8(ascii: "f"):
+                guard take("false") else { return nil }
+                return .bool(false)
+            case UInt8(ascii: "n"):
+                guard take("null") else { return nil }
+                return .null
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return integer()
+            default: return nil
+            }
+        }
+
+        mutating func object(depth: Int) -> JSONValue? {
+            index += 1  // {
+            var members: [String: JSONValue] = [:]
+            skipWhitespace()
+            if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+                index += 1
+                return .object(members)
+            }
+            while true {
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: "\""), let key = string() else { return nil }
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { return nil }
+                index += 1
+                guard let member = value(depth: depth) else { return nil }
+                // A repeated key (or one equal to another as a Swift string) is jansson's to judge.
+                guard members.updateValue(member, forKey: key) == nil else { return nil }
+                skipWhitespace()
+                guard index < bytes.count else { return nil }
+                if bytes[index] == UInt8(ascii: ",") {
+                    index += 1
+                    continue
+                }
+                guard bytes[index] == UInt8(ascii: "}") else { return nil }
+                index += 1
+                return .object(members)
+            }
+        }
+
+        mutating func array(depth: Int) -> JSONValue? {
+            index += 1  // [
+            var elements: [JSONValue] = []
+            skipWhitespace()
+            if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
+                index += 1
+                return .array(elements)
+            }
+            while true {
+                guard let element = value(depth: depth) else { return nil }
+                elements.append(element)
+                skipWhitespace()
+                guard index < bytes.count else { return nil }
+                if bytes[index] == UInt8(ascii: ",") {
+                    index += 1
+                    continue
+                }
+                guard bytes[index] == UInt8(ascii: "]") else { return nil }
+                index += 1
+                return .array(elements)
+            }
+        }
+
+        /// A string with no `\u` escape and no control character, valid UTF-8.
+        mutating func string() -> String? {
+            index += 1  // "
+            let start = index
+            var escaped = false
+            while index < bytes.count {
+                let byte = bytes[index]
+                if byte == UInt8(ascii: "\"") {
+                    let raw = UnsafeBufferPointer(rebasing: bytes[start..<index])
+                    index += 1
+                    return escaped ? unescape(raw) : String(validating: raw, as: UTF8.self)
+                }
+                if byte < 0x20 { return nil }
+                if byte == UInt8(ascii: "\\") {
+                    escaped = true
+                    index += 1
+                    guard index < bytes.count else { return nil }
+                    switch bytes[index] {
+                    case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
+                        UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
+                        break
+                    default: return nil  // \u (or an invalid escape): jansson's
+                    }
+                }
+                index += 1
+            }
+            return nil
+        }
+
+        /// `raw` with its one-character escapes replaced, when it is valid UTF-8.
+        func unescape(_ raw: UnsafeBufferPointer<UInt8>) -> String? {
+            var out: [UInt8] = []
+            out.reserveCapacity(raw.count)
+            var i = 0
+            while i < raw.count {
+                var byte = raw[i]
+                if byte == UInt8(ascii: "\\") {
+                    i += 1
+                    switch raw[i] {
+                    case UInt8(ascii: "b"): byte = 0x08
+                    case UInt8(ascii: "f"): byte = 0x0C
+                    case UInt8(ascii: "n"): byte = 0x0A
+                    case UInt8(ascii: "r"): byte = 0x0D
+                    case UInt8(ascii: "t"): byte = 0x09
+                    default: byte = raw[i]  // " \ /
+                    }
+                }
+                out.append(byte)
+                i += 1
+            }
+            return String(validating: out, as: UTF8.self)
+        }
+
+        /// `-?(0|[1-9][0-9]*)` within Int64; a fraction or exponent is jansson's.
+        mutating func integer() -> JSONValue? {
+            let negative = bytes[index] == UInt8(ascii: "-")
+            if negative { index += 1 }
+            let start = index
+            var magnitude: UInt64 = 0
+            while index < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) {
+                let (times, overflow1) = magnitude.multipliedReportingOverflow(by: 10)
+                let (sum, overflow2) = times.addingReportingOverflow(UInt64(bytes[index] - UInt8(ascii: "0")))
+                guard !overflow1, !overflow2 else { return nil }
+                magnitude = sum
+                index += 1
+            }
+            let digits = index - start
+            guard digits > 0, !(digits > 1 && bytes[start] == UInt8(ascii: "0")) else { return nil }
+            if index < bytes.count {
+                switch bytes[index] {
+                case UInt8(ascii: "."), UInt8(ascii: "e"), UInt8(ascii: "E"): return nil
+                default: break
+                }
+            }
+            if negative {
+                guard magnitude <= UInt64(Int64.max) + 1 else { return nil }
+                return .integer(magnitude == UInt64(Int64.max) + 1 ? Int64.min : -Int64(magnitude))
+            }
+            guard magnitude <= UInt64(Int64.max) else { return nil }
+            return .integer(Int64(magnitude))
+        }
+    }
+}
