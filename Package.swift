@@ -72,7 +72,8 @@ let package = Package(
         .target(name: "BrokerStore", dependencies: ["BrokerCore", "SQLiteSupport"]),
         .target(name: "BrokerHTTP", dependencies: ["BrokerCore", "BrowserLoginProtocol", "CurlSupport", "CCurl"]),
         .target(
-            name: "BrokerVault", dependencies: ["BrokerCore", "CSecret", "BrowserLoginProtocol", "CCrypto", "CKeyutils"]),
+            name: "BrokerVault",
+            dependencies: ["BrokerCore", "CSecret", "BrowserLoginProtocol", "CCrypto", "CKeyutils", "SystemSupport"]),
         // The OAuth 2.0 / OpenID Connect provider's wire (docs/providers.md), over BrokerCore's HTTPTransport.
         .target(name: "BrokerOAuth", dependencies: ["BrokerCore", "BrokerJOSE", "BrowserLoginProtocol"]),
         // ID token (JWS) validation with libcrypto (docs/providers.md): no BrokerCore, so it stays a pure check.
