@@ -24,7 +24,7 @@ public enum JSONValueEncoder {
     /// writes with `[.sortedKeys, .withoutEscapingSlashes]` (U+007F unescaped),
     /// except that `-0.0` is written `0`.
     public static func serialize(_ value: some Encodable) throws -> [UInt8] {
-        try encode(value).serializedLikeFoundation()
+        try encode(value).serializedForProtocol()
     }
 }
 

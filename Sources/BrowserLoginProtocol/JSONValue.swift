@@ -136,7 +136,7 @@ extension JSONValue {
 
     /// As `serialized()`, but U+007F written as it is, as Foundation's
     /// `JSONEncoder` writes it: the protocol bodies (`ProtocolJSON`).
-    package func serializedLikeFoundation() -> [UInt8] {
+    package func serializedForProtocol() -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(64)
         write(to: &out, escapingDelete: false)
