@@ -78,7 +78,8 @@ let package = Package(
         .target(name: "BrokerStore", dependencies: ["BrokerCore", "SQLiteSupport"]),
         .target(name: "BrokerHTTP", dependencies: ["BrokerCore", "BrowserLoginProtocol", "CurlSupport", "CCurl"]),
         .target(
-            name: "BrokerVault", dependencies: ["BrokerCore", "CSecret", "BrowserLoginProtocol", "CCrypto", "CKeyutils"]),
+            name: "BrokerVault",
+            dependencies: ["BrokerCore", "CSecret", "BrowserLoginProtocol", "CCrypto", "CKeyutils", "SystemSupport"]),
         // The OAuth 2.0 / OpenID Connect provider's wire (docs/providers.md), over BrokerCore's HTTPTransport.
         .target(name: "BrokerOAuth", dependencies: ["BrokerCore", "BrokerJOSE", "BrowserLoginProtocol"]),
         // ID token (JWS) validation with libcrypto (docs/providers.md): no BrokerCore, so it stays a pure check.
@@ -88,7 +89,7 @@ let package = Package(
         // Test support: runs one vault operation in a child process (private bus, locked keyring).
         .executableTarget(
             name: "vault-probe", dependencies: ["BrokerVault", "BrokerCore", "CMalloc"], path: "Tests/Support/vault-probe"),
-        .target(name: "BrokerRPC", dependencies: ["CJansson"]),
+        .target(name: "BrokerRPC", dependencies: ["CJansson", "BrowserLoginProtocol"]),
         // The declarative command-line parser of the four programs.
         .target(name: "CommandLineKit"),
         // The URL handler's desktop file: plain text and subprocesses, shared by the CLI and the daemon.

@@ -1,7 +1,6 @@
 import BrokerCore
 import BrokerOAuth
 import BrowserLoginProtocol
-import Foundation
 
 /// An `http.request` call after its params were checked.
 public struct AppRequest: Sendable {
@@ -167,7 +166,7 @@ struct AppRequestProxy: Sendable {
 
     func serverCode(_ response: HTTPResponse) -> ServerErrorCode? {
         guard response.body.count < 65_536,
-            let body = try? JSONDecoder().decode(ErrorBody.self, from: Data(response.body))
+            let body = try? JSONValue.parse(response.body).decode(ErrorBody.self)
         else { return nil }
         return body.error.code
     }

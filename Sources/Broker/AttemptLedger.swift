@@ -1,7 +1,6 @@
 import BrokerCore
 import BrokerStore
 import BrowserLoginProtocol
-import Foundation
 
 /// The attempts and their commits: every change of an attempt goes through
 /// the state machine (`AttemptMachine`) here, is committed to the store, and

@@ -1,6 +1,5 @@
 import BrokerCore
 import BrokerSystem
-import Foundation
 import SystemSupport
 
 /// broker.conf: the broker's own settings (docs/operations.md, "broker.conf").
@@ -39,7 +38,7 @@ public struct BrokerConfig: Sendable, Equatable {
     /// `required` (it was named with `--config`). Warnings come with a config;
     /// any error means no config.
     public static func load(path: String, required: Bool) -> (config: BrokerConfig?, problems: [ConfigProblem]) {
-        guard FileManager.default.fileExists(atPath: path) else {
+        guard FileSystem.exists(path) else {
             if required {
                 return (nil, [ConfigProblem(.error, file: path, key: nil, "does not exist; create it or drop --config")])
             }
@@ -64,7 +63,7 @@ public struct BrokerConfig: Sendable, Equatable {
                 continue
             }
             for (key, raw) in keys {
-                let value = raw.trimmingCharacters(in: .whitespaces)
+                let value = raw.trimmingBlanks()
                 switch key {
                 case "Vault":
                     guard let kind = VaultKind(rawValue: value) else {

@@ -8,7 +8,6 @@ import BrowserLoginProtocol
 import CommandLineKit
 import DesktopEntry
 import Dispatch
-import Foundation
 import Synchronization
 import SystemSupport
 
@@ -237,8 +236,7 @@ public enum BrokerDaemon {
 
         let stateDirectory = options.stateDirectory ?? paths.brokerStateDirectory
         do {
-            try FileManager.default.createDirectory(
-                atPath: stateDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            try FileSystem.createDirectories(stateDirectory, mode: 0o700)
         } catch {
             logger.error("cannot create the state directory", ["path": stateDirectory, "error": "\(error)"])
             return 73
@@ -381,8 +379,8 @@ public enum BrokerDaemon {
     /// the URL handler registered at start-up for clients whose file says `InstallHandler=true`.
     static func handlerProgram() -> String {
         let exe = ProcFS.executable() ?? ""
-        let sibling = URL(fileURLWithPath: exe).deletingLastPathComponent().appendingPathComponent("browser-login").path
-        return !exe.isEmpty && FileManager.default.isExecutableFile(atPath: sibling) ? sibling : "browser-login"
+        let sibling = FileSystem.join(FileSystem.parent(of: exe), "browser-login")
+        return !exe.isEmpty && access(sibling, X_OK) == 0 ? sibling : "browser-login"
     }
 
     /// Raises the soft `RLIMIT_NOFILE` to the hard limit; answers the soft limit now in force.

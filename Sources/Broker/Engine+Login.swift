@@ -1,7 +1,6 @@
 import BrokerCore
 import BrokerStore
 import BrowserLoginProtocol
-import Foundation
 
 extension BrokerEngine {
     // MARK: - login.start

@@ -1,7 +1,6 @@
 import BrokerCore
 import BrokerStore
 import BrowserLoginProtocol
-import Foundation
 
 extension BrokerEngine {
     /// Runs the pending work of an attempt soon, off the caller's call.

@@ -3,8 +3,8 @@ import BrokerLoopback
 import BrokerRPC
 import BrokerStore
 import BrowserLoginProtocol
-import Foundation
 import Synchronization
+import SystemSupport
 
 /// The broker's entry point for the RPC methods: the sign-in flow of each
 /// attempt (Engine+Login, Engine+Reconcile) over three owners — the attempts
@@ -65,7 +65,7 @@ public actor BrokerEngine {
         self.retentionMilliseconds = retentionMilliseconds
         let store = try BrokerStore(path: storePath)
         self.store = store
-        self.stateDirectory = (storePath as NSString).deletingLastPathComponent
+        self.stateDirectory = FileSystem.parent(of: storePath)
         var byId: [String: ClientConfig] = [:]
         var servers: [String: any SignInProtocol] = [:]
         for client in clients {

@@ -1,5 +1,4 @@
 import BrokerCore
-import Foundation
 import SystemSupport
 
 #if canImport(Glibc)
@@ -38,7 +37,7 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
     let environment: [String: String]
     let logger: Logger
 
-    public init(environment: [String: String] = ProcessInfo.processInfo.environment, logger: Logger) {
+    public init(environment: [String: String] = ProcessEnvironment.current, logger: Logger) {
         self.environment = environment
         self.logger = logger
     }
@@ -131,7 +130,7 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
 
     /// A GVariant text-format string literal (for `gdbus call`).
     static func gvariantString(_ text: String) -> String {
-        "'" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "'", with: "\\'") + "'"
+        "'" + text.replacing("\\", with: "\\\\").replacing("'", with: "\\'") + "'"
     }
 
     public func open(_ url: String, command: String?) async throws(BrokerError) {

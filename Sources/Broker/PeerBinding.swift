@@ -1,5 +1,4 @@
 import BrokerCore
-import Foundation
 import SystemSupport
 
 /// Client binding (docs/rpc.md): a client file's `Peers=` names the local programs
@@ -17,7 +16,7 @@ enum PeerBinding {
         if let info = ProcFS.read("root/.flatpak-info", pid: pid) {
             var inApplication = false
             for line in info.split(separator: "\n") {
-                let trimmed = line.trimmingCharacters(in: .whitespaces)
+                let trimmed = line.trimmingBlanks()
                 if trimmed.hasPrefix("[") {
                     inApplication = trimmed == "[Application]"
                 } else if inApplication, trimmed.hasPrefix("name=") {

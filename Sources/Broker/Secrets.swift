@@ -1,6 +1,5 @@
 import BrokerCore
 import BrowserLoginProtocol
-import Foundation
 
 /// What the vault keeps for one attempt, from before the create request is
 /// sent until the attempt is acknowledged: both proofs, the hosted page's URL
@@ -60,14 +59,14 @@ extension VaultError {
 
 extension SecretVault {
     func storeJSON<T: Encodable>(_ value: T, label: String, attributes: [String: String]) async throws(VaultError) {
-        let data: Data
-        do { data = try JSONEncoder().encode(value) } catch { throw .failed("could not encode the vault item") }
-        try await store(Array(data), label: label, attributes: attributes)
+        let data: [UInt8]
+        do { data = try ProtocolJSON.encode(value) } catch { throw .failed("could not encode the vault item") }
+        try await store(data, label: label, attributes: attributes)
     }
 
     func lookupJSON<T: Decodable>(_ type: T.Type, attributes: [String: String]) async throws(VaultError) -> T? {
         guard let bytes = try await lookup(attributes: attributes) else { return nil }
-        do { return try JSONDecoder().decode(T.self, from: Data(bytes)) } catch {
+        do { return try JSONValue.parse(bytes).decode(T.self) } catch {
             throw .failed(
                 "a vault item of browser-login is unreadable; remove it with secret-tool clear kind \(attributes["kind"] ?? "")")
         }

@@ -1,7 +1,7 @@
 import BrokerCore
 import BrokerHTTP
 import BrokerOAuth
-import Foundation
+import BrowserLoginProtocol
 
 /// `browser-login-broker --check-servers`: asks each client's login server
 /// about an attempt that cannot exist (`POST {base}/native/attempts/{id}/status`
@@ -114,10 +114,9 @@ enum ServerCheck {
             results.append(await check(client, transport: transport))
         }
         if json {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys]
-            let data = (try? encoder.encode(results)) ?? Data("[]".utf8)
-            print(String(decoding: data, as: UTF8.self))
+            // Sorted keys, slashes escaped (`\/`) as this output always had them: a `/` occurs only in strings.
+            let data = (try? ProtocolJSON.encode(results)) ?? Array("[]".utf8)
+            print(String(decoding: data, as: UTF8.self).replacing("/", with: "\\/"))
         } else {
             for r in results {
                 print(r.ok ? "ok    \(r.client)  \(r.server)" : "FAIL  \(r.client)  \(r.server): \(r.problem ?? "")")

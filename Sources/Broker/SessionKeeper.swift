@@ -1,7 +1,6 @@
 import BrokerCore
 import BrokerStore
 import BrowserLoginProtocol
-import Foundation
 
 /// The one owner of session state: each signed-in client's secrets (read
 /// once from the vault), the refresh and verification schedules, the

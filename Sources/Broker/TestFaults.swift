@@ -1,7 +1,11 @@
 import BrokerCore
 import BrowserLoginProtocol
-import Foundation
 import Synchronization
+import SystemSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Fault injection for the crash and fault tests (`docs/reliability.md`),
 /// compiled into debug (test) builds only; release builds ignore the
@@ -31,7 +35,7 @@ public enum TestFaults {
     /// Parsed once from the environment.
     static let plan: Plan? = {
         #if DEBUG
-            guard var spec = ProcessInfo.processInfo.environment["BROWSER_LOGIN_TEST_FAULT"], !spec.isEmpty else {
+            guard var spec = ProcessEnvironment.get("BROWSER_LOGIN_TEST_FAULT"), !spec.isEmpty else {
                 return nil
             }
             var pause = false
@@ -44,7 +48,7 @@ public enum TestFaults {
                 occurrence = n
                 spec = String(spec[..<at])
             }
-            let directory = ProcessInfo.processInfo.environment["BROWSER_LOGIN_TEST_FAULT_DIR"] ?? "/tmp"
+            let directory = ProcessEnvironment.get("BROWSER_LOGIN_TEST_FAULT_DIR") ?? "/tmp"
             return Plan(point: spec, occurrence: occurrence, pause: pause, directory: directory)
         #else
             return nil
@@ -65,12 +69,12 @@ public enum TestFaults {
         }
         guard count == plan.occurrence else { return }
         if plan.pause {
-            let marker = plan.directory + "/" + name.replacingOccurrences(of: "/", with: "_") + ".paused"
-            _ = FileManager.default.createFile(atPath: marker, contents: nil)
+            let marker = plan.directory + "/" + name.replacing("/", with: "_") + ".paused"
+            close(open(marker, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644))
             // Blocks this thread on purpose: the point holds still until the test releases it.
-            while FileManager.default.fileExists(atPath: marker) { usleep(10_000) }
+            while FileSystem.exists(marker) { usleep(10_000) }
         } else {
-            FileHandle.standardError.write(Data("<4>browser-login-broker: test fault: killing the daemon fault=\(name)\n".utf8))
+            StandardError.write("<4>browser-login-broker: test fault: killing the daemon fault=\(name)\n")
             kill(getpid(), SIGKILL)
         }
     }

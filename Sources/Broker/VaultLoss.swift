@@ -1,6 +1,5 @@
 import BrokerCore
 import BrokerVault
-import Foundation
 
 extension BrokerEngine {
     /// The `reason` of a session signed out because the file vault's key is

@@ -1,7 +1,6 @@
 import BrokerCore
 import BrowserLoginProtocol
 import CurlSupport
-import Foundation
 
 /// Where a client's login server is, and how to talk to it.
 public struct LoginServerConfiguration: Sendable, Equatable {
@@ -186,7 +185,7 @@ public struct LoginServerClient: SignInProtocol, ServerAttemptControl {
     ) async throws(LoginServerError) -> Answer {
         let encoded: [UInt8]
         do {
-            encoded = Array(try JSONEncoder.protocolEncoder.encode(body))
+            encoded = try ProtocolJSON.encode(body)
         } catch {
             throw .notSent("the request body could not be encoded")
         }
@@ -222,7 +221,7 @@ public struct LoginServerClient: SignInProtocol, ServerAttemptControl {
                 throw .malformed(status: status, "expected the status \(expect)")
             }
             do {
-                return try StrictJSON.decode(Answer.self, from: Data(response.body))
+                return try StrictJSON.decode(Answer.self, from: response.body)
             } catch {
                 throw .malformed(status: status, error.description)
             }
@@ -231,7 +230,7 @@ public struct LoginServerClient: SignInProtocol, ServerAttemptControl {
         case 400...499:
             let body: ErrorBody
             do {
-                body = try StrictJSON.decode(ErrorBody.self, from: Data(response.body))
+                body = try StrictJSON.decode(ErrorBody.self, from: response.body)
             } catch {
                 throw .malformed(status: status, "the error body is not {\"error\": {\"code\", \"message\"}} (\(error))")
             }

@@ -1,24 +1,22 @@
 import BrowserLoginProtocol
-import Foundation
 
-// The one file of BrokerOAuth that uses Foundation: the project's strict JSON
-// facility (`StrictJSON`, jansson's duplicate check then a typed decode) takes
-// `Data`, and the metadata cache is written with the protocol's encoder.
+// The project's strict JSON facility (`StrictJSON`, jansson's duplicate check
+// then a typed decode), and the protocol's writer for the metadata cache.
 
 enum WireJSON {
     /// One JSON object, strictly (duplicate members refused), decoded as `T`.
     static func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws(StrictJSONError) -> T {
-        try StrictJSON.decode(T.self, from: Data(bytes))
+        try StrictJSON.decode(T.self, from: bytes)
     }
 
     /// Checks that `bytes` are one JSON object, strictly.
     static func validateObject(_ bytes: [UInt8]) throws(StrictJSONError) {
-        try StrictJSON.validateObject(Data(bytes))
+        try StrictJSON.validateObject(bytes)
     }
 
     /// Stable JSON text (sorted keys, no escaped slashes).
     static func encode<T: Encodable>(_ value: T) -> String? {
-        guard let data = try? JSONEncoder.protocolEncoder.encode(value) else { return nil }
+        guard let data = try? ProtocolJSON.encode(value) else { return nil }
         return String(decoding: data, as: UTF8.self)
     }
 }

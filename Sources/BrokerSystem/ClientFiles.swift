@@ -1,6 +1,6 @@
 import BrokerCore
 import CGIO
-import Foundation
+import SystemSupport
 
 /// Reads client drop-in files: `*.conf` in `$XDG_CONFIG_HOME/browser-login/clients.d/`,
 /// then in each `$XDG_DATA_DIRS/browser-login/clients.d/`. A file name found
@@ -20,7 +20,7 @@ public enum ClientFiles {
         var problems: [ConfigProblem] = []
         var files: [String] = []
         for directory in directories {
-            guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { continue }
+            guard let names = FileSystem.directoryEntries(directory) else { continue }
             for name in names.sorted() where name.hasSuffix(".conf") && !seen.contains(name) {
                 seen.insert(name)
                 let path = directory + "/" + name

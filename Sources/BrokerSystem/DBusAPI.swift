@@ -1,6 +1,5 @@
 import BrokerRPC
 import CGIO
-import Foundation
 import Synchronization
 
 /// An API object that `DBusApplication` serves next to

@@ -1,7 +1,7 @@
 import BrokerRPC
 import CGIO
-import Foundation
 import Synchronization
+import SystemSupport
 
 /// What the D-Bus service reports to its owner (for logs). Never carries a URI.
 public enum DBusApplicationEvent: Sendable, Equatable {
@@ -97,12 +97,10 @@ public final class DBusApplication: @unchecked Sendable {
     /// Serves the bus until `shutdown()`. Returns at once when there is no session bus.
     public func run() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let thread = Thread { [self] in
+            PosixThread.detach(name: "browser-login.dbus") { [self] in
                 serve()
                 continuation.resume()
             }
-            thread.name = "browser-login.dbus"
-            thread.start()
         }
     }
 

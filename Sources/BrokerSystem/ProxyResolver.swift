@@ -92,7 +92,7 @@ public enum ProxyURL {
     /// `socks://` becomes `socks5h://` (SOCKS 5, names resolved by the proxy).
     public static func usable(_ offered: [String]) -> String? {
         for proxy in offered {
-            guard let separator = proxy.range(of: "://") else { continue }
+            guard let separator = proxy.firstRange(of: "://") else { continue }
             let scheme = proxy[..<separator.lowerBound].lowercased()
             if scheme == "direct" { return nil }
             if scheme == "socks" { return "socks5h" + proxy[separator.lowerBound...] }
@@ -104,7 +104,7 @@ public enum ProxyURL {
     /// `proxy` without credentials (`http://user:password@host:3128` becomes
     /// `http://host:3128`) and without a path: what may be logged.
     public static func redacted(_ proxy: String) -> String {
-        guard let separator = proxy.range(of: "://") else { return "(not a URL)" }
+        guard let separator = proxy.firstRange(of: "://") else { return "(not a URL)" }
         let rest = proxy[separator.upperBound...]
         let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
         let host = authority.lastIndex(of: "@").map { authority[authority.index(after: $0)...] } ?? authority

@@ -1,8 +1,8 @@
 import BrokerCore
 import BrowserLoginProtocol
 import Dispatch
-import Foundation
 import Synchronization
+import SystemSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -53,11 +53,10 @@ public final class FileVault: SecretVault {
     /// `keyDescription` defaults to `browser-login:vault:<directory>`.
     public init(directory: String, keyDescription: String? = nil) throws(VaultError) {
         do {
-            try FileManager.default.createDirectory(
-                atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            try FileSystem.createDirectories(directory, mode: 0o700)
         } catch {
             throw .unavailable(
-                "the file vault's directory \(directory) cannot be made (\(error.localizedDescription)); set VaultDirectory= in broker.conf to a directory the broker can write"
+                "the file vault's directory \(directory) cannot be made (\(error)); set VaultDirectory= in broker.conf to a directory the broker can write"
             )
         }
         guard let resolved = realpath(directory, nil) else {
@@ -108,15 +107,13 @@ public final class FileVault: SecretVault {
             }
             let file = SealedItem(
                 format: Self.format, version: Self.version, cipher: Self.cipher, key: keyId, client: item.client,
-                attempt: item.attempt, kind: item.kind, nonce: Data(sealed.nonce).base64EncodedString(),
-                sealed: Data(sealed.sealed).base64EncodedString())
-            let bytes: Data
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-            do { bytes = try encoder.encode(file) } catch {
+                attempt: item.attempt, kind: item.kind, nonce: Base64.encode(sealed.nonce),
+                sealed: Base64.encode(sealed.sealed))
+            let bytes: [UInt8]
+            do { bytes = try ProtocolJSON.encode(file) } catch {
                 throw .failed(VaultMessages.fileFailed("the item could not be encoded"))
             }
-            try writeAtomically(Array(bytes), name: Self.fileName(item))
+            try writeAtomically(bytes, name: Self.fileName(item))
         }
     }
 
@@ -202,7 +199,7 @@ public final class FileVault: SecretVault {
     public func sweep() -> SweepReport {
         lock.withLock { _ in
             var report = SweepReport(keyPresent: false, lost: [], damaged: [], problem: nil)
-            let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+            let names = FileSystem.directoryEntries(directory) ?? []
             for name in names where name.hasPrefix(".tmp-") { unlink(directory + "/" + name) }
             let currentId: String?
             switch keyring.find() {
@@ -216,8 +213,8 @@ public final class FileVault: SecretVault {
                 report.keyPresent = true
             }
             for name in names.sorted() where name.hasSuffix(Self.suffix) {
-                guard let data = FileManager.default.contents(atPath: directory + "/" + name),
-                    let file = try? JSONDecoder().decode(SealedItem.self, from: data), file.format == Self.format
+                guard let data = FileSystem.read(directory + "/" + name),
+                    let file = Self.decodeItem(data), file.format == Self.format
                 else {
                     report.damaged.append(name)
                     continue
@@ -248,7 +245,7 @@ public final class FileVault: SecretVault {
     /// The file of an item: the SHA-256 of its attributes (NUL cannot occur in them).
     static func fileName(_ item: Item) -> String {
         let digest = Crypto.sha256(Array("\(item.client)\0\(item.attempt)\0\(item.kind)".utf8))
-        return digest.map { String(format: "%02x", $0) }.joined() + suffix
+        return Hex.encode(digest) + suffix
     }
 
     /// What the tag covers besides the secret: the format, the key's id and the attributes.
@@ -259,8 +256,7 @@ public final class FileVault: SecretVault {
     /// The key's id, kept in each file: an HMAC of a fixed text under the key
     /// (it says which key sealed a file, and nothing about the key).
     static func keyId(_ key: [UInt8]) -> String {
-        Crypto.hmacSHA256(key: key, message: Array("browser-login vault key id".utf8)).prefix(16)
-            .map { String(format: "%02x", $0) }.joined()
+        Hex.encode(Crypto.hmacSHA256(key: key, message: Array("browser-login vault key id".utf8)).prefix(16))
     }
 
     /// One item file.
@@ -306,12 +302,11 @@ public final class FileVault: SecretVault {
     private func open(_ item: Item) throws(VaultError) -> LookupOutcome {
         let name = Self.fileName(item)
         let path = directory + "/" + name
-        let data: Data
-        do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
-            if !FileManager.default.fileExists(atPath: path) { return .none }
-            throw .failed(VaultMessages.fileFailed("\(path) cannot be read: \(error.localizedDescription)"))
+        guard let data = FileSystem.read(path) else {
+            if errno == ENOENT { return .none }
+            throw .failed(VaultMessages.fileFailed("\(path) cannot be read: \(Self.errnoText())"))
         }
-        guard let file = try? JSONDecoder().decode(SealedItem.self, from: data), file.format == Self.format,
+        guard let file = Self.decodeItem(data), file.format == Self.format,
             file.version == Self.version, file.cipher == Self.cipher
         else { throw .failed(VaultMessages.damaged(path)) }
         guard Self.canonical(["client": file.client, "attempt": file.attempt, "kind": file.kind]) == item else {
@@ -327,13 +322,13 @@ public final class FileVault: SecretVault {
             try delete(name)
             return .lost
         }
-        guard let nonce = Data(base64Encoded: file.nonce), let sealed = Data(base64Encoded: file.sealed) else {
+        guard let nonce = Base64.decode(file.nonce), let sealed = Base64.decode(file.sealed) else {
             throw .failed(VaultMessages.damaged(path))
         }
         do {
             return .found(
                 try AES256GCM.open(
-                    Array(sealed), nonce: Array(nonce), key: key, associatedData: Self.associatedData(keyId: file.key, item)))
+                    sealed, nonce: nonce, key: key, associatedData: Self.associatedData(keyId: file.key, item)))
         } catch {
             if case .crypto(let problem) = error { throw .failed(VaultMessages.fileFailed(problem)) }
             throw .failed(VaultMessages.damaged(path))
@@ -385,6 +380,13 @@ public final class FileVault: SecretVault {
     }
 
     private static func errnoText() -> String { String(cString: strerror(errno)) }
+
+    /// An item file's JSON, nil when it is not one.
+    static func decodeItem(_ data: [UInt8]) -> SealedItem? {
+        guard let value = try? JSONValue.parse(data) else { return nil }
+        return try? value.decode(SealedItem.self)
+    }
+
 }
 
 extension VaultMessages {

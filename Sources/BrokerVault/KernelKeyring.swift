@@ -1,5 +1,4 @@
 import CKeyutils
-import Foundation
 
 #if canImport(Glibc)
     import Glibc

@@ -1,5 +1,4 @@
 import CJansson
-import Foundation
 
 /// Why a request body is not acceptable (maps to `400 INVALID_REQUEST`).
 public enum StrictJSONError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -21,18 +20,26 @@ public enum StrictJSONError: Error, Sendable, Equatable, CustomStringConvertible
 
 /// Decodes one JSON object strictly (docs/protocol.md §4): not JSON, not an
 /// object, or a duplicate member anywhere is refused. The duplicate check is
-/// jansson's `JSON_REJECT_DUPLICATES`; the typed decode is Foundation's.
+/// jansson's `JSON_REJECT_DUPLICATES`; the typed decode is `JSONValueDecoder`'s.
 /// Unknown members are ignored.
 ///
-/// jansson compares member names byte for byte, Foundation (Swift strings)
+/// jansson compares member names byte for byte, the decoder (Swift strings)
 /// by canonical equivalence: `"recoveryKey"` written with U+212A KELVIN SIGN
 /// is another member to jansson and the same one to the decoder. So a member
 /// name must also be in NFC (found while writing the strict-json fuzz
 /// target; docs/reliability.md): then byte-equal and equivalent agree.
 public enum StrictJSON {
-    public static func validateObject(_ data: Data) throws(StrictJSONError) {
+    public static func validateObject(_ data: some Collection<UInt8>) throws(StrictJSONError) {
+        try withValidObject(data) { _ in }
+    }
+
+    /// Validates like `validateObject` and lends jansson's tree to `body`.
+    static func withValidObject<T>(
+        _ data: some Collection<UInt8>, _ body: (UnsafeMutablePointer<json_t>) throws(StrictJSONError) -> T
+    ) throws(StrictJSONError) -> T {
         var error = json_error_t()
-        let parsed: OpaquePointer? = data.withUnsafeBytes { raw -> OpaquePointer? in
+        let bytes = Array(data)
+        let parsed: OpaquePointer? = bytes.withUnsafeBytes { raw -> OpaquePointer? in
             guard let base = raw.baseAddress else { return nil }
             return OpaquePointer(
                 json_loadb(base.assumingMemoryBound(to: CChar.self), raw.count, Int(JSON_REJECT_DUPLICATES), &error))
@@ -46,6 +53,7 @@ public enum StrictJSON {
         defer { bl_json_decref(root) }
         guard bl_json_is_object(root) != 0 else { throw .notAnObject }
         guard allMemberNamesAreNFC(root) else { throw .duplicateMember }
+        return try body(root)
     }
 
     /// True when every member name of every object in the tree is in NFC.
@@ -77,14 +85,14 @@ public enum StrictJSON {
             let bytes = UnsafeBufferPointer(start: pointer, count: length)
             if bytes.allSatisfy({ $0 < 0x80 }) { return true }
             let name = String(decoding: bytes, as: UTF8.self)
-            return name.precomposedStringWithCanonicalMapping.utf8.elementsEqual(bytes)
+            return name._nfcCodeUnits.elementsEqual(bytes)
         }
     }
 
-    public static func decode<T: Decodable>(_ type: T.Type, from data: Data) throws(StrictJSONError) -> T {
-        try validateObject(data)
+    public static func decode<T: Decodable>(_ type: T.Type, from data: some Collection<UInt8>) throws(StrictJSONError) -> T {
+        let value = try withValidObject(data) { JSONValue(jansson: $0) }
         do {
-            return try JSONDecoder().decode(T.self, from: data)
+            return try JSONValueDecoder.decode(T.self, from: value)
         } catch let error as DecodingError {
             throw .invalidMembers(describe(error))
         } catch {
@@ -109,11 +117,10 @@ public enum StrictJSON {
     }
 }
 
-extension JSONEncoder {
-    /// The encoder used for protocol bodies: stable key order, no escaped slashes.
-    public static var protocolEncoder: JSONEncoder {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return encoder
+/// The writer of protocol bodies: stable key order, no escaped slashes
+/// (what Foundation's `JSONEncoder` writes with `[.sortedKeys, .withoutEscapingSlashes]`).
+public enum ProtocolJSON {
+    public static func encode(_ value: some Encodable) throws -> [UInt8] {
+        try JSONValueEncoder.serialize(value)
     }
 }

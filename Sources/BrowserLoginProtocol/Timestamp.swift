@@ -1,5 +1,3 @@
-import Foundation
-
 #if canImport(Glibc)
     import Glibc
 #endif
@@ -39,10 +37,15 @@ public struct Timestamp: Sendable, Hashable, Comparable, Codable, CustomStringCo
         var parts = tm()
         var t = time_t(seconds)
         gmtime_r(&t, &parts)
-        return String(
-            format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
-            Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1, Int(parts.tm_mday),
-            Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec), Int(millis))
+        // `%0Nd`: zero-padded to `width` characters, the sign included.
+        func padded(_ value: Int, _ width: Int) -> String {
+            if value < 0 { return "-" + padded(-value, width - 1) }
+            let digits = String(value)
+            return String(repeating: "0", count: max(0, width - digits.count)) + digits
+        }
+        return padded(Int(parts.tm_year) + 1900, 4) + "-" + padded(Int(parts.tm_mon) + 1, 2) + "-"
+            + padded(Int(parts.tm_mday), 2) + "T" + padded(Int(parts.tm_hour), 2) + ":" + padded(Int(parts.tm_min), 2)
+            + ":" + padded(Int(parts.tm_sec), 2) + "." + padded(Int(millis), 3) + "Z"
     }
 
     public var description: String { rfc3339 }

@@ -1,5 +1,3 @@
-import Foundation
-
 #if canImport(Glibc)
     import Glibc
 #endif
@@ -40,8 +38,8 @@ public enum DesktopEntry {
     /// it is quoted as the Desktop Entry Specification asks when it needs to be.
     public static func text(exec: String, schemes: [String]) -> String {
         let mimeTypes = Set(schemes).sorted().map { mimeType(scheme: $0) + ";" }.joined()
-        return template.replacingOccurrences(of: "@bindir@/browser-login", with: quoteExecArgument(exec))
-            .replacingOccurrences(of: "@mimetypes@", with: mimeTypes)
+        return template.replacing("@bindir@/browser-login", with: quoteExecArgument(exec))
+            .replacing("@mimetypes@", with: mimeTypes)
     }
 
     /// The template shipped as `dbus/org.browserlogin.Broker.desktop.in`

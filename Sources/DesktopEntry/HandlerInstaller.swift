@@ -1,4 +1,3 @@
-import Foundation
 import SystemSupport
 
 #if canImport(Glibc)
@@ -30,7 +29,7 @@ public struct HandlerInstaller: Sendable {
 
     /// The schemes the installed file handles (none when it is missing).
     public func installedSchemes() -> [String] {
-        guard let text = try? String(contentsOfFile: desktopFilePath, encoding: .utf8) else { return [] }
+        guard let text = FileSystem.readText(desktopFilePath) else { return [] }
         return DesktopEntry.schemes(inDesktopFile: text)
     }
 
@@ -40,15 +39,15 @@ public struct HandlerInstaller: Sendable {
         var report = Report(schemes: all)
         let text = DesktopEntry.text(exec: exec, schemes: all)
         do {
-            try FileManager.default.createDirectory(atPath: applicationsDirectory, withIntermediateDirectories: true)
-            if (try? String(contentsOfFile: desktopFilePath, encoding: .utf8)) == text {
+            try FileSystem.createDirectories(applicationsDirectory)
+            if FileSystem.readText(desktopFilePath) == text {
                 report.steps.append("\(desktopFilePath) is up to date")
             } else {
-                try Data(text.utf8).write(to: URL(fileURLWithPath: desktopFilePath), options: .atomic)
+                try FileSystem.writeAtomically(text.utf8, to: desktopFilePath)
                 report.steps.append("wrote \(desktopFilePath)")
             }
         } catch {
-            report.problems.append("cannot write \(desktopFilePath): \(error.localizedDescription)")
+            report.problems.append("cannot write \(desktopFilePath): \(error)")
             return report
         }
         updateDatabase(&report)
@@ -62,25 +61,25 @@ public struct HandlerInstaller: Sendable {
     /// Removes the desktop file and this handler's defaults from `mimeapps.list`.
     public func uninstall() -> Report {
         var report = Report(schemes: installedSchemes())
-        if FileManager.default.fileExists(atPath: desktopFilePath) {
+        if FileSystem.exists(desktopFilePath) {
             do {
-                try FileManager.default.removeItem(atPath: desktopFilePath)
+                try FileSystem.remove(desktopFilePath)
                 report.steps.append("removed \(desktopFilePath)")
             } catch {
-                report.problems.append("cannot remove \(desktopFilePath): \(error.localizedDescription)")
+                report.problems.append("cannot remove \(desktopFilePath): \(error)")
             }
         } else {
             report.steps.append("\(desktopFilePath) is not installed")
         }
         let mimeapps = UserPaths(environment: environment).mimeAppsList
-        if let text = try? String(contentsOfFile: mimeapps, encoding: .utf8) {
+        if let text = FileSystem.readText(mimeapps) {
             let kept = Self.removingDefaults(from: text)
             if kept != text {
                 do {
-                    try Data(kept.utf8).write(to: URL(fileURLWithPath: mimeapps), options: .atomic)
+                    try FileSystem.writeAtomically(kept.utf8, to: mimeapps)
                     report.steps.append("removed the handler's defaults from \(mimeapps)")
                 } catch {
-                    report.problems.append("cannot rewrite \(mimeapps): \(error.localizedDescription)")
+                    report.problems.append("cannot rewrite \(mimeapps): \(error)")
                 }
             }
         }

@@ -165,9 +165,9 @@ final class LoginService: Sendable {
     }
 
     func json<T: Encodable>(_ status: Int, _ value: T, headers: [(name: String, value: String)] = []) -> HTTPServerResponse {
-        let body = (try? JSONEncoder.protocolEncoder.encode(value)) ?? Data("{}".utf8)
+        let body = (try? ProtocolJSON.encode(value)) ?? Array("{}".utf8)
         return HTTPServerResponse(
-            status: status, headers: [("Content-Type", "application/json")] + headers, body: [UInt8](body))
+            status: status, headers: [("Content-Type", "application/json")] + headers, body: body)
     }
 
     func errorResponse(_ error: APIError) -> HTTPServerResponse {

@@ -1,17 +1,19 @@
-import Foundation
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The one reader of `/proc` (proc(5)): a process's status fields, CPU time,
 /// state, executable and open descriptors. `pid` nil is this process.
 public enum ProcFS {
     /// The text of `/proc/PID/<name>`, nil when unreadable (the process is gone).
     public static func read(_ name: String, pid: Int32? = nil) -> String? {
-        try? String(contentsOfFile: path(name, pid: pid), encoding: .utf8)
+        FileSystem.readText(path(name, pid: pid))
     }
 
     /// A field of `/proc/PID/status` (`VmRSS`, `RssAnon`, `Threads`, `voluntary_ctxt_switches`), trimmed.
     public static func statusField(_ field: String, pid: Int32? = nil) -> String? {
         let line = read("status", pid: pid)?.split(separator: "\n").first { $0.hasPrefix(field + ":") }
-        return line?.dropFirst(field.count + 1).trimmingCharacters(in: .whitespaces)
+        return line?.dropFirst(field.count + 1).trimmingBlanks()
     }
 
     /// The leading number of a status field: KiB for `VmRSS` (resident size) and `RssAnon` (heap and stacks).
@@ -40,12 +42,12 @@ public enum ProcFS {
 
     /// The executable (`/proc/PID/exe`), nil when unreadable.
     public static func executable(pid: Int32? = nil) -> String? {
-        try? FileManager.default.destinationOfSymbolicLink(atPath: path("exe", pid: pid))
+        FileSystem.symbolicLinkTarget(path("exe", pid: pid))
     }
 
     /// How many descriptors the process has open, nil when unreadable.
     public static func openDescriptorCount(pid: Int32? = nil) -> Int? {
-        (try? FileManager.default.contentsOfDirectory(atPath: path("fd", pid: pid)))?.count
+        FileSystem.directoryEntries(path("fd", pid: pid))?.count
     }
 
     static func path(_ name: String, pid: Int32?) -> String { "/proc/" + (pid.map { "\($0)" } ?? "self") + "/" + name }

@@ -1,5 +1,3 @@
-import Foundation
-
 #if canImport(Glibc)
     import Glibc
 #endif
@@ -29,7 +27,7 @@ public struct Subprocess: Sendable {
         }
         if !inheritStandardError { posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0) }
         // Every other descriptor closed in the child (glibc skips ones already closed).
-        let open = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        let open = FileSystem.directoryEntries("/proc/self/fd") ?? []
         for fd in open.compactMap({ Int32($0) }) where fd > 2 { posix_spawn_file_actions_addclose(&actions, fd) }
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
@@ -98,7 +96,7 @@ public struct Subprocess: Sendable {
     /// long-running child (a browser) leaves no zombie.
     public func reapInBackground() {
         let pid = pid
-        Thread.detachNewThread {
+        PosixThread.detach(name: "reap-child") {
             var status: Int32 = 0
             while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
         }

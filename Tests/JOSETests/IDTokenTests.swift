@@ -1,5 +1,6 @@
 import BrokerJOSE
 import BrowserLoginProtocol
+import Foundation
 import Testing
 
 /// Keys made once for the suite (RSA key generation takes a moment).

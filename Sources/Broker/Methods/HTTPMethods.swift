@@ -1,6 +1,6 @@
 import BrokerCore
 import BrokerRPC
-import Foundation
+import BrowserLoginProtocol
 
 /// `http.request` (docs/rpc.md "`http.request`"): every refusal of its params is `-32602`.
 extension MethodTable {
@@ -35,8 +35,8 @@ extension MethodTable {
         if text != nil && base64 != nil { throw RPCError.invalidParams("give 'body' or 'bodyBase64', not both") }
         var body = text.map { Array($0.utf8) }
         if let base64 {
-            guard let data = Data(base64Encoded: base64) else { throw RPCError.invalidParams("'bodyBase64' is not base64") }
-            body = Array(data)
+            guard let data = Base64.decode(base64) else { throw RPCError.invalidParams("'bodyBase64' is not base64") }
+            body = data
         }
         if let body, body.count > AppRequestRules.maximumRequestBody {
             throw RPCError.invalidParams("the request body is larger than 1 MiB")
@@ -68,7 +68,7 @@ extension MethodTable {
         if textual, let text = String(validating: response.body, as: UTF8.self) {
             object["body"] = .string(text)
         } else {
-            object["bodyBase64"] = .string(Data(response.body).base64EncodedString())
+            object["bodyBase64"] = .string(Base64.encode(response.body))
         }
         return .object(object)
     }

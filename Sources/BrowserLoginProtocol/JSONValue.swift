@@ -1,5 +1,4 @@
 import CJansson
-import Foundation
 
 /// A JSON value as it is on the wire. Integers stay integers (`1` is
 /// `.integer(1)`, `1.0` is `.double(1.0)`), and `true` is never `1`.
@@ -58,7 +57,7 @@ extension JSONValue {
     }
 
     /// Parses like `parse` and lends jansson's tree to `body` (freed after it).
-    static func withParsed<T>(_ bytes: some Collection<UInt8>, _ body: (UnsafeMutablePointer<json_t>) -> T)
+    package static func withParsed<T>(_ bytes: some Collection<UInt8>, _ body: (UnsafeMutablePointer<json_t>) -> T)
         throws(JSONParseError) -> T
     {
         let contiguous = Array(bytes)
@@ -87,7 +86,7 @@ extension JSONValue {
     }
 
     /// Converts a borrowed jansson value (jansson bounds nesting at 2048 levels).
-    init(jansson json: UnsafeMutablePointer<json_t>) {
+    package init(jansson json: UnsafeMutablePointer<json_t>) {
         switch json.pointee.type {
         case JSON_NULL: self = .null
         case JSON_TRUE: self = .bool(true)
@@ -143,7 +142,16 @@ extension JSONValue {
     /// `serialized()` as a string.
     public var jsonText: String { String(decoding: serialized(), as: UTF8.self) }
 
-    func write(to out: inout [UInt8]) {
+    /// As `serialized()`, but U+007F written as it is, as Foundation's
+    /// `JSONEncoder` writes it: the protocol bodies (`ProtocolJSON`).
+    package func serializedForProtocol() -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(64)
+        write(to: &out, escapingDelete: false)
+        return out
+    }
+
+    package func write(to out: inout [UInt8], escapingDelete: Bool = true) {
         switch self {
         case .null: out.append(contentsOf: Self.nullBytes)
         case .bool(let value): out.append(contentsOf: value ? Self.trueBytes : Self.falseBytes)
@@ -157,21 +165,21 @@ extension JSONValue {
             } else {
                 out.append(contentsOf: Self.nullBytes)
             }
-        case .string(let value): Self.writeString(value, to: &out)
+        case .string(let value): Self.writeString(value, to: &out, escapingDelete: escapingDelete)
         case .array(let elements):
             out.append(UInt8(ascii: "["))
             for (index, element) in elements.enumerated() {
                 if index > 0 { out.append(UInt8(ascii: ",")) }
-                element.write(to: &out)
+                element.write(to: &out, escapingDelete: escapingDelete)
             }
             out.append(UInt8(ascii: "]"))
         case .object(let members):
             out.append(UInt8(ascii: "{"))
             for (index, member) in members.sorted(by: { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }).enumerated() {
                 if index > 0 { out.append(UInt8(ascii: ",")) }
-                Self.writeString(member.key, to: &out)
+                Self.writeString(member.key, to: &out, escapingDelete: escapingDelete)
                 out.append(UInt8(ascii: ":"))
-                member.value.write(to: &out)
+                member.value.write(to: &out, escapingDelete: escapingDelete)
             }
             out.append(UInt8(ascii: "}"))
         }
@@ -182,20 +190,22 @@ extension JSONValue {
     private static let falseBytes = Array("false".utf8)
     private static let hexDigits = Array("0123456789abcdef".utf8)
 
-    private static func writeString(_ value: String, to out: inout [UInt8]) {
+    private static func writeString(_ value: String, to out: inout [UInt8], escapingDelete: Bool) {
         var value = value
-        value.withUTF8 { writeString(utf8: $0, to: &out) }
+        value.withUTF8 { writeString(utf8: $0, to: &out, escapingDelete: escapingDelete) }
     }
 
     /// Swift strings are always valid UTF-8, so bytes at or above 0x80 are
     /// copied as they are. Runs that need no escape are copied in one piece.
-    private static func writeString(utf8 bytes: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
+    private static func writeString(
+        utf8 bytes: UnsafeBufferPointer<UInt8>, to out: inout [UInt8], escapingDelete: Bool
+    ) {
         out.append(UInt8(ascii: "\""))
         var runStart = 0
         var index = 0
         while index < bytes.count {
             let byte = bytes[index]
-            guard byte < 0x20 || byte == 0x22 || byte == 0x5C || byte == 0x7F else {
+            guard byte < 0x20 || byte == 0x22 || byte == 0x5C || (byte == 0x7F && escapingDelete) else {
                 index += 1
                 continue
             }
@@ -332,30 +342,22 @@ extension JSONValue: Codable {
         }
     }
 
-    /// The JSON form of a Codable value (through `JSONEncoder`, then jansson).
-    /// Note that `JSONEncoder` writes an integral `Double` as an integer.
-    public init(encoding value: some Encodable, encoder: JSONEncoder = JSONEncoder()) throws(JSONCodingError) {
-        let data: Data
+    /// The JSON form of a Codable value, as Foundation's `JSONEncoder` would
+    /// write it (an integral `Double` becomes an integer; `JSONCoding.swift`).
+    public init(encoding value: some Encodable) throws(JSONCodingError) {
         do {
-            data = try encoder.encode(value)
+            self = try JSONValueEncoder.encode(value)
         } catch let error as EncodingError {
             throw .encodingFailed(Self.describe(error))
         } catch {
             throw .encodingFailed("encoder failed")
         }
-        do {
-            self = try JSONValue.parse(data)
-        } catch {
-            throw .encodingFailed("encoder produced invalid JSON")
-        }
     }
 
-    /// Decodes a Codable value from this JSON value (through `JSONDecoder`).
-    public func decode<T: Decodable>(
-        _ type: T.Type = T.self, decoder: JSONDecoder = JSONDecoder()
-    ) throws(JSONCodingError) -> T {
+    /// Decodes a Codable value from this JSON value (`JSONCoding.swift`).
+    public func decode<T: Decodable>(_ type: T.Type = T.self) throws(JSONCodingError) -> T {
         do {
-            return try decoder.decode(T.self, from: Data(serialized()))
+            return try JSONValueDecoder.decode(T.self, from: self)
         } catch let error as DecodingError {
             throw .decodingFailed(Self.describe(error))
         } catch {
