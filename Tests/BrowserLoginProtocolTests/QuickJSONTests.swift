@@ -1,6 +1,6 @@
 import Testing
 
-@testable import BrokerRPC
+@testable import BrowserLoginProtocol
 
 /// `QuickJSON` may only ever be a shortcut: on a generated corpus of JSON
 /// texts and near-misses (duplicate and canonically equal keys, escapes,
