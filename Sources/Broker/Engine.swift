@@ -21,6 +21,8 @@ import SystemSupport
 public actor BrokerEngine {
     let store: BrokerStore
     let clients: [String: ClientConfig]
+    /// The same, by id (the order of `clients.list`).
+    nonisolated let sortedClients: [ClientConfig]
     let vault: any SecretVault
     let servers: [String: any SignInProtocol]
     let launcher: any BrowserLauncher
@@ -48,7 +50,7 @@ public actor BrokerEngine {
     /// Serialized answers of the read-only methods, kept while what they show is unchanged.
     struct CachedAnswers {
         var info: (health: VaultHealth, bytes: [UInt8])?
-        var clientLists: [String: [UInt8]] = [:]
+        var clientLists: [[Int]: [UInt8]] = [:]
     }
     nonisolated let answers = Mutex(CachedAnswers())
     /// How long ended attempts are kept (docs/operations.md, retention); 0 keeps them forever.
@@ -73,6 +75,7 @@ public actor BrokerEngine {
             servers[client.id] = makeServer(client)
         }
         self.clients = byId
+        self.sortedClients = byId.values.sorted { $0.id < $1.id }
         self.servers = servers
         self.vault = vault
         self.launcher = launcher
@@ -123,10 +126,10 @@ public actor BrokerEngine {
     /// `clients.list` serialized for a caller who may use the clients
     /// `mayUse` lets through; made once per distinct set of clients.
     nonisolated func clientListBytes(mayUse: (ClientConfig) -> Bool) -> [UInt8]? {
-        let list = clientList(mayUse: mayUse)
-        let key = list.map(\.id).joined(separator: "\n")
+        // The positions of the clients let through (in `sortedClients`) name the answer.
+        let key = sortedClients.indices.filter { mayUse(sortedClients[$0]) }
         if let bytes = answers.withLock({ $0.clientLists[key] }) { return bytes }
-        guard let bytes = try? JSONValue(encoding: list).serialized() else { return nil }
+        guard let bytes = try? JSONValue(encoding: clientList(mayUse: mayUse)).serialized() else { return nil }
         answers.withLock {
             // As many sets as there are distinct Peers= outcomes: few; bounded all the same.
             if $0.clientLists.count >= 64 { $0.clientLists.removeAll() }
@@ -148,7 +151,7 @@ public actor BrokerEngine {
     public nonisolated func vaultWatched(_ watching: Bool) { vault.watchingChanges(watching) }
 
     public nonisolated func clientList(mayUse: (ClientConfig) -> Bool) -> [ClientSummary] {
-        clients.values.sorted { $0.id < $1.id }.filter(mayUse).map {
+        sortedClients.filter(mayUse).map {
             ClientSummary(
                 id: $0.id, appName: $0.appName, protocol: $0.kind.rawValue, server: $0.server.serialized,
                 returnUrl: $0.redirectText,
