@@ -23,7 +23,7 @@ let usage = """
 
       --quick          fewer repetitions and sign-ins (a smoke run, not for the record)
       --only FIGURES   only these figures, comma-separated: latency, throughput, cold,
-                       server, status, finish, memory (default: all)
+                       server, status, store, vault, finish, memory (default: all)
       --signins N      sign-ins before the memory figure (default 1000)
       --soak MINUTES   instead of the table: mixed calls, sign-ins and sign-outs for
                        MINUTES, printing the broker's RSS over time
@@ -75,7 +75,7 @@ if arguments.first == "--server-stores" {
 var quick = false
 var signInCount = 1000
 var soakMinutes: Double?
-let allFigures: Set<String> = ["latency", "throughput", "cold", "server", "status", "finish", "memory"]
+let allFigures: Set<String> = ["latency", "throughput", "cold", "server", "status", "store", "vault", "finish", "memory"]
 var only: Set<String>?
 var binDirectory =
     (CommandLine.arguments[0].hasPrefix("/")
@@ -301,6 +301,11 @@ if selected.contains("server") {
 // MARK: - browser-login status with 100,000 attempts
 
 if selected.contains("status") { try Figures.status(world: world, attempts: quick ? 100_000 : 1_000_000, reps: quick ? 5 : 15) }
+
+// MARK: - the state store and the vault against what they are built on
+
+if selected.contains("store") { try Figures.store(world: world, attempts: quick ? 200 : 1000, reps: quick ? 2 : 5) }
+if selected.contains("vault") { try await Figures.vault(world: world, items: quick ? 10 : 40) }
 
 // MARK: - login.finish overhead
 
