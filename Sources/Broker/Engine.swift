@@ -110,11 +110,8 @@ public actor BrokerEngine {
     /// Nonisolated: apps poll it; it needs nothing of the engine's state.
     public nonisolated func info() async -> BrokerInfo { info(await vault.health()) }
 
-    /// `broker.info` without waiting, while the vault's health is known.
-    public nonisolated func knownInfo() -> BrokerInfo? { vault.knownHealth().map(info) }
-
-    /// `knownInfo()` serialized, made once per change of the vault's health:
-    /// apps poll `broker.info`.
+    /// `broker.info` serialized without waiting, while the vault's health is
+    /// known; made once per change of that health (apps poll `broker.info`).
     nonisolated func knownInfoBytes() -> [UInt8]? {
         guard let health = vault.knownHealth() else { return nil }
         if let cached = answers.withLock({ $0.info }), cached.health == health { return cached.bytes }

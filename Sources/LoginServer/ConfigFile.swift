@@ -69,6 +69,13 @@ extension ServerConfiguration {
         "smtp": MailConfigFile.smtpMembers,
     ]
 
+    /// A path of the configuration file: an absolute one as it is, a relative
+    /// one against `directory` (the file's folder; nil: the working directory).
+    static func resolve(_ path: String, _ directory: String?) -> String {
+        guard let directory, !path.hasPrefix("/") else { return path }
+        return URL(fileURLWithPath: directory).appendingPathComponent(path).path
+    }
+
     /// Parses a configuration file. Relative paths in it are resolved
     /// against `directory` (the file's folder). Does not validate: call
     /// `validate()` after applying flags.
@@ -94,11 +101,7 @@ extension ServerConfiguration {
         } catch {
             throw fail("(file)", "json", "the file is not valid JSON")
         }
-        func path(_ p: String?) -> String? {
-            guard let p else { return nil }
-            if p.hasPrefix("/") || directory == nil { return p }
-            return URL(fileURLWithPath: directory!).appendingPathComponent(p).path
-        }
+        func path(_ p: String?) -> String? { p.map { resolve($0, directory) } }
         var c = ServerConfiguration()
         if let v = file.listen { c.listenAddress = v }
         if let v = file.port { c.port = v }

@@ -141,9 +141,8 @@ public enum ServerCommand {
 
     private static func serve(_ configuration: ServerConfiguration, readyFile: String?) -> Int32 {
         let server: LoginServer
-        // Watching SIGTERM before anything starts: the dispatch source is
-        // registered asynchronously, and a stop that comes right after READY=1
-        // must not fall between ignoring the signal and watching it.
+        // Watching SIGTERM before anything starts, so a stop that comes at
+        // any time after READY=1 ends the server gracefully.
         let done = DispatchSemaphore(value: 0)
         let signals = SignalWatcher(signals: [SIGTERM, SIGINT]) { _ in done.signal() }
         do {

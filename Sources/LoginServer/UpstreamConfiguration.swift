@@ -286,9 +286,4 @@ extension ServerConfiguration {
         }
         return providers
     }
-
-    private static func resolve(_ path: String, _ directory: String?) -> String {
-        guard let directory, !path.hasPrefix("/") else { return path }
-        return URL(fileURLWithPath: directory).appendingPathComponent(path).path
-    }
 }

@@ -19,13 +19,20 @@ public final class SignalWatcher: @unchecked Sendable {
         for number in signals { sigaddset(&unblock, number) }
         pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
         let queue = DispatchQueue(label: "browser-login.signals")
+        // A source is registered asynchronously, and a signal that arrives
+        // between ignoring it and that registration is lost: return only once
+        // every source is registered, so "watched from here on" holds.
+        let registered = DispatchGroup()
         sources = signals.map { number in
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
             source.setEventHandler { handler(number) }
+            registered.enter()
+            source.setRegistrationHandler { registered.leave() }
             source.resume()
             return source
         }
+        registered.wait()
     }
 
     public func cancel() { for source in sources { source.cancel() } }

@@ -238,14 +238,7 @@ import Testing
         }
         let tampering = try #require(proxy)
         let rpc = try world.h.rpc()
-        let forgeries: [(mode: String, says: String)] = [
-            ("bad-signature", "signature does not verify"),
-            ("foreign-key", "signature does not verify"),
-            ("other-nonce", "nonce"),
-            ("alg-none", "algorithm"),
-            ("other-audience", "aud"),
-            ("no-id-token", "no ID token"),
-        ]
+        let forgeries = TokenProxy.forgeries
         for (index, forgery) in forgeries.enumerated() {
             tampering.mode = forgery.mode
             let (attempt, url) = try world.start()
@@ -353,6 +346,16 @@ enum CallbackURL {
 /// - `502`: a 502, not forwarded.
 /// It runs on the provider's Python (which has `cryptography`) and ends with the test.
 final class TokenProxy {
+    /// The modes that forge the ID token, each with what the refusal names.
+    static let forgeries: [(mode: String, says: String)] = [
+        ("bad-signature", "signature does not verify"),
+        ("foreign-key", "signature does not verify"),
+        ("other-nonce", "nonce"),
+        ("alg-none", "algorithm"),
+        ("other-audience", "aud"),
+        ("no-id-token", "no ID token"),
+    ]
+
     let dir: String
     private let child: Child
     private(set) var port = 0

@@ -55,12 +55,10 @@ struct ServiceTests {
     @Test func aSignalShutsTheGroupDown() async {
         let journal = Journal()
         let a = ProbeService("a", journal: journal)
-        // The group watches from here on (the signal is ignored until its
-        // source is registered, never fatal). Setting the disposition again
-        // after that would take the signal from the source: the group would
-        // never see it.
+        // The group watches from here on. Setting the disposition again after
+        // that would take the signal from its source: the group would never see it.
         let group = ServiceGroup([.init(a)], signals: [SIGUSR1])
-        // Sent until the group stops: one sent before the source is registered is lost.
+        // Sent until the group stops.
         let sender = Task {
             while !Task.isCancelled {
                 kill(getpid(), SIGUSR1)
