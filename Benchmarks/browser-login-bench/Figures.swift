@@ -379,6 +379,11 @@ enum Figures {
         sleep(3)
         let idle = broker.residentKiB ?? 0
         let idleAnonymous = broker.anonymousKiB ?? 0
+        let mappings = residentByMapping(broker.pid)
+        log(
+            "idle RSS by mapping (KiB): "
+                + mappings.prefix(16).map { "\($0.name) \($0.kib)" }.joined(separator: ", ")
+                + ", \(max(0, mappings.count - 16)) more \(mappings.dropFirst(16).reduce(0) { $0 + $1.kib })")
         // 10,000 more calls, mixed, twice: the first batch is also the first use of
         // login.list and clients.list (SQLite's page cache fills with the attempts
         // read); the second shows whether the same calls keep growing the broker.

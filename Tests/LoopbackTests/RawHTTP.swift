@@ -28,9 +28,11 @@ struct RawResponse {
 final class RawConnection {
     let fd: Int32
 
-    init(host: LoopbackHost, port: UInt16) throws {
+    /// Connects, or throws with nothing left open. (The socket is made before `self`: a class initializer
+    /// that throws once every stored property is set still runs `deinit`, which would close it twice.)
+    convenience init(host: LoopbackHost, port: UInt16) throws {
         let family = host == .ipv4 ? AF_INET : AF_INET6
-        fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw TestError("socket: errno \(errno)") }
         var timeout = timeval(tv_sec: 30, tv_usec: 0)
         _ = setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
@@ -40,7 +42,10 @@ final class RawConnection {
             Glibc.close(fd)
             throw TestError("connect: errno \(code)")
         }
+        self.init(fd: fd)
     }
+
+    private init(fd: Int32) { self.fd = fd }
 
     deinit { Glibc.close(fd) }
 

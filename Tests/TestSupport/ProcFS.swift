@@ -50,3 +50,23 @@ public func descriptorLimits(_ pid: pid_t) -> (soft: String, hard: String)? {
     }
     return nil
 }
+
+/// Resident KiB of `pid` per mapped file (its last path component; "[anonymous]" for
+/// heap, stacks and other anonymous memory), largest first, from /proc/PID/smaps.
+/// Private copies of a file's pages (relocated data) count with the file.
+public func residentByMapping(_ pid: pid_t) -> [(name: String, kib: Int)] {
+    guard let text = ProcFS.read("smaps", pid: pid) else { return [] }
+    var totals: [String: Int] = [:]
+    var current = "[anonymous]"
+    for line in text.split(separator: "\n") {
+        let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+        guard let first = fields.first else { continue }
+        if fields.count >= 5, !first.hasSuffix(":"), first.contains("-") {
+            let path = fields.count > 5 ? String(fields[5]) : ""
+            current = path.hasPrefix("/") ? String(path.split(separator: "/").last ?? "") : "[anonymous]"
+        } else if first == "Rss:", fields.count > 1, let kib = Int(fields[1]) {
+            totals[current, default: 0] += kib
+        }
+    }
+    return totals.map { (name: $0.key, kib: $0.value) }.sorted { $0.kib > $1.kib }
+}

@@ -25,15 +25,23 @@ public final class NotifySocket: Sendable {
     public let path: String
     public let fd: Int32
 
-    public init(path: String) throws {
+    /// Binds, or throws with nothing left open. (The socket is made before `self`: a class initializer that
+    /// throws once every stored property is set still runs `deinit`, which would close it twice.)
+    public convenience init(path: String) throws {
         unlink(path)
-        self.path = path
-        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw HarnessError("socket: errno \(errno)") }
         guard withUnixAddress(path, { bind(fd, $0, $1) }) == 0 else {
+            let code = errno
             close(fd)
-            throw HarnessError("cannot bind the notify socket \(path): errno \(errno)")
+            throw HarnessError("cannot bind the notify socket \(path): errno \(code)")
         }
+        self.init(path: path, fd: fd)
+    }
+
+    private init(path: String, fd: Int32) {
+        self.path = path
+        self.fd = fd
     }
 
     deinit {
