@@ -3,6 +3,8 @@ PREFIX ?= /usr/local
 DESTDIR ?=
 SWIFT ?= swift
 BINDIR = $(PREFIX)/bin
+# The broker's HTTP helper (browser-login-http) lives here; the broker looks in ../libexec/browser-login.
+LIBEXECDIR = $(PREFIX)/libexec
 DATADIR = $(PREFIX)/share
 # Where the binaries to install come from; set it to skip the release build.
 BINDIR_SRC ?=
@@ -13,7 +15,7 @@ SYSTEMUNITDIR ?= $(PREFIX)/lib/systemd/system
 # checks that the programs' constants and packaging/deb/changelog agree with it.
 VERSION := $(shell cat VERSION)
 
-PROGRAMS = browser-login browser-login-broker browser-login-server
+PROGRAMS = browser-login browser-login-broker browser-login-http browser-login-server
 SUBST = sed -e 's|@bindir@|$(BINDIR)|g'
 # Release builds carry the Swift runtime and Foundation inside the binaries, so
 # they run on a machine without Swift; no run path at all (not even $ORIGIN).
@@ -68,6 +70,8 @@ SRC = $(if $(BINDIR_SRC),$(BINDIR_SRC),$(shell $(SWIFT) build $(RELEASE_FLAGS) -
 install-client: release-binaries
 	install -d $(DESTDIR)$(BINDIR)
 	for p in browser-login browser-login-broker; do install -m 0755 $(SRC)/$$p $(DESTDIR)$(BINDIR)/$$p; done
+	install -d $(DESTDIR)$(LIBEXECDIR)/browser-login
+	install -m 0755 $(SRC)/browser-login-http $(DESTDIR)$(LIBEXECDIR)/browser-login/browser-login-http
 	install -d $(DESTDIR)$(PREFIX)/lib/systemd/user
 	for u in systemd/browser-login-broker.service systemd/browser-login-broker.socket; do \
 	  $(SUBST) $$u > $(DESTDIR)$(PREFIX)/lib/systemd/user/$$(basename $$u); \
@@ -113,6 +117,7 @@ deb: release-binaries
 
 uninstall:
 	for p in $(PROGRAMS); do rm -f $(DESTDIR)$(BINDIR)/$$p; done
+	rm -rf $(DESTDIR)$(LIBEXECDIR)/browser-login
 	rm -f $(DESTDIR)$(PREFIX)/lib/systemd/user/browser-login-broker.service \
 	  $(DESTDIR)$(PREFIX)/lib/systemd/user/browser-login-broker.socket \
 	  $(DESTDIR)$(DATADIR)/dbus-1/services/org.browserlogin.Broker.service \

@@ -15,6 +15,8 @@ let package = Package(
     platforms: [.macOS(.v14)],
     products: [
         .executable(name: "browser-login-broker", targets: ["browser-login-broker"]),
+        // The broker's HTTP helper (libexec): the daemon does not link libcurl (HelperTransport).
+        .executable(name: "browser-login-http", targets: ["browser-login-http"]),
         .executable(name: "browser-login", targets: ["browser-login"]),
         .library(name: "BrowserLoginProtocol", targets: ["BrowserLoginProtocol"]),
         .library(name: "BrowserLoginAPI", targets: ["BrowserLoginAPI"]),
@@ -59,7 +61,7 @@ let package = Package(
                 "BrowserLoginProtocol", "CommandLineKit", "SQLiteSupport", "SystemSupport", "CMicroHTTPD", "CCrypto",
                 "CurlSupport", "CSystemd",
                 // Sign-in with an upstream OpenID provider (docs/server.md): the broker's OAuth, JOSE and HTTP code.
-                "BrokerOAuth", "BrokerJOSE", "BrokerHTTP", "BrokerCore",
+                "BrokerOAuth", "BrokerJOSE", "BrokerHTTP", "BrokerCurl", "BrokerCore",
                 "PostgresSupport",
             ]),
         .executableTarget(name: "browser-login-server", dependencies: ["LoginServer"]),
@@ -76,7 +78,11 @@ let package = Package(
         // The broker.
         .target(name: "BrokerCore", dependencies: ["BrowserLoginAPI", "BrowserLoginProtocol"]),
         .target(name: "BrokerStore", dependencies: ["BrokerCore", "SQLiteSupport"]),
-        .target(name: "BrokerHTTP", dependencies: ["BrokerCore", "BrowserLoginProtocol", "CurlSupport", "CCurl"]),
+        // The login server's wire, and HTTP through the helper process: no libcurl in the daemon.
+        .target(name: "BrokerHTTP", dependencies: ["BrokerCore", "BrowserLoginProtocol", "SystemSupport"]),
+        // CurlTransport: HTTPTransport over libcurl, run by the helper, the reference server and the tests.
+        .target(name: "BrokerCurl", dependencies: ["BrokerCore", "BrowserLoginProtocol", "CurlSupport", "CCurl"]),
+        .executableTarget(name: "browser-login-http", dependencies: ["BrokerCurl", "BrokerHTTP", "BrokerCore", "CurlSupport"]),
         .target(
             name: "BrokerVault",
             dependencies: ["BrokerCore", "CSecret", "BrowserLoginProtocol", "CCrypto", "CKeyutils", "SystemSupport"]),
@@ -134,7 +140,8 @@ let package = Package(
         .testTarget(
             name: "BrowserLoginClientTests",
             dependencies: [
-                "BrowserLoginClient", "BrokerRPC", "browser-login-broker", "browser-login", "browser-login-server",
+                "BrowserLoginClient", "BrokerRPC", "browser-login-broker", "browser-login-http", "browser-login",
+                "browser-login-server",
                 "browser-login-demo-agent", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
             ]),
         // The in-memory doubles of the unit tests.
@@ -148,7 +155,8 @@ let package = Package(
         .testTarget(
             name: "BrokerHTTPTests",
             dependencies: [
-                "BrokerHTTP", "BrokerCore", "BrowserLoginProtocol", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
+                "BrokerHTTP", "BrokerCurl", "BrokerCore", "BrowserLoginProtocol", "BrowserLoginTestSupport",
+                "BrowserLoginTestTraits", "CurlSupport", "browser-login-http",
             ]),
         .testTarget(name: "OAuthTests", dependencies: ["BrokerOAuth", "BrokerCore", "BrowserLoginProtocol"]),
         .testTarget(name: "JOSETests", dependencies: ["BrokerJOSE", "BrowserLoginProtocol", "CCrypto"]),
@@ -163,16 +171,17 @@ let package = Package(
             name: "EndToEndTests",
             dependencies: [
                 "BrokerRPC", "BrowserLoginProtocol", "ScriptedBrowser", "DesktopEntry", "browser-login-broker",
+                "browser-login-http",
                 "browser-login", "browser-login-server", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
                 // FileVaultTests reads the file vault as the broker does.
-                "BrokerVault", "BrokerCore",
+                "BrokerVault", "BrokerCore", "SystemSupport",
             ]
         ),
         .testTarget(
             name: "DesktopIntegrationTests",
             dependencies: [
                 "BrokerRPC", "BrowserLoginProtocol", "ScriptedBrowser", "DesktopEntry", "Broker", "BrokerSystem",
-                "browser-login-broker", "browser-login", "browser-login-server", "BrowserLoginTestSupport",
+                "browser-login-broker", "browser-login-http", "browser-login", "browser-login-server", "BrowserLoginTestSupport",
                 "BrowserLoginTestTraits",
             ]
         ),
@@ -181,7 +190,7 @@ let package = Package(
         .executableTarget(
             name: "browser-login-bench",
             dependencies: [
-                "BrokerRPC", "BrokerStore", "BrokerCore", "BrokerHTTP", "BrokerVault", "BrowserLoginProtocol",
+                "BrokerRPC", "BrokerStore", "BrokerCore", "BrokerHTTP", "BrokerCurl", "BrokerVault", "BrowserLoginProtocol",
                 "SQLiteSupport", "ScriptedBrowser", "BrowserLoginTestSupport", "SystemSupport", "CMicroHTTPD",
             ],
             path: "Benchmarks/browser-login-bench"

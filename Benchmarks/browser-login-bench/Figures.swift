@@ -1,4 +1,5 @@
 import BrokerCore
+import BrokerCurl
 import BrokerHTTP
 import BrokerRPC
 import BrokerStore

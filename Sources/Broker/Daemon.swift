@@ -34,6 +34,8 @@ public struct DaemonOptions: Sendable {
     public var verifyIntervalMilliseconds: Int64 = 300_000
     /// `--retain-ended`: how long ended attempts are kept (0: for ever).
     public var retentionMilliseconds = BrokerEngine.defaultRetentionMilliseconds
+    /// `--http-idle`: seconds the HTTP helper (browser-login-http) lives on without a request.
+    public var httpIdleSeconds = 10
     /// `--max-connections`: RPC connections served at once (docs/rpc.md, Limits).
     public var maxConnections = RPCServerConfiguration.defaultMaxConnections
     /// `--config`: broker.conf (default $XDG_CONFIG_HOME/browser-login/broker.conf).
@@ -63,6 +65,10 @@ public struct DaemonOptions: Sendable {
             .value(
                 "retain-ended", "TIME",
                 "keep ended attempts for TIME (default 30d; units s, m, h, d; never: keep them all), then prune them; uncertain attempts are kept until settled"
+            ),
+            .value(
+                "http-idle", "S",
+                "end the HTTP helper (browser-login-http, which runs the requests to login servers and providers) after S seconds without one (default 10; 1 to 3600)"
             ),
             .value(
                 "max-connections", "N",
@@ -160,6 +166,12 @@ public struct DaemonOptions: Sendable {
             }
             options.retentionMilliseconds = milliseconds
         }
+        if let v = parsed["http-idle"] {
+            guard let seconds = Int(v), (1...3600).contains(seconds) else {
+                throw UsageError("--http-idle takes a number of seconds (1 to 3600)")
+            }
+            options.httpIdleSeconds = seconds
+        }
         if let v = parsed["max-connections"] {
             guard let n = Int(v), (1...1_000_000).contains(n) else {
                 throw UsageError("--max-connections takes a number of connections (1 to 1000000)")
@@ -213,7 +225,7 @@ public enum BrokerDaemon {
         if options.checkServers {
             return await ServerCheck.run(
                 clients: loaded.clients, json: options.json,
-                transport: CurlTransport.broker(environment: environment, logger: logger))
+                transport: HelperTransport.broker(environment: environment, logger: logger))
         }
         let handlerSchemes = loaded.clients.filter(\.installHandler).compactMap(\.returnURL?.scheme)
         if environment["INVOCATION_ID"] != nil, !handlerSchemes.isEmpty {
@@ -269,7 +281,13 @@ public enum BrokerDaemon {
         }
 
         Systemd.notify("STATUS=opening and migrating the state database")
-        let transport = CurlTransport.broker(environment: environment, logger: logger)
+        let transport = HelperTransport.broker(
+            environment: environment, logger: logger, idleSeconds: options.httpIdleSeconds)
+        if transport.program == nil {
+            logger.error(
+                "the HTTP helper browser-login-http is not installed; no sign-in can reach a server (reinstall browser-login)",
+                ["looked": HelperTransport.candidates().joined(separator: " "), "code": "HELPER_MISSING"])
+        }
         let metadataCache = StoreMetadataCache(path: stateDirectory + "/state.sqlite")
         let engine: BrokerEngine
         do {
@@ -595,12 +613,18 @@ final class RPCEventLog: Sendable {
     }
 }
 
-extension CurlTransport {
-    /// The broker's transport. Proxies: the environment's (read by libcurl, as
-    /// curl does) when it names one, else the desktop's (GIO); loopback never.
-    static func broker(environment: [String: String], logger: Logger) -> CurlTransport {
-        guard !DesktopProxyResolver.environmentNamesProxy(environment) else { return CurlTransport() }
+extension HelperTransport {
+    /// The broker's transport: the HTTP helper, ended after `idleSeconds` without a request. Proxies: the
+    /// environment's (read by libcurl in the helper, as curl does) when it names one, else the desktop's
+    /// (GIO, asked here); loopback never.
+    static func broker(environment: [String: String], logger: Logger, idleSeconds: Int = 10) -> HelperTransport {
+        let log: @Sendable (String, [String: String]) -> Void = { message, metadata in logger.warning(message, metadata) }
+        guard !DesktopProxyResolver.environmentNamesProxy(environment) else {
+            return HelperTransport(environment: environment, idleSeconds: idleSeconds, log: log)
+        }
         let desktop = DesktopProxyResolver(logger: logger)
-        return CurlTransport(proxyLookup: { origin in desktop.proxy(forOrigin: origin) })
+        return HelperTransport(
+            environment: environment, idleSeconds: idleSeconds, proxyLookup: { origin in desktop.proxy(forOrigin: origin) },
+            log: log)
     }
 }

@@ -108,7 +108,7 @@ enum ServerCheck {
         }
     }
 
-    static func run(clients: [ClientConfig], json: Bool, transport: CurlTransport) async -> Int32 {
+    static func run(clients: [ClientConfig], json: Bool, transport: any HTTPTransport) async -> Int32 {
         var results: [Result] = []
         for client in clients.sorted(by: { $0.id < $1.id }) {
             results.append(await check(client, transport: transport))

@@ -1,6 +1,6 @@
 import BrokerCore
 import BrowserLoginProtocol
-import CurlSupport
+import SystemSupport
 
 /// Where a client's login server is, and how to talk to it.
 public struct LoginServerConfiguration: Sendable, Equatable {
@@ -247,7 +247,7 @@ public struct LoginServerClient: SignInProtocol, ServerAttemptControl {
     /// `Retry-After` as delta-seconds (RFC 9110 §10.2.3); an HTTP-date or
     /// anything else is nil.
     static func parseRetryAfter(_ text: String) -> Int? {
-        let trimmed = text.trimmingSpaces()
+        let trimmed = text.trimmingBlanks()
         guard !trimmed.isEmpty, trimmed.count <= 9, trimmed.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
             return nil
         }

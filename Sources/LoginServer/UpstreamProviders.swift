@@ -1,4 +1,5 @@
 import BrokerCore
+import BrokerCurl
 import BrokerHTTP
 import BrokerOAuth
 import BrowserLoginProtocol

@@ -9,17 +9,21 @@
 public struct Subprocess: Sendable {
     public let pid: pid_t
 
-    /// Starts `program` (an absolute path) with `arguments`. Standard output
-    /// goes to `stdout` (nil: `/dev/null`); standard error to `/dev/null`
-    /// unless `inheritStandardError`.
+    /// Starts `program` (an absolute path) with `arguments`. Standard input
+    /// comes from `stdin` (nil: `/dev/null`), standard output goes to `stdout`
+    /// (nil: `/dev/null`); standard error to `/dev/null` unless `inheritStandardError`.
     public static func spawn(
-        program: String, arguments: [String], environment: [String: String], stdout: Int32? = nil,
-        inheritStandardError: Bool = false
+        program: String, arguments: [String], environment: [String: String], stdin: Int32? = nil,
+        stdout: Int32? = nil, inheritStandardError: Bool = false
     ) -> Subprocess? {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        if let stdin {
+            posix_spawn_file_actions_adddup2(&actions, stdin, 0)
+        } else {
+            posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        }
         if let stdout {
             posix_spawn_file_actions_adddup2(&actions, stdout, 1)
         } else {

@@ -1,4 +1,5 @@
 import BrokerCore
+import BrokerCurl
 import Foundation
 import Synchronization
 import Testing

@@ -1,4 +1,5 @@
 import BrokerCore
+import BrokerCurl
 import BrowserLoginProtocol
 import Foundation
 import Testing

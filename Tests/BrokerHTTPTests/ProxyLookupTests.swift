@@ -1,4 +1,5 @@
 import BrokerCore
+import BrokerCurl
 import CurlSupport
 import Synchronization
 import Testing

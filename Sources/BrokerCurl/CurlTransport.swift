@@ -54,7 +54,15 @@ public final class CurlTransport: HTTPTransport {
     }
 
     public func send(_ request: HTTPRequest) async throws(HTTPTransportError) -> HTTPResponse {
-        let plan = try TransferPlan(request)
+        try await send(request, proxy: nil)
+    }
+
+    /// `send` with this request's proxy decided by the caller (the broker, for
+    /// the HTTP helper): nil leaves it to the transport's lookup or the environment.
+    public func send(_ request: HTTPRequest, proxy: CurlProxy?) async throws(HTTPTransportError) -> HTTPResponse {
+        var checked = try TransferPlan(request)
+        checked.proxy = proxy
+        let plan = checked
         let index = load.withLock { counts in
             let least = counts.indices.min { counts[$0] < counts[$1] }!
             counts[least] += 1
@@ -87,6 +95,8 @@ struct TransferPlan: Sendable {
     let authority: String
     /// `scheme://host[:port]`, what a proxy lookup is asked about.
     let origin: String
+    /// Chosen by the caller; nil: the transport's lookup, or the environment.
+    var proxy: CurlProxy?
 
     init(_ request: HTTPRequest) throws(HTTPTransportError) {
         guard let method = Method(rawValue: request.method) else {
@@ -168,7 +178,9 @@ final class Worker: @unchecked Sendable {
         if session == nil { session = CurlSession() }
         guard let session else { return .failure(.notSent("libcurl could not start a transfer")) }
         var transfer = plan.transfer
-        if let proxyLookup, !CurlLoopback.contains(url: transfer.url) {
+        if let proxy = plan.proxy {
+            transfer.proxy = proxy
+        } else if let proxyLookup, !CurlLoopback.contains(url: transfer.url) {
             transfer.proxy = proxyLookup(plan.origin).map { .url($0) } ?? .direct
         }
         switch session.perform(transfer, cancellation: cancellation) {
