@@ -30,7 +30,6 @@ let package = Package(
         cLibrary("CSecret", pkgConfig: "libsecret-1", apt: ["libsecret-1-dev"]),
         cLibrary("CCrypto", pkgConfig: "libcrypto", apt: ["libssl-dev"]),
         cLibrary("CCurl", pkgConfig: "libcurl", apt: ["libcurl4-openssl-dev"]),
-        cLibrary("CSystemd", pkgConfig: "libsystemd", apt: ["libsystemd-dev"]),
         cLibrary("CGIO", pkgConfig: "gio-2.0", apt: ["libglib2.0-dev"]),
         cLibrary("CMicroHTTPD", pkgConfig: "libmicrohttpd", apt: ["libmicrohttpd-dev"]),
         cLibrary("CJansson", pkgConfig: "jansson", apt: ["libjansson-dev"]),
@@ -38,6 +37,9 @@ let package = Package(
         cLibrary("CQRencode", pkgConfig: "libqrencode", apt: ["libqrencode-dev"]),
         // glibc's <malloc.h> (malloc_trim); part of libc, nothing to install.
         .systemLibrary(name: "CMalloc", path: "Sources/CMalloc"),
+        // memfd_create(2), which the Glibc module leaves out (the journal writer's large entries); part of
+        // libc and the kernel's headers, nothing to link or install.
+        .systemLibrary(name: "CLinux", path: "Sources/CLinux"),
         // The file vault's key in the kernel's user keyring (docs/operations.md, "The file vault").
         cLibrary("CKeyutils", pkgConfig: "libkeyutils", apt: ["libkeyutils-dev"]),
 
@@ -48,8 +50,9 @@ let package = Package(
         // The Swift client library of the broker's API (docs/apps/swift.md): async calls over BrokerRPC's client.
         .target(name: "BrowserLoginClient", dependencies: ["BrowserLoginAPI", "BrokerRPC", "SystemSupport"]),
         // One implementation per facility, used by every program: the logger,
-        // signals, /proc, XDG and socket paths, subprocesses, service lifecycle; and the one libcurl wrapper.
-        .target(name: "SystemSupport"),
+        // signals, /proc, XDG and socket paths, subprocesses, service lifecycle, systemd's notification,
+        // watchdog, socket-activation and journal protocols (without libsystemd); and the one libcurl wrapper.
+        .target(name: "SystemSupport", dependencies: ["CLinux"]),
         .target(name: "CurlSupport", dependencies: ["CCurl"]),
         .target(name: "SQLiteSupport", dependencies: ["CSQLite"]),
         // One libpq connection, its errors and migrations; rows are SQLiteSupport's `Row` values.
@@ -59,7 +62,7 @@ let package = Package(
             name: "LoginServer",
             dependencies: [
                 "BrowserLoginProtocol", "CommandLineKit", "SQLiteSupport", "SystemSupport", "CMicroHTTPD", "CCrypto",
-                "CurlSupport", "CSystemd",
+                "CurlSupport",
                 // Sign-in with an upstream OpenID provider (docs/server.md): the broker's OAuth, JOSE and HTTP code.
                 "BrokerOAuth", "BrokerJOSE", "BrokerHTTP", "BrokerCurl", "BrokerCore",
                 "PostgresSupport",
@@ -103,7 +106,7 @@ let package = Package(
         // BrokerRPC: the JSON values of the D-Bus API (DBusVariant).
         .target(
             name: "BrokerSystem",
-            dependencies: ["BrokerCore", "BrokerRPC", "DesktopEntry", "SystemSupport", "CSystemd", "CGIO"]),
+            dependencies: ["BrokerCore", "BrokerRPC", "DesktopEntry", "SystemSupport", "CGIO"]),
         .target(
             name: "Broker",
             dependencies: [
@@ -174,7 +177,9 @@ let package = Package(
                 "browser-login-http",
                 "browser-login", "browser-login-server", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
                 // FileVaultTests reads the file vault as the broker does.
-                "BrokerVault", "BrokerCore", "SystemSupport",
+                "BrokerVault", "BrokerCore",
+                // JournalTests sends to a real journald with the broker's journal writer; HTTPHelperTests reads /proc.
+                "SystemSupport",
             ]
         ),
         .testTarget(

@@ -1,4 +1,3 @@
-import CSystemd
 import SystemSupport
 
 #if canImport(Glibc)
@@ -11,7 +10,7 @@ public enum LogTarget: String, Sendable, CaseIterable {
     /// service (`JOURNAL_STREAM`), else stderr lines.
     case auto
     /// The journal, whatever stderr is, when journald's socket exists; else
-    /// stderr lines (`sd_journal_sendv` drops entries silently without it).
+    /// stderr lines.
     case journal
     /// Stderr lines with `<N>` priority prefixes.
     case stderr
@@ -28,39 +27,24 @@ public enum LogTarget: String, Sendable, CaseIterable {
     }
 }
 
-/// Sends each entry to journald with `sd_journal_sendv(3)`, as the
-/// structured fields of `JournalFields` (`MESSAGE`, `PRIORITY`,
-/// `SYSLOG_IDENTIFIER`, `CODE_*`, `ATTEMPT_ID`, `CLIENT`, `CODE`,
-/// `MESSAGE_ID`, …). An entry journald refuses (too large, a full
-/// buffer) is written to stderr as a line instead, so it is not lost.
+/// Sends each entry to journald with its native protocol (SystemSupport's
+/// `JournalWriter`, what `sd_journal_sendv(3)` does), as the structured
+/// fields of `JournalFields` (`MESSAGE`, `PRIORITY`, `SYSLOG_IDENTIFIER`,
+/// `CODE_*`, `ATTEMPT_ID`, `CLIENT`, `CODE`, `MESSAGE_ID`, …). An entry
+/// journald's socket does not take (no journald, or it cannot be sent) is
+/// written to stderr as a line instead, so it is not lost.
 public struct JournalLogHandler: LogHandler {
     private let fallback = StderrLogHandler()
 
     public init() {}
 
-    /// Whether journald's native socket is there: without it
-    /// `sd_journal_sendv` answers success and drops the entry.
-    public static var socketExists: Bool { access("/run/systemd/journal/socket", F_OK) == 0 }
+    /// Whether journald's native socket is there.
+    public static var socketExists: Bool { access(JournalWriter.defaultSocketPath, F_OK) == 0 }
 
     public func handle(_ entry: LogEntry) {
         if !Self.send(JournalFields.fields(of: entry)) { fallback.handle(entry) }
     }
 
     /// Sends one entry's `NAME=value` fields; false when journald did not take it.
-    public static func send(_ fields: [String]) -> Bool {
-        // One buffer for all fields, so the iovecs point into memory that lives through the call.
-        var bytes: [UInt8] = []
-        var ranges: [Range<Int>] = []
-        for field in fields {
-            let start = bytes.count
-            bytes.append(contentsOf: field.utf8)
-            ranges.append(start..<bytes.count)
-        }
-        return bytes.withUnsafeMutableBytes { buffer in
-            let vectors = ranges.map { range in
-                iovec(iov_base: buffer.baseAddress.map { $0 + range.lowerBound }, iov_len: range.count)
-            }
-            return vectors.withUnsafeBufferPointer { sd_journal_sendv($0.baseAddress, Int32($0.count)) } >= 0
-        }
-    }
+    public static func send(_ fields: [String]) -> Bool { JournalWriter.shared.send(fields) }
 }

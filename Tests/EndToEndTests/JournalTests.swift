@@ -3,6 +3,7 @@ import BrowserLoginProtocol
 import BrowserLoginTestSupport
 import BrowserLoginTestTraits
 import Foundation
+import SystemSupport
 import Testing
 
 #if canImport(Glibc)
@@ -137,6 +138,42 @@ struct JournalTests {
         #expect(!journal.contains(try Callback(parsing: callback).attempt))
     }
 
+    /// The native protocol's two less common forms, as a real journald reads them: a value with a newline
+    /// (the binary form) and an entry too large for a datagram (a sealed memfd passed over the socket).
+    @Test(.enabled(if: JournalWorld.available, JournalWorld.unavailableReason))
+    func journaldTakesAMultiLineValueAndAnEntryPassedInAMemfd() throws {
+        let h = try Harness()
+        try h.startServer()
+        h.writeClient()
+        let world = try JournalWorld(harness: h)
+        defer { world.stop() }
+        try world.startBroker()
+        // journald's socket in the broker's mount namespace, reached through journald's root.
+        let pid = try #require(
+            Int32(try String(contentsOfFile: world.pidFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)))
+        let socket = "/proc/\(pid)/root/run/systemd/journal/socket"
+        let test = UUID().uuidString
+        let multiLine = "first line\nsecond line\n\tindented"
+        #expect(JournalWriter(socketPath: socket).send(["MESSAGE=" + multiLine, "BL_TEST=" + test, "KIND=lines"]))
+        // A 64 KiB send buffer asked for: the 300 KiB entry cannot be a datagram.
+        let big = String(repeating: "x", count: 300 << 10) + "\nend"
+        let small = JournalWriter(socketPath: socket, sendBufferSize: 64 << 10)
+        #expect(small.sendBufferSize < 300 << 10)
+        #expect(small.send(["MESSAGE=a large entry", "BL_TEST=" + test, "KIND=big", "BIG=" + big]))
+
+        var entries: [[String: Any]] = []
+        try waitUntil(10, "both entries in the journal") {
+            entries = try world.entries(["BL_TEST=" + test], all: true)
+            return entries.count == 2
+        }
+        let lines = try #require(entries.first { $0["KIND"] as? String == "lines" })
+        #expect(journalString(lines["MESSAGE"]) == multiLine)
+        #expect(lines["_TRANSPORT"] as? String == "journal")
+        let large = try #require(entries.first { $0["KIND"] as? String == "big" })
+        #expect(large["MESSAGE"] as? String == "a large entry")
+        #expect(journalString(large["BIG"]) == big)
+    }
+
     @Test func withoutTheJournalStreamTheLinesGoToStderrAsBefore() throws {
         let h = try Harness()
         try h.startServer()
@@ -179,6 +216,13 @@ struct JournalTests {
 extension Harness {
     /// The broker's stderr so far.
     var brokerLogText: String { (try? String(contentsOfFile: brokerLog, encoding: .utf8)) ?? "" }
+}
+
+/// A field of `journalctl -o json`: a string, or an array of its bytes when it is not printable text.
+private func journalString(_ value: Any?) -> String? {
+    if let text = value as? String { return text }
+    guard let numbers = value as? [NSNumber] else { return nil }
+    return String(decoding: numbers.map { $0.uint8Value }, as: UTF8.self)
 }
 
 /// A real systemd-journald in a private mount namespace, and the broker
@@ -265,10 +309,12 @@ final class JournalWorld: Sendable {
         }
     }
 
-    /// `journalctl --directory … -o json MATCHES…`, one object per entry.
-    func entries(_ matches: [String]) throws -> [[String: Any]] {
+    /// `journalctl --directory … -o json MATCHES…`, one object per entry; `all`: fields of more than
+    /// 4,096 bytes too (`--all`), which journalctl otherwise leaves out.
+    func entries(_ matches: [String], all: Bool = false) throws -> [[String: Any]] {
         let result = try runProgram(
-            "/usr/bin/journalctl", ["--directory", journalDirectory, "--no-pager", "-o", "json"] + matches)
+            "/usr/bin/journalctl",
+            ["--directory", journalDirectory, "--no-pager", "-o", "json"] + (all ? ["--all"] : []) + matches)
         guard result.status == 0 else { throw HarnessError("journalctl failed: \(result.err)") }
         return result.out.split(separator: "\n").compactMap {
             try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
