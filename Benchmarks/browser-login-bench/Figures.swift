@@ -9,6 +9,7 @@ import BrowserLoginTestSupport
 import Foundation
 import SQLiteSupport
 import ScriptedBrowser
+import SystemSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -377,6 +378,14 @@ enum Figures {
             "\(done.current) sign-ins (\(failures.current) failed) in \(String(format: "%.1f", seconds)) s, \(clients.count) at once; login.finish p50 \(ms(percentile(finishTimes.all, 0.5)))"
         )
         if failures.current > 0 { throw BenchError("\(failures.current) sign-ins failed") }
+        // The HTTP helper ran the sign-ins' requests: its size while alive, then idle means it has exited
+        // (--http-idle, 10 s by default).
+        let helpers = childProcesses(of: broker.pid).filter {
+            ProcFS.executable(pid: $0)?.hasSuffix("/browser-login-http") == true
+        }
+        let helperKiB = helpers.compactMap { residentKiB($0) }.reduce(0, +)
+        let helperDeadline = nowNanos() + 30_000_000_000
+        while nowNanos() < helperDeadline, helpers.contains(where: { kill($0, 0) == 0 }) { usleep(100_000) }
         sleep(3)
         let idle = broker.residentKiB ?? 0
         let idleAnonymous = broker.anonymousKiB ?? 0
@@ -416,6 +425,10 @@ enum Figures {
             Row(
                 figure: "  of which anonymous (heap, stacks)", value: mib(idleAnonymous),
                 baseline: mib(idle - idleAnonymous) + " mapped files", target: "(info)", met: nil))
+        record(
+            Row(
+                figure: "  HTTP helper while it ran (exits when idle)", value: mib(helperKiB),
+                baseline: "\(helpers.count) process", target: "(info)", met: nil))
         record(
             Row(
                 figure: "RSS growth over 10000 more calls", value: String(format: "%+.0f KiB", Double(first - idle)),
