@@ -293,7 +293,21 @@ private final class RequestContext {
 private func loadLibrary() throws(LoopbackError) {
     var error = [CChar](repeating: 0, count: 512)
     guard bl_lmhd_load(&error, error.count) != 0 else { return }
-    throw .failed("libmicrohttpd (libmicrohttpd12) could not be loaded: \(cString(error)); install it")
+    throw loadFailure(cString(error))
+}
+
+private func loadFailure(_ why: String) -> LoopbackError {
+    .failed("libmicrohttpd (libmicrohttpd12) could not be loaded: \(why); install it")
+}
+
+extension LoopbackListener {
+    /// What `open` throws when the library cannot be loaded, for another soname (the tests name a missing one):
+    /// nil if it loads.
+    package static func loadError(soname: String) -> LoopbackError? {
+        var error = [CChar](repeating: 0, count: 512)
+        guard bl_lmhd_open(soname, &error, error.count) == nil else { return nil }
+        return loadFailure(cString(error))
+    }
 }
 
 /// A request-target byte we hand over unchanged: printable ASCII, no space.

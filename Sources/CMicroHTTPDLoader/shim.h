@@ -42,16 +42,22 @@ static inline struct bl_lmhd_library *bl_lmhd_library_record(void) {
     return &library;
 }
 
+/// dlopen(soname, RTLD_NOW | RTLD_LOCAL), or NULL with dlerror's text copied into `error`. RTLD_LOCAL: its
+/// symbols (and GnuTLS's) stay out of the global namespace. (The tests open a missing name with it.)
+static inline void *bl_lmhd_open(const char *soname, char *error, size_t length) {
+    void *handle = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+    if (handle == NULL && error != NULL && length > 0) {
+        const char *why = dlerror();
+        snprintf(error, length, "%s", why != NULL ? why : "dlopen failed");
+    }
+    return handle;
+}
+
 static inline void bl_lmhd_resolve(void) {
     struct bl_lmhd_library *library = bl_lmhd_library_record();
-    // RTLD_LOCAL: its symbols (and GnuTLS's) stay out of the global namespace. Never closed: the listener may
-    // be opened again, and libmicrohttpd's threads are joined by MHD_stop_daemon but its state is process-wide.
-    void *handle = dlopen(BL_LMHD_SONAME, RTLD_NOW | RTLD_LOCAL);
-    if (handle == NULL) {
-        const char *why = dlerror();
-        snprintf(library->error, sizeof library->error, "%s", why != NULL ? why : "dlopen failed");
-        return;
-    }
+    // Never closed: the listener may be opened again, and libmicrohttpd's state is process-wide.
+    void *handle = bl_lmhd_open(BL_LMHD_SONAME, library->error, sizeof library->error);
+    if (handle == NULL) return;
 #define BL_LMHD_RESOLVE(name)                                                                                         \
     library->name = (__typeof__(name) *)dlsym(handle, #name);                                                         \
     if (library->name == NULL) {                                                                                      \
