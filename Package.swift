@@ -32,6 +32,9 @@ let package = Package(
         cLibrary("CCurl", pkgConfig: "libcurl", apt: ["libcurl4-openssl-dev"]),
         cLibrary("CGIO", pkgConfig: "gio-2.0", apt: ["libglib2.0-dev"]),
         cLibrary("CMicroHTTPD", pkgConfig: "libmicrohttpd", apt: ["libmicrohttpd-dev"]),
+        // The same library's headers without linking it: the broker's loopback listener loads it with dlopen on
+        // first use (dlopen is in glibc's libc), so the daemon maps no libmicrohttpd or GnuTLS until then.
+        .systemLibrary(name: "CMicroHTTPDLoader", path: "Sources/CMicroHTTPDLoader"),
         cLibrary("CJansson", pkgConfig: "jansson", apt: ["libjansson-dev"]),
         // The CLI's terminal QR code of a device sign-in's address.
         cLibrary("CQRencode", pkgConfig: "libqrencode", apt: ["libqrencode-dev"]),
@@ -93,8 +96,8 @@ let package = Package(
         .target(name: "BrokerOAuth", dependencies: ["BrokerCore", "BrokerJOSE", "BrowserLoginProtocol"]),
         // ID token (JWS) validation with libcrypto (docs/providers.md): no BrokerCore, so it stays a pure check.
         .target(name: "BrokerJOSE", dependencies: ["CCrypto", "CJansson", "BrowserLoginProtocol"]),
-        // The loopback redirect listener of OAuth sign-ins (RFC 8252 §7.3), on libmicrohttpd.
-        .target(name: "BrokerLoopback", dependencies: ["CMicroHTTPD"]),
+        // The loopback redirect listener of OAuth sign-ins (RFC 8252 §7.3), on libmicrohttpd loaded on first use.
+        .target(name: "BrokerLoopback", dependencies: ["CMicroHTTPDLoader"]),
         // Test support: runs one vault operation in a child process (private bus, locked keyring).
         .executableTarget(
             name: "vault-probe", dependencies: ["BrokerVault", "BrokerCore", "CMalloc"], path: "Tests/Support/vault-probe"),

@@ -1,4 +1,4 @@
-import CMicroHTTPD
+import CMicroHTTPDLoader
 import Synchronization
 
 #if canImport(Glibc)
@@ -23,7 +23,8 @@ public enum LoopbackError: Error, Sendable, Equatable, CustomStringConvertible {
 /// HTTP server on a literal loopback address that receives the authorization
 /// response and answers the browser with a small page.
 ///
-/// HTTP is parsed by libmicrohttpd: one internal polling thread, with
+/// HTTP is parsed by libmicrohttpd, loaded (dlopen) when the first listener
+/// opens, not linked (CMicroHTTPDLoader): one internal polling thread, with
 /// suspend/resume for the asynchronous `deliver`. The genuine request's
 /// connection is suspended (taken out of the event loop, no timeout while
 /// suspended) and `deliver` runs in a task of its own; when it returns, the
@@ -99,20 +100,21 @@ public final class LoopbackListener: Sendable {
         host: LoopbackHost, port: UInt16, path: [UInt8], idleTimeoutSeconds: UInt32,
         deliver: @escaping @Sendable (String) async -> LoopbackPage
     ) throws(LoopbackError) {
+        try loadLibrary()
         let core = ListenerCore(path: path, deliver: deliver)
         let cls = Unmanaged.passUnretained(core).toOpaque()
         var error: Int32 = 0
-        let started = bl_mhd_start_loopback(
+        let started = bl_lmhd_start_loopback(
             host.rawValue, port, Self.connectionLimit, Self.perAddressLimit, idleTimeoutSeconds, Self.memoryLimit,
             loopbackAccessHandler, cls, loopbackCompletedHandler, cls, loopbackTargetHandler, cls, &error)
         guard let started else {
             if port != 0, addressInUse(host: host, port: port) { throw .portInUse(port) }
             throw .failed("cannot listen on the loopback address \(host.urlHost) port \(port)")
         }
-        let bound = bl_mhd_bound_port(started)
+        let bound = bl_lmhd_bound_port(started)
         // ::1 is bound without dual stack (IPV6_V6ONLY); refuse anything else.
-        if host == .ipv6, ipv6Only(bl_mhd_listen_fd(started)) != true {
-            MHD_stop_daemon(started)
+        if host == .ipv6, ipv6Only(bl_lmhd_listen_fd(started)) != true {
+            bl_lmhd_stop_daemon(started)
             throw .failed("cannot listen on \(host.urlHost) with IPV6_V6ONLY")
         }
         core.origin.withLock { $0 = "http://\(host.urlHost):\(bound)" }
@@ -134,7 +136,7 @@ public final class LoopbackListener: Sendable {
     package func listeningAddress() -> (address: String, ipv6Only: Bool?)? {
         core.daemon.withLock { pointer -> (String, Bool?)? in
             guard let running = OpaquePointer(bitPattern: pointer) else { return nil }
-            let fd = bl_mhd_listen_fd(running)
+            let fd = bl_lmhd_listen_fd(running)
             var storage = sockaddr_storage()
             var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
             let got = withUnsafeMutablePointer(to: &storage) {
@@ -205,7 +207,7 @@ private final class ListenerCore: Sendable {
         let id = request.id
         let suspended = state.withLock { state -> Bool in
             guard !state.closed else { return false }
-            MHD_suspend_connection(connection)
+            bl_lmhd_suspend_connection(connection)
             state.suspended[id] = Int(bitPattern: connection)
             return true
         }
@@ -226,7 +228,7 @@ private final class ListenerCore: Sendable {
             guard let connection = state.suspended.removeValue(forKey: id) else { return false }
             state.answers[id] = page
             unsentPages.add(1, ordering: .releasing)
-            MHD_resume_connection(OpaquePointer(bitPattern: connection))
+            bl_lmhd_resume_connection(OpaquePointer(bitPattern: connection))
             return state.stopAfter == id
         }
         if stopNow { stop() }
@@ -245,7 +247,7 @@ private final class ListenerCore: Sendable {
             // Inside a delivery still running: keep it, abandon the others, stop after its page.
             let keep = inside.flatMap { state.suspended[$0] != nil ? $0 : nil }
             for (id, connection) in state.suspended where id != keep {
-                MHD_resume_connection(OpaquePointer(bitPattern: connection))
+                bl_lmhd_resume_connection(OpaquePointer(bitPattern: connection))
                 state.suspended[id] = nil
             }
             state.stopAfter = keep
@@ -265,7 +267,7 @@ private final class ListenerCore: Sendable {
             while unsentPages.load(ordering: .acquiring) > 0, clock.now < deadline {
                 usleep(1000)
             }
-            MHD_stop_daemon(running)
+            bl_lmhd_stop_daemon(running)
         }
     }
 }
@@ -283,6 +285,28 @@ private final class RequestContext {
     init(id: Int, target: [UInt8]?) {
         self.id = id
         self.target = target
+    }
+}
+
+/// Loads libmicrohttpd the first time a listener opens (the daemon does not link it: GnuTLS and the rest stay
+/// unmapped until an OAuth sign-in with a loopback redirect needs a listener); later calls answer the first result.
+private func loadLibrary() throws(LoopbackError) {
+    var error = [CChar](repeating: 0, count: 512)
+    guard bl_lmhd_load(&error, error.count) != 0 else { return }
+    throw loadFailure(cString(error))
+}
+
+private func loadFailure(_ why: String) -> LoopbackError {
+    .failed("libmicrohttpd (libmicrohttpd12) could not be loaded: \(why); install it")
+}
+
+extension LoopbackListener {
+    /// What `open` throws when the library cannot be loaded, for another soname (the tests name a missing one):
+    /// nil if it loads.
+    package static func loadError(soname: String) -> LoopbackError? {
+        var error = [CChar](repeating: 0, count: 512)
+        guard bl_lmhd_open(soname, &error, error.count) == nil else { return nil }
+        return loadFailure(cString(error))
     }
 }
 
@@ -352,14 +376,14 @@ private let pageHeaders: [(String, String)] = [
 private func queuePage(_ connection: OpaquePointer, _ page: LoopbackPage) -> MHD_Result {
     var body = page.html()
     let response = body.withUnsafeMutableBytes { raw in
-        MHD_create_response_from_buffer(raw.count, raw.baseAddress, .RESPMEM_MUST_COPY)
+        bl_lmhd_create_response_from_buffer(raw.count, raw.baseAddress, .RESPMEM_MUST_COPY)
     }
     guard let response else { return .NO }
-    for (name, value) in pageHeaders { _ = MHD_add_response_header(response, name, value) }
-    if page.status == 405 { _ = MHD_add_response_header(response, "Allow", "GET") }
+    for (name, value) in pageHeaders { _ = bl_lmhd_add_response_header(response, name, value) }
+    if page.status == 405 { _ = bl_lmhd_add_response_header(response, "Allow", "GET") }
     let status = (200..<600).contains(page.status) ? UInt32(page.status) : 500
-    let result = MHD_queue_response(connection, status, response)
-    MHD_destroy_response(response)
+    let result = bl_lmhd_queue_response(connection, status, response)
+    bl_lmhd_destroy_response(response)
     return result
 }
 
@@ -391,9 +415,9 @@ private let loopbackAccessHandler: bl_mhd_access_handler = {
         guard pathPart.elementsEqual(core.path) else { return queuePage(connection, .notFound) }
         // A redirect has no body: refuse one rather than read it.
         let hasBody: Bool =
-            if MHD_lookup_connection_value(connection, .HEADER_KIND, "Transfer-Encoding") != nil {
+            if bl_lmhd_lookup_connection_value(connection, .HEADER_KIND, "Transfer-Encoding") != nil {
                 true
-            } else if let length = MHD_lookup_connection_value(connection, .HEADER_KIND, "Content-Length") {
+            } else if let length = bl_lmhd_lookup_connection_value(connection, .HEADER_KIND, "Content-Length") {
                 strcmp(length, "0") != 0
             } else {
                 false

@@ -30,6 +30,9 @@ struct HTTPHelperTests {
         let maps = try #require(ProcFS.read("maps", pid: broker))
         #expect(!maps.contains("libcurl"))
         #expect(!maps.contains("libssl"))
+        // Nor libmicrohttpd and GnuTLS: only an OAuth loopback listener loads them (ProviderSignInTests).
+        #expect(!maps.contains("libmicrohttpd"))
+        #expect(!maps.contains("libgnutls"))
 
         // Idle for a second: the helper exits and is reaped (no process, not even a zombie, is left).
         try waitUntil(15, "the idle HTTP helper to be gone") { helpers(of: broker).isEmpty }

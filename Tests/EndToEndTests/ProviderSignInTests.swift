@@ -3,6 +3,7 @@ import BrowserLoginProtocol
 import BrowserLoginTestSupport
 import BrowserLoginTestTraits
 import Foundation
+import SystemSupport
 import Testing
 
 #if canImport(Glibc)
@@ -37,6 +38,21 @@ import Testing
         let id = try #require(attempt["attemptId"]?.stringValue)
         let status = try world.h.rpc().call("login.status", params: ["attemptId": .string(id)])
         #expect(status["state"] == "completed")
+    }
+
+    /// The daemon does not link libmicrohttpd: neither it nor GnuTLS is mapped until the first loopback
+    /// listener opens, which loads it (dlopen) and then receives the redirect.
+    @Test func theLoopbackListenerLoadsLibmicrohttpdOnFirstUse() throws {
+        let world = try ProviderWorld()
+        let broker = try #require(world.h.broker?.pid)
+        let idle = try #require(ProcFS.read("maps", pid: broker))
+        #expect(!idle.contains("libmicrohttpd"))
+        #expect(!idle.contains("libgnutls"))
+
+        try world.signIn()
+        #expect(try world.session()["status"] == "signedIn")
+        let after = try #require(ProcFS.read("maps", pid: broker))
+        #expect(after.contains("libmicrohttpd.so.12"))
     }
 
     /// A private-use scheme redirect (RFC 8252 §7.1) delivered as the URL

@@ -25,6 +25,15 @@ struct LoopbackListenerTests {
         #expect(deliveries.all == ["http://127.0.0.1:\(listener.port)/callback?code=abc&state=xyz"])
     }
 
+    /// The broker loads libmicrohttpd when a listener opens (it does not link it): a missing library is named.
+    @Test func aMissingLibraryIsNamedWithItsPackage() {
+        #expect(LoopbackListener.loadError(soname: "libmicrohttpd.so.12") == nil)
+        let error = LoopbackListener.loadError(soname: "libmicrohttpd-missing.so.0")
+        let text = error?.description ?? ""
+        #expect(text.hasPrefix("libmicrohttpd (libmicrohttpd12) could not be loaded: libmicrohttpd-missing.so.0"), "\(text)")
+        #expect(text.hasSuffix("; install it"))
+    }
+
     @Test func theExactPathDeliversTheTargetByteForByte() throws {
         let deliveries = Deliveries()
         let listener = try LoopbackListener.open(host: .ipv4, port: 0, path: "/oauth/cb", deliver: deliveries.deliver)
