@@ -28,7 +28,14 @@ let package = Package(
         // The reference server's PostgreSQL store (libpq).
         cLibrary("CPostgres", pkgConfig: "libpq", apt: ["libpq-dev"]),
         cLibrary("CSecret", pkgConfig: "libsecret-1", apt: ["libsecret-1-dev"]),
+        // libcrypto linked: the tests' signer (JOSETests). The programs load it on first use (CCryptoLoader).
         cLibrary("CCrypto", pkgConfig: "libcrypto", apt: ["libssl-dev"]),
+        // libcrypto's headers without linking it: BrowserLoginProtocol's LibCrypto loads it with dlopen when a
+        // signature check or the file vault first needs it, so a broker that only runs Browser Login sign-ins
+        // never maps it (docs/performance.md, round 6).
+        .systemLibrary(name: "CCryptoLoader", path: "Sources/CCryptoLoader"),
+        // GLib alone: SHA-256 (GChecksum) for every program.
+        cLibrary("CGLib", pkgConfig: "glib-2.0", apt: ["libglib2.0-dev"]),
         cLibrary("CCurl", pkgConfig: "libcurl", apt: ["libcurl4-openssl-dev"]),
         cLibrary("CGIO", pkgConfig: "gio-2.0", apt: ["libglib2.0-dev"]),
         cLibrary("CMicroHTTPD", pkgConfig: "libmicrohttpd", apt: ["libmicrohttpd-dev"]),
@@ -47,7 +54,7 @@ let package = Package(
         cLibrary("CKeyutils", pkgConfig: "libkeyutils", apt: ["libkeyutils-dev"]),
 
         // Shared by the broker and the reference server.
-        .target(name: "BrowserLoginProtocol", dependencies: ["CCrypto", "CJansson"]),
+        .target(name: "BrowserLoginProtocol", dependencies: ["CCryptoLoader", "CGLib", "CJansson"]),
         // The broker's wire API (docs/rpc.md): shared by the daemon, the CLI and client libraries.
         .target(name: "BrowserLoginAPI", dependencies: ["BrowserLoginProtocol"]),
         // The Swift client library of the broker's API (docs/apps/swift.md): async calls over BrokerRPC's client.
@@ -64,7 +71,7 @@ let package = Package(
         .target(
             name: "LoginServer",
             dependencies: [
-                "BrowserLoginProtocol", "CommandLineKit", "SQLiteSupport", "SystemSupport", "CMicroHTTPD", "CCrypto",
+                "BrowserLoginProtocol", "CommandLineKit", "SQLiteSupport", "SystemSupport", "CMicroHTTPD",
                 "CurlSupport",
                 // Sign-in with an upstream OpenID provider (docs/server.md): the broker's OAuth, JOSE and HTTP code.
                 "BrokerOAuth", "BrokerJOSE", "BrokerHTTP", "BrokerCurl", "BrokerCore",
@@ -91,11 +98,11 @@ let package = Package(
         .executableTarget(name: "browser-login-http", dependencies: ["BrokerCurl", "BrokerHTTP", "BrokerCore", "CurlSupport"]),
         .target(
             name: "BrokerVault",
-            dependencies: ["BrokerCore", "CSecret", "BrowserLoginProtocol", "CCrypto", "CKeyutils", "SystemSupport"]),
+            dependencies: ["BrokerCore", "CSecret", "BrowserLoginProtocol", "CCryptoLoader", "CKeyutils", "SystemSupport"]),
         // The OAuth 2.0 / OpenID Connect provider's wire (docs/providers.md), over BrokerCore's HTTPTransport.
         .target(name: "BrokerOAuth", dependencies: ["BrokerCore", "BrokerJOSE", "BrowserLoginProtocol"]),
         // ID token (JWS) validation with libcrypto (docs/providers.md): no BrokerCore, so it stays a pure check.
-        .target(name: "BrokerJOSE", dependencies: ["CCrypto", "CJansson", "BrowserLoginProtocol"]),
+        .target(name: "BrokerJOSE", dependencies: ["CCryptoLoader", "CJansson", "BrowserLoginProtocol"]),
         // The loopback redirect listener of OAuth sign-ins (RFC 8252 §7.3), on libmicrohttpd loaded on first use.
         .target(name: "BrokerLoopback", dependencies: ["CMicroHTTPDLoader"]),
         // Test support: runs one vault operation in a child process (private bus, locked keyring).

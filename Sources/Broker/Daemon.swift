@@ -191,7 +191,7 @@ public struct DaemonOptions: Sendable {
 /// server, timers and signals; runs until SIGTERM or SIGINT.
 public enum BrokerDaemon {
     public static func run(_ options: DaemonOptions, environment: [String: String]) async -> Int32 {
-        Crypto.skipSystemConfiguration()
+        LibCrypto.skipSystemConfiguration()
         let logger = Logger(
             label: "browser-login-broker", minimum: options.logLevel,
             handler: options.logTarget.handler(environment: environment))

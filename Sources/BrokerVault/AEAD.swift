@@ -1,4 +1,5 @@
-import CCrypto
+import BrowserLoginProtocol
+import CCryptoLoader
 
 /// AES-256-GCM (libcrypto's EVP interface): the file vault's authenticated
 /// encryption. A 96-bit nonce, fresh from the system's random generator for
@@ -22,35 +23,34 @@ enum AES256GCM {
         nonce: [UInt8], sealed: [UInt8]
     ) {
         precondition(key.count == keyLength)
-        var nonce = [UInt8](repeating: 0, count: nonceLength)
-        guard RAND_bytes(&nonce, Int32(nonceLength)) == 1 else { throw .crypto("no random bytes for the nonce") }
-        guard let context = EVP_CIPHER_CTX_new() else { throw .crypto("EVP_CIPHER_CTX_new failed") }
-        defer { EVP_CIPHER_CTX_free(context) }
-        guard EVP_EncryptInit_ex(context, EVP_aes_256_gcm(), nil, nil, nil) == 1,
-            EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_SET_IVLEN, Int32(nonceLength), nil) == 1,
-            EVP_EncryptInit_ex(context, nil, nil, key, nonce) == 1
+        guard let nonce = try? Crypto.randomBytes(nonceLength) else { throw .crypto("no random bytes for the nonce") }
+        guard let context = libcrypto.EVP_CIPHER_CTX_new() else { throw .crypto("EVP_CIPHER_CTX_new failed") }
+        defer { libcrypto.EVP_CIPHER_CTX_free(context) }
+        guard libcrypto.EVP_EncryptInit_ex(context, libcrypto.EVP_aes_256_gcm(), nil, nil, nil) == 1,
+            libcrypto.EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_SET_IVLEN, Int32(nonceLength), nil) == 1,
+            libcrypto.EVP_EncryptInit_ex(context, nil, nil, key, nonce) == 1
         else { throw .crypto("AES-256-GCM could not be set up") }
         var length: Int32 = 0
         if !associatedData.isEmpty {
-            guard EVP_EncryptUpdate(context, nil, &length, associatedData, Int32(associatedData.count)) == 1 else {
+            guard libcrypto.EVP_EncryptUpdate(context, nil, &length, associatedData, Int32(associatedData.count)) == 1 else {
                 throw .crypto("AES-256-GCM refused the associated data")
             }
         }
         var output = [UInt8](repeating: 0, count: plaintext.count + tagLength)
         var written = 0
         if !plaintext.isEmpty {
-            guard EVP_EncryptUpdate(context, &output, &length, plaintext, Int32(plaintext.count)) == 1 else {
+            guard libcrypto.EVP_EncryptUpdate(context, &output, &length, plaintext, Int32(plaintext.count)) == 1 else {
                 throw .crypto("AES-256-GCM failed to encrypt")
             }
             written = Int(length)
         }
         let finished = output.withUnsafeMutableBufferPointer { buffer in
-            EVP_EncryptFinal_ex(context, buffer.baseAddress! + written, &length)
+            libcrypto.EVP_EncryptFinal_ex(context, buffer.baseAddress! + written, &length)
         }
         guard finished == 1 else { throw .crypto("AES-256-GCM failed to finish") }
         written += Int(length)
         let tagged = output.withUnsafeMutableBufferPointer { buffer in
-            EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_GET_TAG, Int32(tagLength), buffer.baseAddress! + written)
+            libcrypto.EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_GET_TAG, Int32(tagLength), buffer.baseAddress! + written)
         }
         guard tagged == 1, written == plaintext.count else { throw .crypto("AES-256-GCM gave no tag") }
         return (nonce, output)
@@ -65,15 +65,15 @@ enum AES256GCM {
         guard nonce.count == nonceLength, sealed.count >= tagLength else { throw .notAuthentic }
         let cipherLength = sealed.count - tagLength
         var tag = Array(sealed[cipherLength...])
-        guard let context = EVP_CIPHER_CTX_new() else { throw .crypto("EVP_CIPHER_CTX_new failed") }
-        defer { EVP_CIPHER_CTX_free(context) }
-        guard EVP_DecryptInit_ex(context, EVP_aes_256_gcm(), nil, nil, nil) == 1,
-            EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_SET_IVLEN, Int32(nonceLength), nil) == 1,
-            EVP_DecryptInit_ex(context, nil, nil, key, nonce) == 1
+        guard let context = libcrypto.EVP_CIPHER_CTX_new() else { throw .crypto("EVP_CIPHER_CTX_new failed") }
+        defer { libcrypto.EVP_CIPHER_CTX_free(context) }
+        guard libcrypto.EVP_DecryptInit_ex(context, libcrypto.EVP_aes_256_gcm(), nil, nil, nil) == 1,
+            libcrypto.EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_SET_IVLEN, Int32(nonceLength), nil) == 1,
+            libcrypto.EVP_DecryptInit_ex(context, nil, nil, key, nonce) == 1
         else { throw .crypto("AES-256-GCM could not be set up") }
         var length: Int32 = 0
         if !associatedData.isEmpty {
-            guard EVP_DecryptUpdate(context, nil, &length, associatedData, Int32(associatedData.count)) == 1 else {
+            guard libcrypto.EVP_DecryptUpdate(context, nil, &length, associatedData, Int32(associatedData.count)) == 1 else {
                 throw .notAuthentic
             }
         }
@@ -81,16 +81,16 @@ enum AES256GCM {
         var written = 0
         if cipherLength > 0 {
             let ciphertext = Array(sealed[0..<cipherLength])
-            guard EVP_DecryptUpdate(context, &output, &length, ciphertext, Int32(cipherLength)) == 1 else {
+            guard libcrypto.EVP_DecryptUpdate(context, &output, &length, ciphertext, Int32(cipherLength)) == 1 else {
                 throw .notAuthentic
             }
             written = Int(length)
         }
-        guard EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_SET_TAG, Int32(tagLength), &tag) == 1 else {
+        guard libcrypto.EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_SET_TAG, Int32(tagLength), &tag) == 1 else {
             throw .crypto("AES-256-GCM refused the tag")
         }
         let verified = output.withUnsafeMutableBufferPointer { buffer in
-            EVP_DecryptFinal_ex(context, buffer.baseAddress! + written, &length)
+            libcrypto.EVP_DecryptFinal_ex(context, buffer.baseAddress! + written, &length)
         }
         guard verified == 1 else {
             output.resetBytes()
@@ -100,3 +100,6 @@ enum AES256GCM {
         return Array(output[0..<written])
     }
 }
+
+/// libcrypto's functions, loaded on first use (LibCrypto).
+private var libcrypto: bl_crypto_functions { LibCrypto.functions }

@@ -1,4 +1,6 @@
-import CCrypto
+import CCryptoLoader
+import CGLib
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -62,7 +64,50 @@ public enum CryptoError: Error, Sendable {
     case randomUnavailable
 }
 
-/// Randomness from the kernel; digests and comparisons through libcrypto.
+/// libcrypto, loaded on its first use (CCryptoLoader's shim): the functions of the signature checks
+/// (BrokerJOSE), the file vault's AES-GCM (BrokerVault) and HMAC. Loading it costs a process ≈ 1.6 MiB of
+/// resident memory, so the broker loads it only when a standard provider's ID token or the file vault needs
+/// it; SHA-256, random bytes and constant-time comparison need no libcrypto.
+public enum LibCrypto {
+    private static let skipConfiguration = Atomic<Bool>(false)
+
+    /// The resolved functions. The first use loads the library; a program whose libcrypto cannot be loaded
+    /// is broken the way a missing linked library would have broken it at start-up, and stops with the
+    /// package to install.
+    public static var functions: bl_crypto_functions {
+        switch loaded {
+        case .success(let functions): return functions
+        case .failure(let error):
+            fatalError("libcrypto (\(BL_CRYPTO_SONAME), Debian package libssl3) cannot be loaded: \(error.message)")
+        }
+    }
+
+    /// Tells libcrypto, when it is loaded, not to read the system's openssl.cnf in this process. For the
+    /// daemon: it makes no TLS connection (its HTTP helper does, with the system's settings), and the HMAC,
+    /// AES-GCM and signature checks it uses are not configured there; reading it costs ≈ 0.6 MiB. Call
+    /// before the first use.
+    public static func skipSystemConfiguration() { skipConfiguration.store(true, ordering: .releasing) }
+
+    public struct LoadError: Error { public let message: String }
+
+    private static let loaded: Result<bl_crypto_functions, LoadError> = load(BL_CRYPTO_SONAME)
+
+    /// Loads `soname` and resolves the functions (the tests load a missing name).
+    public static func load(_ soname: String) -> Result<bl_crypto_functions, LoadError> {
+        // The table has no empty value in Swift (its members are non-optional): filled in C memory.
+        let functions = UnsafeMutablePointer<bl_crypto_functions>.allocate(capacity: 1)
+        defer { functions.deallocate() }
+        var error = [CChar](repeating: 0, count: 512)
+        let skip: Int32 = skipConfiguration.load(ordering: .acquiring) ? 1 : 0
+        guard bl_crypto_load(soname, skip, functions, &error, error.count) == 0 else {
+            return .failure(LoadError(message: String(decoding: error.prefix { $0 != 0 }.map(UInt8.init), as: UTF8.self)))
+        }
+        return .success(functions.pointee)
+    }
+
+}
+
+/// Randomness from the kernel, SHA-256 from GLib, constant-time comparison; HMAC through libcrypto.
 public enum Crypto {
     /// `count` bytes from the kernel's random generator (getrandom(2), which waits only until
     /// the generator is seeded at boot): what libcrypto's own generator seeds itself from, without
@@ -79,14 +124,6 @@ public enum Crypto {
         return bytes
     }
 
-    /// Tells libcrypto not to read the system's openssl.cnf in this process. For the daemon: it makes
-    /// no TLS connection (its HTTP helper does, with the system's settings), and the digests, HMAC,
-    /// AES-GCM and signature checks it uses are not configured there; reading it costs ≈ 0.6 MiB.
-    /// Call before the first use of libcrypto.
-    public static func skipSystemConfiguration() {
-        _ = OPENSSL_init_crypto(UInt64(OPENSSL_INIT_NO_LOAD_CONFIG), nil)
-    }
-
     /// An opaque URL-safe identifier with `bytes` × 8 bits of randomness
     /// (16 bytes = 128 bits for ids, 32 bytes = 256 bits for tokens).
     public static func randomToken(bytes: Int = 32) throws(CryptoError) -> String {
@@ -96,7 +133,6 @@ public enum Crypto {
     public static func sha256<Bytes: Collection>(_ data: Bytes) -> [UInt8] where Bytes.Element == UInt8 {
         let input = Array(data)
         var digest = [UInt8](repeating: 0, count: 32)
-        // Not EVP: see bl_sha256 (CCrypto's shim) for why.
         input.withUnsafeBufferPointer { inBuf in
             digest.withUnsafeMutableBufferPointer { bl_sha256(inBuf.baseAddress, inBuf.count, $0.baseAddress) }
         }
@@ -110,7 +146,8 @@ public enum Crypto {
         key.withUnsafeBufferPointer { k in
             message.withUnsafeBufferPointer { m in
                 out.withUnsafeMutableBufferPointer { o in
-                    _ = HMAC(EVP_sha256(), k.baseAddress, Int32(k.count), m.baseAddress, m.count, o.baseAddress, &length)
+                    let c = LibCrypto.functions
+                    _ = c.HMAC(c.EVP_sha256(), k.baseAddress, Int32(k.count), m.baseAddress, m.count, o.baseAddress, &length)
                 }
             }
         }
@@ -124,14 +161,14 @@ public enum Crypto {
         Base64URL.encode(sha256(Array(text.utf8)))
     }
 
-    /// Compares in time that depends only on the lengths (CRYPTO_memcmp).
+    /// Compares in time that depends only on the lengths (bl_constant_time_equals).
     public static func constantTimeEquals(_ a: String, _ b: String) -> Bool {
         let x = Array(a.utf8)
         let y = Array(b.utf8)
         guard x.count == y.count else { return false }
         if x.isEmpty { return true }
         return x.withUnsafeBytes { xb in
-            y.withUnsafeBytes { yb in CRYPTO_memcmp(xb.baseAddress, yb.baseAddress, x.count) == 0 }
+            y.withUnsafeBytes { yb in bl_constant_time_equals(xb.baseAddress, yb.baseAddress, x.count) == 1 }
         }
     }
 }

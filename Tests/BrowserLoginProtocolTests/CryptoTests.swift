@@ -42,6 +42,25 @@ import Testing
         #expect(abc == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
         // The receipt's tokenDigest is the same construction over the access token.
         #expect(Crypto.digest("") == "47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU")
+        // FIPS 180-2's two-block message, and a million 'a's (many blocks, one call).
+        let twoBlocks = Self.hex(Crypto.sha256(Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8)))
+        #expect(twoBlocks == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1")
+        let million = Self.hex(Crypto.sha256([UInt8](repeating: UInt8(ascii: "a"), count: 1_000_000)))
+        #expect(million == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0")
+    }
+
+    /// libcrypto is loaded on first use: a missing library is an error that names it, not a crash at load.
+    @Test func libcryptoThatCannotBeLoadedIsNamed() throws {
+        guard case .failure(let error) = LibCrypto.load("libcrypto-missing.so.99") else {
+            Issue.record("a missing library loaded")
+            return
+        }
+        #expect(error.message.contains("libcrypto-missing.so.99"))
+        // The real one loads, with every function the programs call.
+        guard case .success = LibCrypto.load("libcrypto.so.3") else {
+            Issue.record("libcrypto.so.3 did not load")
+            return
+        }
     }
 
     /// RFC 4231 test case 2.

@@ -33,6 +33,9 @@ struct HTTPHelperTests {
         // Nor libmicrohttpd and GnuTLS: only an OAuth loopback listener loads them (ProviderSignInTests).
         #expect(!maps.contains("libmicrohttpd"))
         #expect(!maps.contains("libgnutls"))
+        // Nor libcrypto: a Browser Login sign-in hashes with GLib and takes its randomness from the kernel;
+        // only an ID token's signature or the file vault loads it (ProviderSignInTests, FileVaultTests).
+        #expect(!maps.contains("libcrypto"))
 
         // Idle for a second: the helper exits and is reaped (no process, not even a zombie, is left).
         try waitUntil(15, "the idle HTTP helper to be gone") { helpers(of: broker).isEmpty }

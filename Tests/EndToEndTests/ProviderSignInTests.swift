@@ -40,19 +40,22 @@ import Testing
         #expect(status["state"] == "completed")
     }
 
-    /// The daemon does not link libmicrohttpd: neither it nor GnuTLS is mapped until the first loopback
-    /// listener opens, which loads it (dlopen) and then receives the redirect.
-    @Test func theLoopbackListenerLoadsLibmicrohttpdOnFirstUse() throws {
+    /// The daemon does not link libmicrohttpd or libcrypto: neither they nor GnuTLS are mapped until the
+    /// first loopback listener opens, which loads libmicrohttpd (dlopen) and then receives the redirect, and
+    /// the first ID token's signature is checked, which loads libcrypto (LibCrypto).
+    @Test func theLoopbackListenerAndTheIDTokenCheckLoadTheirLibrariesOnFirstUse() throws {
         let world = try ProviderWorld()
         let broker = try #require(world.h.broker?.pid)
         let idle = try #require(ProcFS.read("maps", pid: broker))
         #expect(!idle.contains("libmicrohttpd"))
         #expect(!idle.contains("libgnutls"))
+        #expect(!idle.contains("libcrypto"))
 
         try world.signIn()
         #expect(try world.session()["status"] == "signedIn")
         let after = try #require(ProcFS.read("maps", pid: broker))
         #expect(after.contains("libmicrohttpd.so.12"))
+        #expect(after.contains("libcrypto.so.3"))
     }
 
     /// A private-use scheme redirect (RFC 8252 §7.1) delivered as the URL
