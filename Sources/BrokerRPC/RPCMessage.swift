@@ -1,3 +1,4 @@
+import BrowserLoginProtocol
 import CJansson
 
 /// A JSON-RPC error code. The standard codes have names; application
@@ -195,10 +196,19 @@ public enum RPCCodec {
 
     /// Decodes one message received by a server.
     ///
-    /// Decoded straight from jansson's tree: of each request only the four
-    /// members that matter are converted (`params` in full), not the whole
-    /// object; the rules are those of `decodeIncoming(json:)`.
+    /// A plain message (`QuickJSON`: what clients send) is parsed straight into
+    /// values, without a jansson tree; jansson decides everything else, and of
+    /// each request only the four members that matter are converted (`params`
+    /// in full). Either way the rules are those of `decodeIncoming(json:)`.
     public static func decodeIncoming(_ bytes: some Collection<UInt8>) -> RPCIncoming {
+        if let quick = bytes.withContiguousStorageIfAvailable(QuickJSON.parse), let value = quick {
+            return decodeIncoming(json: value)
+        }
+        return decodeIncomingWithJansson(bytes)
+    }
+
+    /// `decodeIncoming` without its QuickJSON shortcut (the tests compare the two).
+    static func decodeIncomingWithJansson(_ bytes: some Collection<UInt8>) -> RPCIncoming {
         do {
             return try JSONValue.withParsed(bytes) { root in decodeIncoming(jansson: root) }
         } catch {

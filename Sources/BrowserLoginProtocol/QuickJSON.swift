@@ -10,10 +10,10 @@
 /// `JSONValue.parse` uses) would have answered the same value; when it does
 /// not, jansson decides. `QuickJSONTests` checks this against jansson over a
 /// generated corpus, so speed never costs strictness.
-enum QuickJSON {
+package enum QuickJSON {
     static let maximumDepth = 32
 
-    static func parse(_ bytes: UnsafeBufferPointer<UInt8>) -> JSONValue? {
+    package static func parse(_ bytes: UnsafeBufferPointer<UInt8>) -> JSONValue? {
         var parser = Parser(bytes: bytes)
         guard let value = parser.value(depth: 0) else { return nil }
         parser.skipWhitespace()
@@ -72,7 +72,8 @@ enum QuickJSON {
 
         mutating func object(depth: Int) -> JSONValue? {
             index += 1  // {
-            var members: [String: JSONValue] = [:]
+            // Room for a request's four members without growing.
+            var members: [String: JSONValue] = Dictionary(minimumCapacity: 4)
             skipWhitespace()
             if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
                 index += 1
@@ -127,14 +128,18 @@ enum QuickJSON {
             index += 1  // "
             let start = index
             var escaped = false
+            var ascii = true
             while index < bytes.count {
                 let byte = bytes[index]
                 if byte == UInt8(ascii: "\"") {
                     let raw = UnsafeBufferPointer(rebasing: bytes[start..<index])
                     index += 1
-                    return escaped ? unescape(raw) : String(validating: raw, as: UTF8.self)
+                    if escaped { return unescape(raw) }
+                    // ASCII is valid UTF-8 as it is: no validation (the common case: keys, methods, ids).
+                    return ascii ? String(decoding: raw, as: UTF8.self) : String(validating: raw, as: UTF8.self)
                 }
                 if byte < 0x20 { return nil }
+                if byte >= 0x80 { ascii = false }
                 if byte == UInt8(ascii: "\\") {
                     escaped = true
                     index += 1

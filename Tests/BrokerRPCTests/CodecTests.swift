@@ -179,6 +179,26 @@ import Testing
                 == .single(.request(RPCRequest(id: nil, method: "m", params: nil))))
     }
 
+    /// Requests take QuickJSON when they are plain; the answer is the one jansson's tree gives, valid or not.
+    @Test(arguments: [
+        #"{"jsonrpc":"2.0","id":1,"method":"session.get","params":{"client":"com.example.notes"}}"#,
+        #"{"jsonrpc":"2.0","id":"a","method":"broker.info","params":{}}"#,
+        #"{"jsonrpc":"2.0","id":null,"method":"m"}"#, #"{"jsonrpc":"2.0","method":"m","params":[1,2,{"a":[]}]}"#,
+        #"{"jsonrpc":"2.0","id":-9223372036854775808,"method":"m"}"#, #"{"jsonrpc":"2.0","id":1.5,"method":"m"}"#,
+        #"{"jsonrpc":"2.0","id":true,"method":"m"}"#, #"{"jsonrpc":"2.0","id":{},"method":"m"}"#,
+        #"{"jsonrpc":"1.0","id":1,"method":"m"}"#, #"{"jsonrpc":"2.0","id":1,"method":7}"#,
+        #"{"jsonrpc":"2.0","id":1,"method":"m","params":"x"}"#, #"{"jsonrpc":"2.0","id":1,"method":"m","params":3}"#,
+        #"{"jsonrpc":"2.0","id":1,"method":"m","method":"n"}"#, #"{"jsonrpc":"2.0","id":1,"method":"\u006d"}"#,
+        #"{"jsonrpc":"2.0","id":1,"method":"m\n","params":{"é":"e\u0301"}}"#, #"{"jsonrpc":"2.0","id":1}"#,
+        #"[{"jsonrpc":"2.0","id":1,"method":"a"},{"jsonrpc":"2.0","method":"b"},3,[]]"#, "[]", "[1]", "{}", "null",
+        "1", #""x""#, #"{"jsonrpc":"2.0","id":1,"method":"m"} x"#, #"{"jsonrpc":"2.0","id":1,"method":"m""#, "",
+        " \n\t{ \"jsonrpc\" : \"2.0\" , \"id\" : 01 , \"method\" : \"m\" }",
+    ])
+    func theShortcutDecodesAsJansson(_ text: String) {
+        let bytes = Array(text.utf8)
+        #expect(RPCCodec.decodeIncoming(bytes) == RPCCodec.decodeIncomingWithJansson(bytes), "\(text)")
+    }
+
     @Test func paramsKinds() {
         #expect(
             RPCCodec.element(["jsonrpc": "2.0", "id": 1, "method": "m", "params": [1]])
