@@ -197,10 +197,16 @@ public enum RPCCodec {
     /// Decodes one message received by a server.
     ///
     /// A plain message (`QuickJSON`: what clients send) is parsed straight into
-    /// values, without a jansson tree; jansson decides everything else, and of
+    /// values, without a jansson tree (a request of the four members alone,
+    /// without a dictionary for its top level); jansson decides everything else, and of
     /// each request only the four members that matter are converted (`params`
     /// in full). Either way the rules are those of `decodeIncoming(json:)`.
     public static func decodeIncoming(_ bytes: some Collection<UInt8>) -> RPCIncoming {
+        // A single request with only its four members: no dictionary for the top level.
+        if let request = bytes.withContiguousStorageIfAvailable(QuickJSON.requestMembers), let members = request {
+            return .single(
+                element(id: members.id, jsonrpc: members.jsonrpc, method: members.method, params: members.params))
+        }
         if let quick = bytes.withContiguousStorageIfAvailable(QuickJSON.parse), let value = quick {
             return decodeIncoming(json: value)
         }

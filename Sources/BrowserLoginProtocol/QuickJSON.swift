@@ -22,6 +22,28 @@ package enum QuickJSON {
         return value
     }
 
+    /// The members of a JSON-RPC request object (nil: absent).
+    package struct RequestMembers {
+        package var id: JSONValue?
+        package var jsonrpc: JSONValue?
+        package var method: JSONValue?
+        package var params: JSONValue?
+    }
+
+    /// A request without a dictionary for its top level: `bytes` must be an
+    /// object whose keys are only `id`, `jsonrpc`, `method` and `params`, each
+    /// at most once, written without escapes (what clients send). Anything
+    /// else — another key, a repeated one, a batch — is nil, and the caller
+    /// parses the whole text (`parse`, then jansson): what this answers is
+    /// what `parse` would have answered, its members picked.
+    package static func requestMembers(_ bytes: UnsafeBufferPointer<UInt8>) -> RequestMembers? {
+        var parser = Parser(bytes: bytes)
+        guard let members = parser.requestObject() else { return nil }
+        parser.skipWhitespace()
+        guard parser.index == bytes.count else { return nil }
+        return members
+    }
+
     private struct Parser {
         let bytes: UnsafeBufferPointer<UInt8>
         var index = 0
@@ -98,6 +120,82 @@ package enum QuickJSON {
                 index += 1
                 return .object(members)
             }
+        }
+
+        /// See `requestMembers`.
+        mutating func requestObject() -> RequestMembers? {
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "{") else { return nil }
+            index += 1
+            var members = RequestMembers()
+            var seen: UInt8 = 0
+            skipWhitespace()
+            if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+                index += 1
+                return members
+            }
+            while true {
+                skipWhitespace()
+                guard let key = plainKey() else { return nil }
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { return nil }
+                index += 1
+                // Depth 1, as `object` gives the members of a top-level object.
+                guard let member = value(depth: 1) else { return nil }
+                // A repeated key is jansson's to judge (a member may be `null`: seen is kept apart).
+                guard seen & key.rawValue == 0 else { return nil }
+                seen |= key.rawValue
+                switch key {
+                case .id: members.id = member
+                case .jsonrpc: members.jsonrpc = member
+                case .method: members.method = member
+                case .params: members.params = member
+                }
+                skipWhitespace()
+                guard index < bytes.count else { return nil }
+                if bytes[index] == UInt8(ascii: ",") {
+                    index += 1
+                    continue
+                }
+                guard bytes[index] == UInt8(ascii: "}") else { return nil }
+                index += 1
+                return members
+            }
+        }
+
+        enum RequestKey: UInt8 {
+            case id = 1
+            case jsonrpc = 2
+            case method = 4
+            case params = 8
+        }
+
+        /// One of the four request keys, written plainly (no escape); nil for any other key.
+        mutating func plainKey() -> RequestKey? {
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { return nil }
+            let start = index + 1
+            var end = start
+            while end < bytes.count, bytes[end] != UInt8(ascii: "\"") {
+                if bytes[end] == UInt8(ascii: "\\") { return nil }
+                end += 1
+            }
+            guard end < bytes.count else { return nil }
+            let key: RequestKey
+            switch end - start {
+            case 2 where matches("id", at: start): key = .id
+            case 7 where matches("jsonrpc", at: start): key = .jsonrpc
+            case 6 where matches("method", at: start): key = .method
+            case 6 where matches("params", at: start): key = .params
+            default: return nil
+            }
+            index = end + 1
+            return key
+        }
+
+        func matches(_ literal: StaticString, at start: Int) -> Bool {
+            let text = literal.utf8Start
+            for offset in 0..<literal.utf8CodeUnitCount where bytes[start + offset] != text[offset] { return false }
+            return true
         }
 
         mutating func array(depth: Int) -> JSONValue? {

@@ -193,6 +193,11 @@ import Testing
         #"[{"jsonrpc":"2.0","id":1,"method":"a"},{"jsonrpc":"2.0","method":"b"},3,[]]"#, "[]", "[1]", "{}", "null",
         "1", #""x""#, #"{"jsonrpc":"2.0","id":1,"method":"m"} x"#, #"{"jsonrpc":"2.0","id":1,"method":"m""#, "",
         " \n\t{ \"jsonrpc\" : \"2.0\" , \"id\" : 01 , \"method\" : \"m\" }",
+        #"{"jsonrpc":"2.0","i\u0064":1,"method":"m"}"#, #"{"jsonrpc":"2.0","id":1,"method":"m","extra":1}"#,
+        #"{"jsonrpc":"2.0","id":null,"id":null,"method":"m"}"#, #"{"jsonrpc":"2.0","params":null,"params":{},"method":"m"}"#,
+        #"{"jsonrpc":"2.0","id":1,"method":"m","x":1,"x":2}"#, #"{"jsonrpc":"2.0","id":1,"method":"m",}"#,
+        #"{"jsonrpc":"2.0","id":1,"method":"m"}}"#, #"{"jsonrpc":"2.0","id":1,"method":"m","params":{"client":"é"}}"#,
+        #"{"method":"m","params":{"a":{"b":{"c":[[[[]]]]}}},"jsonrpc":"2.0","id":"x"}"#,
     ])
     func theShortcutDecodesAsJansson(_ text: String) {
         let bytes = Array(text.utf8)

@@ -117,6 +117,21 @@ import Testing
         #expect(refusedByJansson > cases / 5, "jansson refused only \(refusedByJansson) of \(cases)")
     }
 
+    /// The requests apps send take the shortest path (a request's members, no dictionary for its top level).
+    @Test func plainRequestsTakeTheShortestPath() {
+        for text in [
+            #"{"jsonrpc":"2.0","id":1,"method":"session.get","params":{"client":"com.example.notes"}}"#,
+            #" { "method" : "broker.info", "jsonrpc" : "2.0", "id" : "a" } "#,
+        ] {
+            let method = Array(text.utf8).withUnsafeBufferPointer { QuickJSON.requestMembers($0)?.method }
+            #expect(method == "session.get" || method == "broker.info", "\(text)")
+        }
+        for text in [#"{"jsonrpc":"2.0","id":1,"method":"m","extra":1}"#, #"[{"jsonrpc":"2.0","method":"m"}]"#] {
+            let answered = Array(text.utf8).withUnsafeBufferPointer { QuickJSON.requestMembers($0) != nil }
+            #expect(!answered, "\(text)")
+        }
+    }
+
     @Test func theBrokersOwnMessagesTakeTheShortcut() {
         let messages = [
             #"{"jsonrpc":"2.0","id":1,"method":"session.get","params":{"client":"com.example.notes"}}"#,

@@ -12,6 +12,8 @@ struct Params: Sendable {
         case .object(let o)?: object = o
         default: throw RPCError.invalidParams("params must be an object of named parameters")
         }
+        // The common case checked without sorting; the first unknown name in order is the one named.
+        guard !object.keys.allSatisfy(allowed.contains) else { return }
         for key in object.keys.sorted() where !allowed.contains(key) {
             throw RPCError.invalidParams("unknown parameter '\(key)'")
         }
