@@ -305,7 +305,7 @@ extension LoopbackListener {
     /// nil if it loads.
     package static func loadError(soname: String) -> LoopbackError? {
         var error = [CChar](repeating: 0, count: 512)
-        guard bl_lmhd_open(soname, &error, error.count) == nil else { return nil }
+        guard bl_library_open(soname, &error, error.count) == nil else { return nil }
         return loadFailure(cString(error))
     }
 }

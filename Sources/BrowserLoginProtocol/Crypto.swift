@@ -59,7 +59,7 @@ public enum Base64URL {
     }
 }
 
-/// Errors from libcrypto.
+/// Errors of the kernel's random generator.
 public enum CryptoError: Error, Sendable {
     case randomUnavailable
 }
@@ -74,13 +74,13 @@ public enum LibCrypto {
     /// The resolved functions. The first use loads the library; a program whose libcrypto cannot be loaded
     /// is broken the way a missing linked library would have broken it at start-up, and stops with the
     /// package to install.
-    public static var functions: bl_crypto_functions {
-        switch loaded {
+    public static let functions: bl_crypto_functions = {
+        switch load(BL_CRYPTO_SONAME) {
         case .success(let functions): return functions
         case .failure(let error):
             fatalError("libcrypto (\(BL_CRYPTO_SONAME), Debian package libssl3) cannot be loaded: \(error.message)")
         }
-    }
+    }()
 
     /// Tells libcrypto, when it is loaded, not to read the system's openssl.cnf in this process. For the
     /// daemon: it makes no TLS connection (its HTTP helper does, with the system's settings), and the HMAC,
@@ -89,8 +89,6 @@ public enum LibCrypto {
     public static func skipSystemConfiguration() { skipConfiguration.store(true, ordering: .releasing) }
 
     public struct LoadError: Error { public let message: String }
-
-    private static let loaded: Result<bl_crypto_functions, LoadError> = load(BL_CRYPTO_SONAME)
 
     /// Loads `soname` and resolves the functions (the tests load a missing name).
     public static func load(_ soname: String) -> Result<bl_crypto_functions, LoadError> {
@@ -104,7 +102,6 @@ public enum LibCrypto {
         }
         return .success(functions.pointee)
     }
-
 }
 
 /// Randomness from the kernel, SHA-256 from GLib, constant-time comparison; HMAC through libcrypto.

@@ -59,12 +59,32 @@ package enum QuickJSON {
 
         /// Consumes `literal` when the input continues with it.
         mutating func take(_ literal: StaticString) -> Bool {
-            let count = literal.utf8CodeUnitCount
-            guard bytes.count - index >= count else { return false }
-            let start = literal.utf8Start
-            for offset in 0..<count where bytes[index + offset] != start[offset] { return false }
-            index += count
+            guard bytes.count - index >= literal.utf8CodeUnitCount, matches(literal, at: index) else { return false }
+            index += literal.utf8CodeUnitCount
             return true
+        }
+
+        /// An empty object or array: consumes `closing` when it comes first (after whitespace).
+        mutating func closesAtOnce(_ closing: UInt8) -> Bool {
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == closing else { return false }
+            index += 1
+            return true
+        }
+
+        /// After a member or an element: true at `closing`, false at a comma (either consumed), nil otherwise.
+        mutating func next(closing: UInt8) -> Bool? {
+            skipWhitespace()
+            guard index < bytes.count else { return nil }
+            switch bytes[index] {
+            case UInt8(ascii: ","):
+                index += 1
+                return false
+            case closing:
+                index += 1
+                return true
+            default: return nil
+            }
         }
 
         mutating func value(depth: Int) -> JSONValue? {
@@ -96,29 +116,17 @@ package enum QuickJSON {
             index += 1  // {
             // Room for a request's four members without growing.
             var members: [String: JSONValue] = Dictionary(minimumCapacity: 4)
-            skipWhitespace()
-            if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
-                index += 1
-                return .object(members)
-            }
+            if closesAtOnce(UInt8(ascii: "}")) { return .object(members) }
             while true {
                 skipWhitespace()
                 guard index < bytes.count, bytes[index] == UInt8(ascii: "\""), let key = string() else { return nil }
                 skipWhitespace()
-                guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { return nil }
-                index += 1
+                guard take(":") else { return nil }
                 guard let member = value(depth: depth) else { return nil }
                 // A repeated key (or one equal to another as a Swift string) is jansson's to judge.
                 guard members.updateValue(member, forKey: key) == nil else { return nil }
-                skipWhitespace()
-                guard index < bytes.count else { return nil }
-                if bytes[index] == UInt8(ascii: ",") {
-                    index += 1
-                    continue
-                }
-                guard bytes[index] == UInt8(ascii: "}") else { return nil }
-                index += 1
-                return .object(members)
+                guard let closed = next(closing: UInt8(ascii: "}")) else { return nil }
+                if closed { return .object(members) }
             }
         }
 
@@ -129,17 +137,12 @@ package enum QuickJSON {
             index += 1
             var members = RequestMembers()
             var seen: UInt8 = 0
-            skipWhitespace()
-            if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
-                index += 1
-                return members
-            }
+            if closesAtOnce(UInt8(ascii: "}")) { return members }
             while true {
                 skipWhitespace()
                 guard let key = plainKey() else { return nil }
                 skipWhitespace()
-                guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { return nil }
-                index += 1
+                guard take(":") else { return nil }
                 // Depth 1, as `object` gives the members of a top-level object.
                 guard let member = value(depth: 1) else { return nil }
                 // A repeated key is jansson's to judge (a member may be `null`: seen is kept apart).
@@ -151,15 +154,8 @@ package enum QuickJSON {
                 case .method: members.method = member
                 case .params: members.params = member
                 }
-                skipWhitespace()
-                guard index < bytes.count else { return nil }
-                if bytes[index] == UInt8(ascii: ",") {
-                    index += 1
-                    continue
-                }
-                guard bytes[index] == UInt8(ascii: "}") else { return nil }
-                index += 1
-                return members
+                guard let closed = next(closing: UInt8(ascii: "}")) else { return nil }
+                if closed { return members }
             }
         }
 
@@ -192,6 +188,7 @@ package enum QuickJSON {
             return key
         }
 
+        /// Whether the bytes at `start` are `literal` (the caller has checked there are enough).
         func matches(_ literal: StaticString, at start: Int) -> Bool {
             let text = literal.utf8Start
             for offset in 0..<literal.utf8CodeUnitCount where bytes[start + offset] != text[offset] { return false }
@@ -201,23 +198,12 @@ package enum QuickJSON {
         mutating func array(depth: Int) -> JSONValue? {
             index += 1  // [
             var elements: [JSONValue] = []
-            skipWhitespace()
-            if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
-                index += 1
-                return .array(elements)
-            }
+            if closesAtOnce(UInt8(ascii: "]")) { return .array(elements) }
             while true {
                 guard let element = value(depth: depth) else { return nil }
                 elements.append(element)
-                skipWhitespace()
-                guard index < bytes.count else { return nil }
-                if bytes[index] == UInt8(ascii: ",") {
-                    index += 1
-                    continue
-                }
-                guard bytes[index] == UInt8(ascii: "]") else { return nil }
-                index += 1
-                return .array(elements)
+                guard let closed = next(closing: UInt8(ascii: "]")) else { return nil }
+                if closed { return .array(elements) }
             }
         }
 

@@ -5,9 +5,6 @@
 // signatures and the file vault: a Browser Login sign-in hashes with GLib and takes its randomness from the
 // kernel. <openssl/...> gives the types and constants; the functions are resolved once with dlsym, through
 // pointers of the functions' own declared types (BrowserLoginProtocol's LibCrypto holds the table).
-#include <dlfcn.h>
-#include <stdio.h>
-#include <string.h>
 #include <openssl/bn.h>
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
@@ -19,6 +16,7 @@
 #include <openssl/rsa.h>
 /* getrandom(2): Crypto.randomBytes takes its bytes from the kernel. */
 #include <sys/random.h>
+#include "../CLinux/library.h"
 
 /// The soname of Debian's libssl3 (OpenSSL 3's libcrypto).
 #define BL_CRYPTO_SONAME "libcrypto.so.3"
@@ -83,18 +81,11 @@ struct bl_crypto_functions {
 static inline int bl_crypto_load(const char *soname, int skip_configuration, struct bl_crypto_functions *functions,
                                  char *error, size_t length) {
     // Never closed: the functions are kept for the life of the process.
-    void *handle = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-    if (handle == NULL) {
-        const char *why = dlerror();
-        snprintf(error, length, "%s", why != NULL ? why : "dlopen failed");
-        return -1;
-    }
+    void *handle = bl_library_open(soname, error, length);
+    if (handle == NULL) return -1;
 #define BL_CRYPTO_RESOLVE(name)                                                                                       \
-    functions->name = (__typeof__(name) *)dlsym(handle, #name);                                                       \
-    if (functions->name == NULL) {                                                                                    \
-        snprintf(error, length, "%s: no symbol %s", soname, #name);                                                   \
-        return -1;                                                                                                    \
-    }
+    functions->name = (__typeof__(name) *)bl_library_symbol(handle, soname, #name, error, length);                    \
+    if (functions->name == NULL) return -1;
     BL_CRYPTO_FUNCTIONS(BL_CRYPTO_RESOLVE)
 #undef BL_CRYPTO_RESOLVE
     if (skip_configuration) functions->OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG, NULL);

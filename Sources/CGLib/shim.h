@@ -8,13 +8,7 @@
 /// SHA-256 of `length` bytes into `digest` (32 bytes).
 static inline void bl_sha256(const unsigned char *data, size_t length, unsigned char *digest) {
     GChecksum *checksum = g_checksum_new(G_CHECKSUM_SHA256);
-    /* g_checksum_update takes a gssize: feed a larger input in parts. */
-    while (length > 0) {
-        size_t part = length > (size_t)G_MAXSSIZE ? (size_t)G_MAXSSIZE : length;
-        g_checksum_update(checksum, data, (gssize)part);
-        data += part;
-        length -= part;
-    }
+    g_checksum_update(checksum, data, (gssize)length);
     gsize size = 32;
     g_checksum_get_digest(checksum, digest, &size);
     g_checksum_free(checksum);

@@ -4,11 +4,11 @@
 // so neither it nor GnuTLS and its dependencies are mapped until an OAuth sign-in with a loopback redirect opens
 // a listener. <microhttpd.h> gives the types and constants; the functions are resolved once with dlsym, through
 // pointers of the functions' own declared types (MHD_start_daemon and MHD_get_daemon_info stay variadic).
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <microhttpd.h>
+#include "../CLinux/library.h"
 
 /// The soname of Debian's libmicrohttpd12.
 #define BL_LMHD_SONAME "libmicrohttpd.so.12"
@@ -42,28 +42,15 @@ static inline struct bl_lmhd_library *bl_lmhd_library_record(void) {
     return &library;
 }
 
-/// dlopen(soname, RTLD_NOW | RTLD_LOCAL), or NULL with dlerror's text copied into `error`. RTLD_LOCAL: its
-/// symbols (and GnuTLS's) stay out of the global namespace. (The tests open a missing name with it.)
-static inline void *bl_lmhd_open(const char *soname, char *error, size_t length) {
-    void *handle = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-    if (handle == NULL && error != NULL && length > 0) {
-        const char *why = dlerror();
-        snprintf(error, length, "%s", why != NULL ? why : "dlopen failed");
-    }
-    return handle;
-}
-
 static inline void bl_lmhd_resolve(void) {
     struct bl_lmhd_library *library = bl_lmhd_library_record();
     // Never closed: the listener may be opened again, and libmicrohttpd's state is process-wide.
-    void *handle = bl_lmhd_open(BL_LMHD_SONAME, library->error, sizeof library->error);
+    void *handle = bl_library_open(BL_LMHD_SONAME, library->error, sizeof library->error);
     if (handle == NULL) return;
 #define BL_LMHD_RESOLVE(name)                                                                                         \
-    library->name = (__typeof__(name) *)dlsym(handle, #name);                                                         \
-    if (library->name == NULL) {                                                                                      \
-        snprintf(library->error, sizeof library->error, "%s: no symbol %s", BL_LMHD_SONAME, #name);                   \
-        return;                                                                                                       \
-    }
+    library->name = (__typeof__(name) *)bl_library_symbol(handle, BL_LMHD_SONAME, #name, library->error,              \
+                                                          sizeof library->error);                                     \
+    if (library->name == NULL) return;
     BL_LMHD_FUNCTIONS(BL_LMHD_RESOLVE)
 #undef BL_LMHD_RESOLVE
     library->loaded = 1;

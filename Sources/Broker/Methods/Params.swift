@@ -13,7 +13,7 @@ struct Params: Sendable {
         default: throw RPCError.invalidParams("params must be an object of named parameters")
         }
         // The common case checked without sorting; the first unknown name in order is the one named.
-        guard !object.keys.allSatisfy(allowed.contains) else { return }
+        if object.keys.allSatisfy(allowed.contains) { return }
         for key in object.keys.sorted() where !allowed.contains(key) {
             throw RPCError.invalidParams("unknown parameter '\(key)'")
         }
