@@ -23,6 +23,8 @@ public actor BrokerEngine {
     let clients: [String: ClientConfig]
     /// The same, by id (the order of `clients.list`).
     nonisolated let sortedClients: [ClientConfig]
+    /// The `Peers=` of the clients that have them (most have none).
+    private nonisolated let boundPeers: [String: [String]]
     let vault: any SecretVault
     let servers: [String: any SignInProtocol]
     let launcher: any BrowserLauncher
@@ -76,6 +78,7 @@ public actor BrokerEngine {
         }
         self.clients = byId
         self.sortedClients = byId.values.sorted { $0.id < $1.id }
+        self.boundPeers = byId.compactMapValues { $0.peers.isEmpty ? nil : $0.peers }
         self.servers = servers
         self.vault = vault
         self.launcher = launcher
@@ -158,6 +161,9 @@ public actor BrokerEngine {
 
     /// Nonisolated: `clients` never changes, so the method table asks without an actor hop.
     public nonisolated func config(for client: String) -> ClientConfig? { clients[client] }
+
+    /// The `Peers=` of `client`; nil when it has none (or is unknown): anyone may use it.
+    nonisolated func peers(of client: String) -> [String]? { boundPeers.isEmpty ? nil : boundPeers[client] }
 
     // MARK: - Lists
 

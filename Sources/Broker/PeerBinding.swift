@@ -33,8 +33,13 @@ enum PeerBinding {
     }
 
     static func mayUse(_ client: ClientConfig, _ identity: Identity) -> Bool {
-        client.peers.isEmpty
-            || client.peers.contains { peer in
+        mayUse(peers: client.peers, identity)
+    }
+
+    /// Whether `identity` is one of `peers` (none: anyone).
+    static func mayUse(peers: [String], _ identity: Identity) -> Bool {
+        peers.isEmpty
+            || peers.contains { peer in
                 peer.hasPrefix("/") ? identity.executable == peer : identity.flatpakId == peer
             }
     }

@@ -7,11 +7,18 @@ import Synchronization
 /// from any thread. The JSON is made once per change (through the same
 /// `Codable` encoding as before), not once per call.
 public final class SessionBoard: Sendable {
-    public struct Entry: Sendable {
-        public var view: SessionView
-        public var json: JSONValue
+    /// An object: `session.get` takes it out of the lock with one reference, not a copy of each member.
+    public final class Entry: Sendable {
+        public let view: SessionView
+        public let json: JSONValue
         /// `json.serialized()`, for the RPC fast path.
-        public var bytes: [UInt8]
+        public let bytes: [UInt8]
+
+        init(view: SessionView, json: JSONValue, bytes: [UInt8]) {
+            self.view = view
+            self.json = json
+            self.bytes = bytes
+        }
     }
 
     private let entries = Mutex<[String: Entry]>([:])

@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// How messages are delimited on one connection.
 public enum RPCFraming: Sendable, Hashable {
     /// One JSON text per line (`\n`, `\r\n` tolerated; empty lines skipped).
@@ -108,7 +112,7 @@ public struct RPCFrameDecoder: Sendable {
     private mutating func decodeLines(into events: inout [RPCFrameEvent]) {
         while !failed {
             let from = max(start, scanned)
-            guard let newline = buffer[from...].firstIndex(of: 0x0A) else {
+            guard let newline = Self.firstNewline(in: buffer, from: from) else {
                 scanned = buffer.count
                 // A line may end with "\r" that is not part of the message.
                 if buffer.count - start > maxMessageSize + 1 { fail(.oversize, into: &events) }
@@ -125,6 +129,16 @@ public struct RPCFrameDecoder: Sendable {
             }
             if line.allSatisfy(Self.isWhitespace) { continue }
             events.append(.message(Array(line)))
+        }
+    }
+
+    /// The index of the first `\n` of `bytes` at or after `from` (`memchr`: a word at a time).
+    private static func firstNewline(in bytes: [UInt8], from: Int) -> Int? {
+        bytes.withUnsafeBufferPointer { all -> Int? in
+            guard from < all.count, let base = all.baseAddress,
+                let found = memchr(base + from, 0x0A, all.count - from)
+            else { return nil }
+            return UnsafeRawPointer(base).distance(to: found)
         }
     }
 
@@ -196,7 +210,8 @@ public struct RPCFrameDecoder: Sendable {
 
 /// Frames outgoing messages.
 public enum RPCFrameEncoder {
-    public static func encode(_ body: [UInt8], framing: RPCFraming) -> [UInt8] {
+    /// `body` is consumed: a reply made with room for its newline gets it in place, without a copy.
+    public static func encode(_ body: consuming [UInt8], framing: RPCFraming) -> [UInt8] {
         switch framing {
         case .ndjson:
             // Serialised JSON never holds a raw newline: it is always escaped.

@@ -53,7 +53,7 @@ public final class RPCConnection: Sendable {
     /// Holds taken by `hold()` and not yet released.
     private let holds = Atomic<Int>(0)
     /// What the handler keeps with this connection (`attached`).
-    private let attachment = Mutex<(any Sendable)?>(nil)
+    @usableFromInline let attachment = Mutex<(AnyObject & Sendable)?>(nil)
 
     init(id: UInt64, peer: RPCPeer, io: ConnectionIO) {
         self.id = id
@@ -64,7 +64,8 @@ public final class RPCConnection: Sendable {
     /// The value the handler keeps with this connection, made by `make` on
     /// first use (the broker: its peer's identity, read once per connection).
     /// One value per connection: a later call with another type replaces it.
-    public func attached<T: Sendable>(_ make: () -> T) -> T {
+    /// An object, so that finding it again is a class check (inlined: for the caller's class).
+    @inlinable public func attached<T: AnyObject & Sendable>(_ make: () -> T) -> T {
         attachment.withLock { slot in
             if let value = slot as? T { return value }
             let value = make()
@@ -412,10 +413,10 @@ final class ConnectionIO: @unchecked Sendable {
     }
 
     /// On `queue`: one message was handled; `reply` is nil when it gets none.
-    func finished(handler: UInt64?, reply: [UInt8]?) {
+    func finished(handler: UInt64?, reply: consuming [UInt8]?) {
         inFlight -= 1
         if let handler { handlers[handler] = nil }
-        if let reply, !closed { enqueue(body: reply) }
+        if let reply = reply.take(), !closed { enqueue(body: reply) }
         if inFlight < limits.maxInFlight / 2 { resumeReading() }
         closeIfDone()
         updateIdle()
@@ -439,7 +440,7 @@ final class ConnectionIO: @unchecked Sendable {
     /// On `queue`: frames one message and writes what the socket takes; the
     /// rest is queued within the output budget, or the connection is dropped
     /// as a slow reader.
-    func enqueue(body: [UInt8], reason: RPCCloseReason? = nil) {
+    func enqueue(body: consuming [UInt8], reason: RPCCloseReason? = nil) {
         guard !closed else { return }
         if let reason { closeReason = reason }
         let framed = RPCFrameEncoder.encode(body, framing: framing)

@@ -202,15 +202,39 @@ public enum RPCCodec {
     /// each request only the four members that matter are converted (`params`
     /// in full). Either way the rules are those of `decodeIncoming(json:)`.
     public static func decodeIncoming(_ bytes: some Collection<UInt8>) -> RPCIncoming {
+        bytes.withContiguousStorageIfAvailable(decodeIncoming) ?? decodeIncomingWithJansson(bytes)
+    }
+
+    /// `decodeIncoming` of contiguous bytes (not generic: the members are moved, not copied through witnesses).
+    static func decodeIncoming(_ bytes: UnsafeBufferPointer<UInt8>) -> RPCIncoming {
         // A single request with only its four members: no dictionary for the top level.
-        if let request = bytes.withContiguousStorageIfAvailable(QuickJSON.requestMembers), let members = request {
+        if let members = QuickJSON.requestMembers(bytes) {
             return .single(
                 element(id: members.id, jsonrpc: members.jsonrpc, method: members.method, params: members.params))
         }
-        if let quick = bytes.withContiguousStorageIfAvailable(QuickJSON.parse), let value = quick {
-            return decodeIncoming(json: value)
-        }
+        if let value = QuickJSON.parse(bytes) { return decodeIncoming(json: value) }
         return decodeIncomingWithJansson(bytes)
+    }
+
+    /// A request as the fast path takes it (`RPCFastHandler`): `decodeIncoming`
+    /// would decode the same text to `.single(.request(…))` with this id and
+    /// method, and params absent, or an object of these members. Nil for
+    /// anything else — a notification, a batch, params of another kind or
+    /// with more members, any text QuickJSON leaves to the whole parse —
+    /// which then takes `decodeIncoming` (the tests compare the two).
+    package struct PlainRequest {
+        package let id: RPCID
+        package let method: String
+        package let params: [(String, JSONValue)]
+    }
+
+    package static func plainRequest(_ bytes: [UInt8]) -> PlainRequest? {
+        bytes.withUnsafeBufferPointer { buffer -> PlainRequest? in
+            guard let members = QuickJSON.requestMembers(buffer, paramsAsMembers: true), let rawID = members.id,
+                let id = RPCID(json: rawID), members.jsonrpc == "2.0", case .string(let method)? = members.method
+            else { return nil }
+            return PlainRequest(id: id, method: method, params: members.paramMembers ?? [])
+        }
     }
 
     /// `decodeIncoming` without its QuickJSON shortcut (the tests compare the two).
@@ -300,15 +324,21 @@ public enum RPCCodec {
 
     /// The bytes of a success response whose result is already serialized:
     /// the same bytes as `encode(RPCResponse(id:result:))` (keys in sorted order).
+    /// Room is left for the framing's newline.
     public static func encode(id: RPCID, serializedResult result: [UInt8]) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(result.count + 48)
-        out.append(contentsOf: #"{"id":"#.utf8)
+        append(#"{"id":"#, to: &out)
         id.json.write(to: &out)
-        out.append(contentsOf: #","jsonrpc":"2.0","result":"#.utf8)
+        append(#","jsonrpc":"2.0","result":"#, to: &out)
         out.append(contentsOf: result)
         out.append(UInt8(ascii: "}"))
         return out
+    }
+
+    /// Appends a literal's bytes (one copy, not a walk of a string's UTF-8 view).
+    private static func append(_ literal: StaticString, to out: inout [UInt8]) {
+        literal.withUTF8Buffer { out.append(contentsOf: $0) }
     }
 
     /// The bytes of a notification sent to a client.

@@ -11,9 +11,12 @@ public typealias RPCHandler =
 /// serialized JSON of its result (as `JSONValue.serialized()` writes it), or
 /// returns nil to hand it to the `RPCHandler`. For cheap, non-blocking reads
 /// only (the broker's `session.get`): it runs on the queue that serves other
-/// connections too, and only for a single request (not a batch).
+/// connections too, and only for a single plain request (not a notification,
+/// not a batch) whose params are absent or an object of at most 16 members:
+/// `params` holds them in order (no dictionary: a method's few params are
+/// found by comparing names; no name repeats).
 public typealias RPCFastHandler =
-    @Sendable (_ context: RPCRequestContext, _ method: String, _ params: JSONValue?) -> [UInt8]?
+    @Sendable (_ context: RPCRequestContext, _ method: String, _ params: [(String, JSONValue)]) -> [UInt8]?
 
 /// Configuration of an `RPCServer`.
 public struct RPCServerConfiguration: Sendable {
@@ -643,6 +646,14 @@ public final class RPCServer: Sendable {
             return connection
         }
         guard let connection else { return .refused }
+        if let fastHandler, !budget.isBusy, let request = RPCCodec.plainRequest(bytes),
+            let result = fastHandler(
+                RPCRequestContext(connection: connection, requestID: request.id), request.method, request.params)
+        {
+            // Answered here, on the connection's queue: no task, no hop.
+            state.withLock { $0.statistics.inFlight -= 1 }
+            return .answered(RPCCodec.encode(id: request.id, serializedResult: result))
+        }
         let incoming = RPCCodec.decodeIncoming(bytes)
         if budget.isBusy {
             // Replies waiting to be read use up most of the output budget: take no new work.
@@ -656,14 +667,6 @@ public final class RPCServer: Sendable {
             // Nothing to handle (malformed, or only invalid elements): answered here.
             state.withLock { $0.statistics.inFlight -= 1 }
             return .answered(reply)
-        }
-        if let fastHandler, case .single(.request(let request)) = incoming,
-            let result = fastHandler(
-                RPCRequestContext(connection: connection, requestID: request.id), request.method, request.params)
-        {
-            // Answered here, on the connection's queue: no task, no hop.
-            state.withLock { $0.statistics.inFlight -= 1 }
-            return .answered(request.id.map { RPCCodec.encode(id: $0, serializedResult: result) })
         }
         let handler = self.handler
         let task = Task { [self] in

@@ -155,7 +155,7 @@ extension JSONValue {
         switch self {
         case .null: out.append(contentsOf: Self.nullBytes)
         case .bool(let value): out.append(contentsOf: value ? Self.trueBytes : Self.falseBytes)
-        case .integer(let value): out.append(contentsOf: String(value).utf8)
+        case .integer(let value): Self.writeInteger(value, to: &out)
         case .double(let value):
             if value.isFinite {
                 // Swift's description is the shortest text that reads back to
@@ -182,6 +182,22 @@ extension JSONValue {
                 member.value.write(to: &out, escapingDelete: escapingDelete)
             }
             out.append(UInt8(ascii: "}"))
+        }
+    }
+
+    /// The decimal digits of `value`, without making a string of them.
+    private static func writeInteger(_ value: Int64, to out: inout [UInt8]) {
+        if value < 0 { out.append(UInt8(ascii: "-")) }
+        var rest = value.magnitude
+        // 20 digits hold any UInt64 (Int64.min's magnitude has 19).
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+            var start = digits.count
+            repeat {
+                start -= 1
+                digits[start] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+            } while rest > 0
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: digits[start...]))
         }
     }
 

@@ -28,7 +28,14 @@ package enum QuickJSON {
         package var jsonrpc: JSONValue?
         package var method: JSONValue?
         package var params: JSONValue?
+        /// With `paramsAsMembers`: the members of an object `params`, in order
+        /// (nil when absent), and `params` is nil.
+        package var paramMembers: [(String, JSONValue)]?
     }
+
+    /// At most this many members in `paramMembers` (their names are compared
+    /// with each other: a longer list takes the dictionary of the whole parse).
+    package static let maximumParamMembers = 16
 
     /// A request without a dictionary for its top level: `bytes` must be an
     /// object whose keys are only `id`, `jsonrpc`, `method` and `params`, each
@@ -36,9 +43,15 @@ package enum QuickJSON {
     /// else — another key, a repeated one, a batch — is nil, and the caller
     /// parses the whole text (`parse`, then jansson): what this answers is
     /// what `parse` would have answered, its members picked.
-    package static func requestMembers(_ bytes: UnsafeBufferPointer<UInt8>) -> RequestMembers? {
+    ///
+    /// `paramsAsMembers`: `params` must be absent or an object, whose members
+    /// come in `paramMembers` without a dictionary (a method's few params are
+    /// looked up by comparing names); anything else is nil.
+    package static func requestMembers(_ bytes: UnsafeBufferPointer<UInt8>, paramsAsMembers: Bool = false)
+        -> RequestMembers?
+    {
         var parser = Parser(bytes: bytes)
-        guard let members = parser.requestObject() else { return nil }
+        guard let members = parser.requestObject(paramsAsMembers: paramsAsMembers) else { return nil }
         parser.skipWhitespace()
         guard parser.index == bytes.count else { return nil }
         return members
@@ -118,44 +131,84 @@ package enum QuickJSON {
             var members: [String: JSONValue] = Dictionary(minimumCapacity: 4)
             if closesAtOnce(UInt8(ascii: "}")) { return .object(members) }
             while true {
-                skipWhitespace()
-                guard index < bytes.count, bytes[index] == UInt8(ascii: "\""), let key = string() else { return nil }
-                skipWhitespace()
-                guard take(":") else { return nil }
-                guard let member = value(depth: depth) else { return nil }
+                guard let (key, value) = member(depth: depth) else { return nil }
                 // A repeated key (or one equal to another as a Swift string) is jansson's to judge.
-                guard members.updateValue(member, forKey: key) == nil else { return nil }
+                guard members.updateValue(value, forKey: key) == nil else { return nil }
                 guard let closed = next(closing: UInt8(ascii: "}")) else { return nil }
                 if closed { return .object(members) }
             }
         }
 
+        /// `object`'s members in order, without a dictionary; nil as `object`
+        /// is, and for more than `maximumParamMembers`.
+        mutating func objectMembers(depth: Int) -> [(String, JSONValue)]? {
+            index += 1  // {
+            var members: [(String, JSONValue)] = []
+            if closesAtOnce(UInt8(ascii: "}")) { return members }
+            while true {
+                guard members.count < QuickJSON.maximumParamMembers, let (key, value) = member(depth: depth) else {
+                    return nil
+                }
+                guard !members.contains(where: { $0.0 == key }) else { return nil }
+                members.append((key, value))
+                guard let closed = next(closing: UInt8(ascii: "}")) else { return nil }
+                if closed { return members }
+            }
+        }
+
+        /// One `"name": value` member of an object.
+        mutating func member(depth: Int) -> (String, JSONValue)? {
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\""), let key = string() else { return nil }
+            skipWhitespace()
+            guard take(":"), let value = value(depth: depth) else { return nil }
+            return (key, value)
+        }
+
         /// See `requestMembers`.
-        mutating func requestObject() -> RequestMembers? {
+        mutating func requestObject(paramsAsMembers: Bool) -> RequestMembers? {
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "{") else { return nil }
             index += 1
-            var members = RequestMembers()
+            // Four locals, one struct at the end: assigning members of a struct
+            // in place went through its value witnesses, eight calls a request.
+            var id: JSONValue?
+            var jsonrpc: JSONValue?
+            var method: JSONValue?
+            var params: JSONValue?
+            var paramMembers: [(String, JSONValue)]?
             var seen: UInt8 = 0
-            if closesAtOnce(UInt8(ascii: "}")) { return members }
+            if closesAtOnce(UInt8(ascii: "}")) { return RequestMembers() }
             while true {
                 skipWhitespace()
                 guard let key = plainKey() else { return nil }
                 skipWhitespace()
                 guard take(":") else { return nil }
-                // Depth 1, as `object` gives the members of a top-level object.
-                guard let member = value(depth: 1) else { return nil }
                 // A repeated key is jansson's to judge (a member may be `null`: seen is kept apart).
                 guard seen & key.rawValue == 0 else { return nil }
                 seen |= key.rawValue
-                switch key {
-                case .id: members.id = member
-                case .jsonrpc: members.jsonrpc = member
-                case .method: members.method = member
-                case .params: members.params = member
+                if key == .params && paramsAsMembers {
+                    // At depth 2, as `value(depth: 1)` would parse an object here.
+                    skipWhitespace()
+                    guard index < bytes.count, bytes[index] == UInt8(ascii: "{"),
+                        let members = objectMembers(depth: 2)
+                    else { return nil }
+                    paramMembers = members
+                } else {
+                    // Depth 1, as `object` gives the members of a top-level object.
+                    guard let member = value(depth: 1) else { return nil }
+                    switch key {
+                    case .id: id = member
+                    case .jsonrpc: jsonrpc = member
+                    case .method: method = member
+                    case .params: params = member
+                    }
                 }
                 guard let closed = next(closing: UInt8(ascii: "}")) else { return nil }
-                if closed { return members }
+                if closed {
+                    return RequestMembers(
+                        id: id, jsonrpc: jsonrpc, method: method, params: params, paramMembers: paramMembers)
+                }
             }
         }
 

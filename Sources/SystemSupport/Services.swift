@@ -107,12 +107,20 @@ public final class Wakeup: Sendable {
         var waiter: CheckedContinuation<Void, Never>?
     }
     private let state = Mutex(State())
+    /// `state.pending`, readable without the lock: a signal while one is
+    /// pending changes nothing (signals coalesce), so a busy signaller
+    /// (one per RPC request) only reads it.
+    private let pending = Atomic<Bool>(false)
 
     public init() {}
 
     public func signal() {
+        if pending.load(ordering: .acquiring) { return }
         state.withLock { state -> CheckedContinuation<Void, Never>? in
-            if state.waiter == nil { state.pending = true }
+            if state.waiter == nil {
+                state.pending = true
+                pending.store(true, ordering: .releasing)
+            }
             return state.waiter.take()
         }?.resume()
     }
@@ -124,6 +132,7 @@ public final class Wakeup: Sendable {
                 let now = state.withLock { state -> Bool in
                     if state.pending || Task.isCancelled {
                         state.pending = false
+                        pending.store(false, ordering: .releasing)
                         return true
                     }
                     state.waiter = continuation

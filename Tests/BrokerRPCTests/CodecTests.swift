@@ -179,8 +179,8 @@ import Testing
                 == .single(.request(RPCRequest(id: nil, method: "m", params: nil))))
     }
 
-    /// Requests take QuickJSON when they are plain; the answer is the one jansson's tree gives, valid or not.
-    @Test(arguments: [
+    /// Requests of every kind, plain or not, valid or not.
+    static let corpus = [
         #"{"jsonrpc":"2.0","id":1,"method":"session.get","params":{"client":"com.example.notes"}}"#,
         #"{"jsonrpc":"2.0","id":"a","method":"broker.info","params":{}}"#,
         #"{"jsonrpc":"2.0","id":null,"method":"m"}"#, #"{"jsonrpc":"2.0","method":"m","params":[1,2,{"a":[]}]}"#,
@@ -198,10 +198,67 @@ import Testing
         #"{"jsonrpc":"2.0","id":1,"method":"m","x":1,"x":2}"#, #"{"jsonrpc":"2.0","id":1,"method":"m",}"#,
         #"{"jsonrpc":"2.0","id":1,"method":"m"}}"#, #"{"jsonrpc":"2.0","id":1,"method":"m","params":{"client":"é"}}"#,
         #"{"method":"m","params":{"a":{"b":{"c":[[[[]]]]}}},"jsonrpc":"2.0","id":"x"}"#,
-    ])
+        // What the fast path's params must turn away: repeated names (also as Swift strings), too many, other kinds.
+        #"{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1,"a":2}}"#,
+        #"{"jsonrpc":"2.0","id":1,"method":"m","params":{"é":1,"é":2}}"#,
+        #"{"jsonrpc":"2.0","id":1,"method":"m","params":{"\u0061":1,"a":2}}"#,
+        #"{"jsonrpc":"2.0","id":1,"method":"m","params":{"e\u0301":1}}"#,
+        #"{"jsonrpc":"2.0","id":1,"method":"m","params":{"# + (0..<17).map { #""p\#($0)":\#($0)"# }.joined(separator: ",")
+            + "}}",
+        #"{"jsonrpc":"2.0","id":1,"method":"m","params":{"# + (0..<16).map { #""p\#($0)":\#($0)"# }.joined(separator: ",")
+            + "}}",
+        #"{"jsonrpc":"2.0","id":1,"method":"m","params":null}"#, #"{"jsonrpc":"2.0","id":1,"method":"m","params":[]}"#,
+        #"{"jsonrpc":"2.0","id":1,"method":"m","params":{}}"#, #"{"jsonrpc":"2.0","method":"m","params":{"a":1}}"#,
+        #"{"params":{"client":"x"},"id":7,"method":"session.get","jsonrpc":"2.0"}"#,
+        #"{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":{"a":1,"a":2}}}"#,
+        #"{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1,}}"#, #"{"jsonrpc":"2.0","id":1,"method":"m","params":{"a"}}"#,
+        #"{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1}"#, #"{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":01}}"#,
+        #"{"jsonrpc":"2.0","id":1,"method":"m","params":{"k\"q":"v\n","n":-0,"t":true,"z":null}}"#,
+    ]
+
+    /// Requests take QuickJSON when they are plain; the answer is the one jansson's tree gives, valid or not.
+    @Test(arguments: corpus)
     func theShortcutDecodesAsJansson(_ text: String) {
         let bytes = Array(text.utf8)
         #expect(RPCCodec.decodeIncoming(bytes) == RPCCodec.decodeIncomingWithJansson(bytes), "\(text)")
+    }
+
+    /// The fast path's reading of a request (`plainRequest`: id, method, params
+    /// members) is what the decoder reads: where it answers, the decoder has
+    /// the same single request; where it does not, the decoder is left to.
+    @Test(arguments: corpus)
+    func theFastPathReadsRequestsAsTheDecoderDoes(_ text: String) {
+        let bytes = Array(text.utf8)
+        guard let plain = RPCCodec.plainRequest(bytes) else { return }
+        guard case .single(.request(let request)) = RPCCodec.decodeIncomingWithJansson(bytes) else {
+            Issue.record("the fast path took what is not a single request: \(text)")
+            return
+        }
+        #expect(request.id == plain.id, "\(text)")
+        #expect(request.method == plain.method, "\(text)")
+        let names = plain.params.map(\.0)
+        guard Set(names).count == names.count else {
+            Issue.record("the fast path gave a name twice: \(text)")
+            return
+        }
+        switch request.params {
+        case nil: #expect(plain.params.isEmpty, "\(text)")
+        case .object(let object)?:
+            #expect(object == Dictionary(uniqueKeysWithValues: plain.params), "\(text)")
+        default: Issue.record("the fast path took params that are not an object: \(text)")
+        }
+    }
+
+    /// Plain requests of the kinds apps send do take the fast path.
+    @Test func plainRequestsTakeTheFastPath() throws {
+        let plain = try #require(
+            RPCCodec.plainRequest(
+                Array(#"{"jsonrpc":"2.0","id":3,"method":"session.get","params":{"client":"com.example.notes"}}"#.utf8)))
+        #expect(plain.id == .integer(3))
+        #expect(plain.method == "session.get")
+        #expect(plain.params.count == 1 && plain.params[0].0 == "client" && plain.params[0].1 == "com.example.notes")
+        #expect(RPCCodec.plainRequest(Array(#"{"jsonrpc":"2.0","id":"x","method":"broker.info"}"#.utf8))?.params.isEmpty == true)
+        #expect(RPCCodec.plainRequest(Array(#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1,"a":2}}"#.utf8)) == nil)
     }
 
     @Test func paramsKinds() {

@@ -42,6 +42,6 @@ import Testing
         #expect(try p.stringObject("missing") == nil)
         #expect(message { _ = try Params(.object(["x": .null, "b": .null]), allowed: []) } == "unknown parameter 'b'")
         #expect(message { _ = try Params(.array([]), allowed: []) } == "params must be an object of named parameters")
-        #expect(try Params(nil, allowed: []).object.isEmpty)
+        #expect(try Params(nil, allowed: []).members.isEmpty)
     }
 }

@@ -74,6 +74,32 @@ struct ServiceTests {
         #expect(journal.lines.withLock { $0 } == ["shutdown a", "stopped a"])
     }
 
+    // A lost signal would hang a wait: the time limit turns that into a failure.
+    @Test(.timeLimit(.minutes(1))) func wakeupSignalsAreKeptUntilAWaitAndCoalesce() async {
+        let wakeup = Wakeup()
+        // Sent before anyone waits: kept, so the wait returns at once (a lost signal would hang here).
+        wakeup.signal()
+        wakeup.signal()
+        await wakeup.wait()
+        // The two signals made one: the next wait needs a new one.
+        let woken = Journal()
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await wakeup.wait()
+                woken.lines.withLock { $0.append("woken") }
+            }
+            try? await Task.sleep(for: .milliseconds(200))
+            let early = !woken.lines.withLock { $0 }.isEmpty
+            #expect(!early)
+            wakeup.signal()
+        }
+        let late = !woken.lines.withLock { $0 }.isEmpty
+        #expect(late)
+        // Many signals while nobody waits (the broker's one per request) still wake the next wait.
+        for _ in 0..<1000 { wakeup.signal() }
+        await wakeup.wait()
+    }
+
     @Test func ticksNeverComeCloserThanTheMinimumInterval() async {
         let ticks = Mutex(0)
         let timer = TimerService(minimumInterval: .milliseconds(100)) {

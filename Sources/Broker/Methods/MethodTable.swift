@@ -1,13 +1,14 @@
 import BrokerCore
 import BrokerRPC
 import SQLiteSupport
+import Synchronization
 
 /// The handler of one JSON-RPC method of docs/rpc.md: decodes its typed
 /// params, checks that the peer may use the client concerned (`Peers=`),
 /// calls the engine and encodes its typed result.
 struct MethodHandler: Sendable {
     /// The names of its params; any other is `-32602`.
-    let parameters: Set<String>
+    let parameters: [String]
     let handle: @Sendable (MethodCall) async throws -> JSONValue
     /// The serialized result at once, without a task or the engine actor,
     /// when it is known without waiting (a read of state kept in memory);
@@ -15,7 +16,7 @@ struct MethodHandler: Sendable {
     let immediate: (@Sendable (MethodCall) throws -> [UInt8]?)?
 
     init(
-        _ parameters: Set<String> = [], immediate: (@Sendable (MethodCall) throws -> [UInt8]?)? = nil,
+        _ parameters: [String] = [], immediate: (@Sendable (MethodCall) throws -> [UInt8]?)? = nil,
         _ handle: @escaping @Sendable (MethodCall) async throws -> JSONValue
     ) {
         self.parameters = parameters
@@ -51,9 +52,14 @@ struct MethodCall: Sendable {
     /// hands its descriptor on could as well forward its calls), and per call
     /// over D-Bus.
     func identity() -> PeerBinding.Identity {
+        guard let socket else { return PeerBinding.identity(pid: peer.pid) }
+        return connectionPeer(socket).identity
+    }
+
+    /// What the broker keeps with the socket connection of this call.
+    func connectionPeer(_ socket: RPCRequestContext) -> ConnectionPeer {
         let pid = peer.pid
-        guard let socket else { return PeerBinding.identity(pid: pid) }
-        return socket.connection.attached { PeerBinding.identity(pid: pid) }
+        return socket.connection.attached { ConnectionPeer(pid: pid) }
     }
 
     /// Whether this caller may use `config`'s client (Peers=).
@@ -63,7 +69,7 @@ struct MethodCall: Sendable {
 
     /// Checks this connection's peer may use `client` (Peers=); an unknown client is the engine's to refuse.
     func requireUse(_ client: String) throws {
-        if let config = engine.config(for: client), !mayUse(config) {
+        if let peers = engine.peers(of: client), !PeerBinding.mayUse(peers: peers, identity()) {
             throw BrokerError(
                 .clientForbidden,
                 "this program may not use the client '\(client)'; its client file's Peers= does not name it")
@@ -82,6 +88,18 @@ struct MethodCall: Sendable {
     }
 }
 
+/// What the broker keeps with one socket connection (`RPCConnection.attached`):
+/// its peer's identity for `Peers=`, read once (a connection belongs to the
+/// process that made it; a process that hands its descriptor on could as well
+/// forward its calls), and what depends only on that identity.
+final class ConnectionPeer: Sendable {
+    let identity: PeerBinding.Identity
+    /// This peer's `clients.list` answer, once made (the clients never change).
+    let clientList = Mutex<[UInt8]?>(nil)
+
+    init(pid: Int32) { identity = PeerBinding.identity(pid: pid) }
+}
+
 /// The JSON value of a typed result.
 func result(_ value: some Encodable) throws -> JSONValue { try JSONValue(encoding: value) }
 
@@ -96,6 +114,12 @@ public struct MethodTable: Sendable {
         uniqueKeysWithValues: [brokerMethods, loginMethods, sessionMethods, eventMethods, httpMethods].joined().map {
             ($0.key.rawValue, $0.value)
         })
+
+    /// The handlers with an `immediate` answer, found by comparing names in
+    /// turn: they are few, and their names short enough to compare in a word or two.
+    static let immediateHandlers = handlers.compactMap { name, handler in
+        handler.immediate.map { (name: name, handler: (handler, $0)) }
+    }
 
     public init(engine: BrokerEngine, logger: Logger) {
         self.engine = engine
@@ -149,9 +173,9 @@ public struct MethodTable: Sendable {
     /// queue: a method whose handler has an `immediate` answer gives it
     /// there (`session.get`, `broker.info`, `clients.list`); anything else,
     /// and any error, returns nil and takes `handle`, which answers the same.
-    public func handleFast(_ context: RPCRequestContext, _ method: String, _ params: JSONValue?) -> [UInt8]? {
-        guard let handler = Self.handlers[method], let immediate = handler.immediate,
-            let params = try? Params(params, allowed: handler.parameters)
+    public func handleFast(_ context: RPCRequestContext, _ method: String, _ params: [(String, JSONValue)]) -> [UInt8]? {
+        guard let (handler, immediate) = Self.immediateHandlers.first(where: { $0.name == method })?.handler,
+            let params = try? Params(members: params, allowed: handler.parameters)
         else { return nil }
         let call = MethodCall(
             peer: CallerPeer(pid: context.peer.pid, uid: context.peer.uid), socket: context, params: params,

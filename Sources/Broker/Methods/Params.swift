@@ -4,24 +4,32 @@ import BrokerRPC
 /// unknown names are `-32602`. Each method's typed params (BrowserLoginAPI)
 /// are read from it with the messages of docs/rpc.md.
 struct Params: Sendable {
-    let object: [String: JSONValue]
+    /// The params by name, each name once. Not a dictionary: a method has a
+    /// few params, found faster by comparing names than by hashing them.
+    let members: [(String, JSONValue)]
 
-    init(_ raw: JSONValue?, allowed: Set<String>) throws(RPCError) {
+    /// `allowed`: the method's param names.
+    init(_ raw: JSONValue?, allowed: [String]) throws(RPCError) {
         switch raw {
-        case nil, .null?: object = [:]
-        case .object(let o)?: object = o
+        case nil, .null?: try self.init(members: [], allowed: allowed)
+        case .object(let o)?: try self.init(members: o.map { ($0.key, $0.value) }, allowed: allowed)
         default: throw RPCError.invalidParams("params must be an object of named parameters")
         }
+    }
+
+    /// `members`: an object's members, no name twice (the RPC server's fast path gives them so).
+    init(members: [(String, JSONValue)], allowed: [String]) throws(RPCError) {
+        self.members = members
         // The common case checked without sorting; the first unknown name in order is the one named.
-        if object.keys.allSatisfy(allowed.contains) { return }
-        for key in object.keys.sorted() where !allowed.contains(key) {
+        if members.allSatisfy({ allowed.contains($0.0) }) { return }
+        for key in members.map(\.0).sorted() where !allowed.contains(key) {
             throw RPCError.invalidParams("unknown parameter '\(key)'")
         }
     }
 
     /// The param `key` converted by `convert`; nil when absent or null, `'key' must be WHAT` when not convertible.
     private func read<T>(_ key: String, _ what: String, _ convert: (JSONValue) -> T?) throws(RPCError) -> T? {
-        guard let value = object[key], value != .null else { return nil }
+        guard let value = members.first(where: { $0.0 == key })?.1, value != .null else { return nil }
         guard let converted = convert(value) else { throw RPCError.invalidParams("'\(key)' must be \(what)") }
         return converted
     }

@@ -82,6 +82,20 @@ public enum FuzzTargets {
         }
         let viaValue = RPCCodec.decodeIncoming(json: json)
         fuzzCheck(direct == viaValue, "the two server decoders disagree: \(direct) vs \(viaValue)")
+        // The fast path's reading, where it has one, is the decoder's single request.
+        if let plain = RPCCodec.plainRequest(Array(bytes)) {
+            guard case .single(.request(let request)) = direct else {
+                fuzzCheck(false, "the fast path took what is not a single request: \(direct)")
+                return
+            }
+            let names = plain.params.map(\.0)
+            fuzzCheck(Set(names).count == names.count, "the fast path gave a name twice")
+            let members = Dictionary(plain.params) { first, _ in first }
+            fuzzCheck(
+                request.id == plain.id && request.method == plain.method
+                    && (request.params ?? .object([:])) == .object(members),
+                "the fast path reads \(plain.method) otherwise than the decoder: \(direct)")
+        }
         let reparsed = try? JSONValue.parse(json.serialized())
         fuzzCheck(reparsed == json, "\(json.jsonText) does not parse back to itself")
     }
