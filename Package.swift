@@ -206,7 +206,7 @@ let package = Package(
             name: "browser-login-bench",
             dependencies: [
                 "BrokerRPC", "BrokerStore", "BrokerCore", "BrokerHTTP", "BrokerCurl", "BrokerVault", "BrowserLoginProtocol",
-                "SQLiteSupport", "ScriptedBrowser", "BrowserLoginTestSupport", "SystemSupport", "CMicroHTTPD",
+                "SQLiteSupport", "ScriptedBrowser", "BrowserLoginTestSupport", "SystemSupport", "CMicroHTTPD", "CLinux",
             ],
             path: "Benchmarks/browser-login-bench"
         ),

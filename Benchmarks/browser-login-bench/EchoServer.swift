@@ -9,7 +9,8 @@ import Foundation
 /// The baseline: a bare NDJSON echo server on a Unix socket, with the
 /// broker's I/O model (BrokerRPC's RPCServer): one accept source on its own
 /// queue, one non-blocking `DispatchSource` read source per connection,
-/// connections spread over two serial I/O queues, 64 KiB reads. Per line it
+/// connections spread over two serial I/O queues, 64 KiB reads until the
+/// socket is empty (at most two per event, as the broker). Per line it
 /// does the least a server can do: find the newline and write the line back.
 /// No JSON, no actor, no task hop.
 enum EchoServer {
@@ -74,15 +75,27 @@ private final class EchoConnection: @unchecked Sendable {
         }
     }
 
+    /// As the broker's `ConnectionIO.readAvailable` reads: on until the
+    /// socket is empty (EAGAIN), at most two reads per event, then the rest
+    /// after the other connections' events.
     func readAvailable() {
-        let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress!, $0.count) }
-        if n < 0 && (errno == EAGAIN || errno == EINTR) { return }
-        if n <= 0 {
-            source?.cancel()
-            source = nil
-            return
+        for _ in 0..<2 {
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress!, $0.count) }
+            if n < 0 && errno == EAGAIN { return }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 {
+                source?.cancel()
+                source = nil
+                return
+            }
+            echoLines(count: n)
+            if n == chunk.count { break }
         }
-        // Write back every complete line; keep a partial one for the next read.
+        queue.async { self.readAvailable() }
+    }
+
+    /// Writes back every complete line of the `count` bytes read; keeps a partial one for the next read.
+    private func echoLines(count n: Int) {
         guard let lastNewline = chunk[0..<n].lastIndex(of: 0x0A) else {
             pending.append(contentsOf: chunk[0..<n])
             return

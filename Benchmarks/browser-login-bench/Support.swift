@@ -1,4 +1,5 @@
 import BrowserLoginTestSupport
+import CLinux
 import Foundation
 import Synchronization
 
@@ -175,3 +176,26 @@ func ms(_ ns: Double) -> String { String(format: "%.2f ms", ns / 1e6) }
 func us(_ ns: Double) -> String { String(format: "%.1f µs", ns / 1e3) }
 func perSecond(_ v: Double) -> String { String(format: "%.0f /s", v) }
 func mib(_ kib: Int) -> String { String(format: "%.1f MiB", Double(kib) / 1024) }
+
+// MARK: - CPU placement
+
+/// Runs the threads of `pid` (every thread, and the ones they start) on the
+/// CPUs of `cpus`; `pid` 0 is the calling thread alone. False when the
+/// system refuses (the figure is then measured unpinned).
+@discardableResult
+func pin(_ pid: pid_t, to cpus: [Int]) -> Bool {
+    var mask = [UInt8](repeating: 0, count: 128)  // cpu_set_t: 1,024 CPUs
+    for cpu in cpus where cpu < mask.count * 8 { mask[cpu / 8] |= UInt8(1) << (cpu % 8) }
+    let threads =
+        pid == 0
+        ? [pid_t(0)]
+        : ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []).compactMap { pid_t($0) }
+    return !threads.isEmpty && threads.allSatisfy { sched_setaffinity($0, mask.count, mask) == 0 }
+}
+
+/// The CPUs this process may run on.
+func allowedCPUs() -> [Int] {
+    var mask = [UInt8](repeating: 0, count: 128)
+    guard sched_getaffinity(0, mask.count, &mask) == 0 else { return [] }
+    return (0..<(mask.count * 8)).filter { mask[$0 / 8] & (UInt8(1) << ($0 % 8)) != 0 }
+}

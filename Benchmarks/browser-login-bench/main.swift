@@ -19,11 +19,13 @@ import ScriptedBrowser
 let usage = """
     browser-login-bench — benchmarks of the broker (see docs/performance.md)
 
-    Usage: browser-login-bench [--quick] [--only FIGURES] [--signins N] [--soak MINUTES] [--bin-dir DIR]
+    Usage: browser-login-bench [--quick] [--only FIGURES] [--no-pin] [--signins N] [--soak MINUTES] [--bin-dir DIR]
 
       --quick          fewer repetitions and sign-ins (a smoke run, not for the record)
       --only FIGURES   only these figures, comma-separated: latency, throughput, cold,
                        server, status, store, vault, finish, memory (default: all)
+      --no-pin         leave the round trips' threads to the scheduler (default: the client,
+                       the echo server and the broker all on one CPU, the same in every run)
       --signins N      sign-ins before the memory figure (default 1000)
       --soak MINUTES   instead of the table: mixed calls, sign-ins and sign-outs for
                        MINUTES, printing the broker's RSS over time
@@ -77,6 +79,7 @@ var signInCount = 1000
 var soakMinutes: Double?
 let allFigures: Set<String> = ["latency", "throughput", "cold", "server", "status", "store", "vault", "finish", "memory"]
 var only: Set<String>?
+var pinCPUs = true
 var binDirectory =
     (CommandLine.arguments[0].hasPrefix("/")
         ? CommandLine.arguments[0] : FileManager.default.currentDirectoryPath + "/" + CommandLine.arguments[0])
@@ -86,6 +89,7 @@ do {
     while i < arguments.count {
         switch arguments[i] {
         case "--quick": quick = true
+        case "--no-pin": pinCPUs = false
         case "--signins" where i + 1 < arguments.count:
             i += 1
             signInCount = Int(arguments[i]) ?? signInCount
@@ -229,6 +233,27 @@ if selected.contains("latency") || selected.contains("throughput") {
     }
 
     if selected.contains("latency") {
+        // The client and every thread of both servers on one CPU (the second
+        // the bench may use, off the first's interrupts): the echo and the
+        // broker get the same placement in every run. Left to the scheduler,
+        // or with the client on one CPU and the servers on the other, the
+        // round trips of the same binaries moved between regimes of 12, 25
+        // and 45 µs from one repetition to the next (dispatch hands each
+        // event from its epoll thread to a queue's worker), and the ratio
+        // between 0.45× and 2.2× (docs/performance.md, round 8).
+        let cpus = allowedCPUs()
+        var pinned = false
+        if pinCPUs, let cpu = cpus.count >= 2 ? cpus[1] : cpus.first {
+            pinned = pin(0, to: [cpu]) && pin(echo.pid, to: [cpu]) && pin(world.broker?.pid ?? 0, to: [cpu])
+            log(pinned ? "latency: the client, the echo server and the broker on CPU \(cpu)" : "latency: not pinned")
+        }
+        defer {
+            if pinned {
+                pin(0, to: cpus)
+                pin(echo.pid, to: cpus)
+                pin(world.broker?.pid ?? 0, to: cpus)
+            }
+        }
         let latencyReps = quick ? 3 : 7
         for (index, call) in calls.enumerated() {
             var echoLatency: [Double] = []

@@ -7,4 +7,11 @@
    clash with glibc's struct flock.) */
 #include <linux/memfd.h>
 int memfd_create(const char *name, unsigned int flags);
+
+/* sched_setaffinity(2) and sched_getaffinity(2), also declared by glibc only
+   with _GNU_SOURCE; the mask as bytes (cpu_set_t is 128 of them). Used by the
+   benchmark to place its client and its servers on CPUs of their own. */
+#include <sys/types.h>
+int sched_setaffinity(pid_t pid, size_t cpusetsize, const void *mask);
+int sched_getaffinity(pid_t pid, size_t cpusetsize, void *mask);
 #endif
