@@ -101,27 +101,27 @@ public struct ServiceGroup: Sendable {
 }
 
 /// Wakes one waiting task; a signal sent while no one waits is kept for the next wait.
+///
+/// Signals coalesce: one sent while another is pending joins it, with an
+/// atomic exchange and no lock (the broker signals once per RPC request).
+/// Every change of `pending` is an exchange, acquiring and releasing, so
+/// whoever takes a pending signal sees what each signaller wrote before
+/// signalling, however many joined it.
 public final class Wakeup: Sendable {
-    private struct State {
-        var pending = false
-        var waiter: CheckedContinuation<Void, Never>?
-    }
-    private let state = Mutex(State())
-    /// `state.pending`, readable without the lock: a signal while one is
-    /// pending changes nothing (signals coalesce), so a busy signaller
-    /// (one per RPC request) only reads it.
+    /// The task waiting, if any; only set while no signal is pending.
+    private let waiter = Mutex<CheckedContinuation<Void, Never>?>(nil)
     private let pending = Atomic<Bool>(false)
 
     public init() {}
 
     public func signal() {
-        if pending.load(ordering: .acquiring) { return }
-        state.withLock { state -> CheckedContinuation<Void, Never>? in
-            if state.waiter == nil {
-                state.pending = true
-                pending.store(true, ordering: .releasing)
-            }
-            return state.waiter.take()
+        guard !pending.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        waiter.withLock { waiter -> CheckedContinuation<Void, Never>? in
+            // No one waits: the signal stays pending for the next wait.
+            guard let woken = waiter.take() else { return nil }
+            // The waiter woken here takes it.
+            _ = pending.exchange(false, ordering: .acquiringAndReleasing)
+            return woken
         }?.resume()
     }
 
@@ -129,19 +129,16 @@ public final class Wakeup: Sendable {
     public func wait() async {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let now = state.withLock { state -> Bool in
-                    if state.pending || Task.isCancelled {
-                        state.pending = false
-                        pending.store(false, ordering: .releasing)
-                        return true
-                    }
-                    state.waiter = continuation
+                let now = waiter.withLock { waiter -> Bool in
+                    // Taken under the lock: a signal that finds no waiter leaves it here.
+                    if pending.exchange(false, ordering: .acquiringAndReleasing) || Task.isCancelled { return true }
+                    waiter = continuation
                     return false
                 }
                 if now { continuation.resume() }
             }
         } onCancel: {
-            state.withLock { $0.waiter.take() }?.resume()
+            waiter.withLock { $0.take() }?.resume()
         }
     }
 
