@@ -408,6 +408,32 @@ let results = Mutex<(passed: Int, failed: Int)>((0, 0))
 func check(_ name: String, _ ok: Bool, _ detail: String) {
     results.withLock { ok ? ($0.passed += 1) : ($0.failed += 1) }
     say("\(ok ? "PASS" : "FAIL")  \(name): \(detail)")
+    if !ok { reportBrokerEnd() }
+}
+
+/// How the broker ended, once it has (reaped here: a zombie would still answer `kill(pid, 0)`).
+let brokerEnd = Mutex<String?>(nil)
+func brokerEnded() -> String? {
+    brokerEnd.withLock { end in
+        if end == nil {
+            var status: Int32 = 0
+            if waitpid(broker.pid, &status, WNOHANG) == broker.pid {
+                let signal = status & 0x7f
+                end = signal != 0 ? "killed by signal \(signal)" : "exited with status \((status >> 8) & 0xff)"
+            }
+        }
+        return end
+    }
+}
+
+/// After a failed check: if the broker is gone, how it ended and the end of its log, once
+/// (the run's directory is removed afterwards unless --keep; the log carries no secrets).
+let brokerEndReported = Atomic<Bool>(false)
+func reportBrokerEnd() {
+    guard let end = brokerEnded(), !brokerEndReported.exchange(true, ordering: .relaxed) else { return }
+    say("the broker \(end); the end of its log:")
+    let log = (try? String(contentsOfFile: dir + "/broker.log", encoding: .utf8)) ?? ""
+    for line in crashExcerpt(ofLog: log) { say("  | \(line)") }
 }
 
 func abuser(_ kind: String, _ count: Int, tag: String) throws -> Child {
@@ -428,6 +454,8 @@ final class WellBehaved: Sendable {
         var latencies: [Double] = []
         var errors: [String] = []
         var signIns = 0
+        /// The probe's kept connection closed to make room, and opened again.
+        var reconnects = 0
     }
     private let state = Mutex(State())
     private let running = Atomic<Bool>(true)
@@ -453,7 +481,16 @@ final class WellBehaved: Sendable {
                         _ = try RPCClient(socketPath: socketPath, timeout: .seconds(5)).call("broker.info")
                     } else {
                         if kept == nil { kept = try RPCClient(socketPath: socketPath, timeout: .seconds(5)) }
-                        _ = try kept!.call("session.get", params: ["client": "com.example.loadb"])
+                        do {
+                            _ = try kept!.call("session.get", params: ["client": "com.example.loadb"])
+                        } catch let error as RPCError where error.closedToMakeRoom {
+                            // docs/rpc.md: a connection idle ≥ 0.5 s may be closed to make room
+                            // (here for this process's own new one, its reserve used up by the
+                            // abusers); a well-behaved client connects again. Counted, not hidden.
+                            self.state.withLock { $0.reconnects += 1 }
+                            kept = try RPCClient(socketPath: socketPath, timeout: .seconds(5))
+                            _ = try kept!.call("session.get", params: ["client": "com.example.loadb"])
+                        }
                     }
                     let ms = Double(nowNanos() - start) / 1e6
                     self.state.withLock { $0.latencies.append(ms) }
@@ -505,11 +542,18 @@ final class WellBehaved: Sendable {
     }
 
     /// Latencies and errors since the last call (then forgotten).
-    func take() -> (latencies: [Double], errors: [String], signIns: Int) {
+    func take() -> (latencies: [Double], errors: [String], signIns: Int, reconnects: Int) {
         state.withLock { state in
             defer { state = State() }
-            return (state.latencies, state.errors, state.signIns)
+            return (state.latencies, state.errors, state.signIns, state.reconnects)
         }
+    }
+}
+
+extension RPCError {
+    /// The `BUSY` notice of a connection closed to make room at the connection limit (docs/rpc.md, Limits).
+    var closedToMakeRoom: Bool {
+        code == .applicationError && data?["code"]?.stringValue == "BUSY" && message.contains("closed this connection")
     }
 }
 
@@ -523,15 +567,16 @@ let clientsWell = WellBehaved()
 let emailSalt = UInt32.random(in: 0...UInt32.max)
 /// Checks the well-behaved clients over a phase: zero errors, p99 within 100 ms.
 func checkServed(_ phase: String) {
-    let (latencies, errors, signIns) = clientsWell.take()
+    let (latencies, errors, signIns, reconnects) = clientsWell.take()
     let p50 = percentile(latencies, 0.5)
     let p99 = percentile(latencies, 0.99)
     let worst = latencies.max() ?? .nan
     check(
         "\(phase): well-behaved clients served", errors.isEmpty && !latencies.isEmpty && (latencyReported || p99 <= 100),
         String(
-            format: "%d calls, p50 %.1f ms, p99 %.1f ms, max %.1f ms, %d sign-ins, %d errors%@", latencies.count, p50,
-            p99, worst, signIns, errors.count, errors.first.map { " (first: \($0))" } ?? ""))
+            format: "%d calls, p50 %.1f ms, p99 %.1f ms, max %.1f ms, %d sign-ins, %d errors%@%@", latencies.count, p50,
+            p99, worst, signIns, errors.count, reconnects > 0 ? ", \(reconnects) reconnected after BUSY" : "",
+            errors.first.map { " (first: \($0))" } ?? ""))
 }
 
 /// The broker's RSS at rest: the well-behaved clients paused, after the idle trim.
@@ -643,8 +688,8 @@ do {
 clientsWell.stop()
 let finalFDs = openDescriptors(broker.pid)
 check(
-    "the broker at the end", kill(broker.pid, 0) == 0 && finalFDs <= baselineFDs + 4,
-    "running, \(finalFDs) descriptors (baseline \(baselineFDs)); \(String(format: "%.0f", Double(nowNanos() - runStart) / 1e9)) s"
+    "the broker at the end", brokerEnded() == nil && finalFDs <= baselineFDs + 4,
+    "\(brokerEnded() ?? "running"), \(finalFDs) descriptors (baseline \(baselineFDs)); \(String(format: "%.0f", Double(nowNanos() - runStart) / 1e9)) s"
 )
 cleanUp()
 let (passed, failed) = results.withLock { $0 }

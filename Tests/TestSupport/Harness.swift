@@ -43,9 +43,23 @@ public final class Harness: @unchecked Sendable {
     }
 
     public func stopAll() {
+        reportCrash(broker, "broker")
+        reportCrash(server, "server")
         broker?.stop(SIGKILL)
         server?.stop(SIGKILL)
         keyring?.stop()
+    }
+
+    /// A daemon that crashed by itself fails whatever test it was in, often
+    /// far from the cause ("the broker closed the connection"): its signal and
+    /// the end of its log (which carries no secrets) go to standard error,
+    /// before the test's directory is removed.
+    private func reportCrash(_ child: Child?, _ name: String) {
+        guard let child, let signal = child.crashSignal else { return }
+        let text =
+            "the \(name) (pid \(child.pid)) crashed with signal \(signal); the end of its log (\(child.log)):\n"
+            + crashExcerpt(ofLog: child.output).map { "  | \($0)\n" }.joined()
+        FileHandle.standardError.write(Data(text.utf8))
     }
 
     public var socketPath: String { dir + "/run/browser-login/broker.sock" }

@@ -93,6 +93,8 @@ public final class SpawnedProcess: Sendable {
     public let log: String
     public let name: String
     private let reaped = Atomic<Bool>(false)
+    /// The wait status of a child that ended by itself (seen by `waitForExit`).
+    private let endedStatus = Mutex<Int32?>(nil)
 
     public init(
         _ argv: [String], environment: [String: String], log: String, input: Int32? = nil,
@@ -117,12 +119,23 @@ public final class SpawnedProcess: Sendable {
         repeat {
             let rc = waitpid(pid, &status, WNOHANG)
             if rc == pid || (rc < 0 && errno == ECHILD) {
+                if rc == pid { endedStatus.withLock { $0 = status } }
                 reaped.store(true, ordering: .relaxed)
                 return true
             }
             usleep(5_000)
         } while nowNanos() < deadline
         return false
+    }
+
+    /// The signal that ended it, when it crashed by itself (SIGSEGV, SIGBUS,
+    /// SIGILL, SIGTRAP, SIGABRT, SIGFPE: a Swift runtime trap or a fault; tests
+    /// only ever stop children with SIGTERM or SIGKILL); nil otherwise.
+    public var crashSignal: Int32? {
+        _ = hasExited
+        guard let status = endedStatus.withLock({ $0 }) else { return nil }
+        let signal = status & 0x7f
+        return [SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGABRT, SIGFPE].contains(signal) ? signal : nil
     }
 
     /// Waits for it to end and reaps it; answers the wait status.
@@ -189,6 +202,8 @@ public final class Child: Sendable {
     public var pid: Int32 { child.pid }
     public var log: String { child.log }
     public var isRunning: Bool { !child.hasExited }
+    /// The signal of a crash (`SpawnedProcess.crashSignal`), nil otherwise.
+    public var crashSignal: Int32? { child.crashSignal }
 
     /// The exit status (128 + the signal for a killed child; -1 while it runs).
     public var process: Termination { Termination(terminationStatus: status.withLock { $0 } ?? -1) }
@@ -279,4 +294,13 @@ public func terminate(_ pid: pid_t, signal: Int32 = SIGTERM, seconds: Double = 1
         kill(pid, SIGKILL)
         while !processIsGone(pid) { usleep(10_000) }
     }
+}
+
+/// What a crashed program's log says of the crash: the Swift runtime's
+/// backtrace (scripts/crash-backtraces) with the 20 lines before it, at most
+/// 200 lines; else the last 40 lines.
+public func crashExcerpt(ofLog text: String) -> ArraySlice<Substring> {
+    let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+    guard let start = lines.lastIndex(where: { $0.hasPrefix("*** Signal ") }) else { return lines.suffix(40) }
+    return lines[max(0, start - 20)..<min(lines.count, start + 180)]
 }
