@@ -540,12 +540,7 @@ struct ConnectionLimits: Equatable {
 final class RPCEventLog: Sendable {
     private let logger: Logger
     private let descriptorLimit: Int
-    private let interval: UInt64 = 10_000_000_000
-    private struct Kind {
-        var lastLogged: UInt64
-        var suppressed = 0
-    }
-    private let kinds = Mutex<[String: Kind]>([:])
+    private let kinds = Mutex(LogRateLimit(interval: 10_000_000_000))
 
     init(logger: Logger, descriptorLimit: Int) {
         self.logger = logger
@@ -598,19 +593,33 @@ final class RPCEventLog: Sendable {
     }
 
     private func limited(_ kind: String, _ level: Logger.Level, _ message: String, _ metadata: [String: String]) {
-        let now = DispatchTime.now().uptimeNanoseconds
-        let suppressed = kinds.withLock { kinds -> Int? in
-            if let entry = kinds[kind], now - entry.lastLogged < interval {
-                kinds[kind]?.suppressed += 1
-                return nil
-            }
-            defer { kinds[kind] = Kind(lastLogged: now) }
-            return kinds[kind]?.suppressed ?? 0
-        }
+        // The clock is read under the lock: events of one kind come from several I/O queues at once.
+        let suppressed = kinds.withLock { $0.admit(kind, now: DispatchTime.now().uptimeNanoseconds) }
         guard let suppressed else { return }
         var metadata = metadata
         if suppressed > 0 { metadata["suppressed"] = "\(suppressed)" }
         logger.log(level, message, metadata)
+    }
+}
+
+/// At most one log line per kind every `interval` nanoseconds, counting the ones not logged.
+struct LogRateLimit: Sendable {
+    let interval: UInt64
+    private var kinds: [String: (lastLogged: UInt64, suppressed: Int)] = [:]
+
+    init(interval: UInt64) { self.interval = interval }
+
+    /// nil: not logged (counted); else logged now, with the number not logged since the last line.
+    /// A `now` older than the last line (read before it by another thread) counts as within the interval:
+    /// the time since is never computed by a subtraction that could go below zero (a trap: it stopped the
+    /// broker when two I/O queues closed idle connections to make room at the same moment).
+    mutating func admit(_ kind: String, now: UInt64) -> Int? {
+        if let entry = kinds[kind], now < entry.lastLogged || now - entry.lastLogged < interval {
+            kinds[kind]?.suppressed += 1
+            return nil
+        }
+        defer { kinds[kind] = (now, 0) }
+        return kinds[kind]?.suppressed ?? 0
     }
 }
 
