@@ -108,7 +108,7 @@ let package = Package(
         // Test support: runs one vault operation in a child process (private bus, locked keyring).
         .executableTarget(
             name: "vault-probe", dependencies: ["BrokerVault", "BrokerCore", "CMalloc"], path: "Tests/Support/vault-probe"),
-        .target(name: "BrokerRPC", dependencies: ["CJansson", "BrowserLoginProtocol"]),
+        .target(name: "BrokerRPC", dependencies: ["CJansson", "CLinux", "BrowserLoginProtocol", "SystemSupport"]),
         // The declarative command-line parser of the four programs.
         .target(name: "CommandLineKit"),
         // The URL handler's desktop file: plain text and subprocesses, shared by the CLI and the daemon.

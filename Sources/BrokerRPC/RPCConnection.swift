@@ -1,3 +1,4 @@
+import CLinux
 import Dispatch
 import Glibc
 import Synchronization
@@ -202,11 +203,17 @@ final class ConnectionIO: @unchecked Sendable {
     private let onSlowReader: @Sendable (Int, RPCCloseReason) -> Void
 
     private var decoder: RPCFrameDecoder
-    private var readSource: DispatchSourceRead?
+    /// The server's epoll thread, which reports the descriptor's readiness on `queue`.
+    private let poller: EventPoller
+    /// This connection's registration with `poller`; nil before `start()` and once closed.
+    private var registration: UInt64?
+    /// What the registration is armed for now (empty after an event: registrations are one-shot).
+    private var armed: EventPoller.Interest = []
     private var readPaused = false
-    private var writeSource: DispatchSourceWrite?
-    /// Dispatch sources not yet cancelled-and-finished; the descriptor is closed when this reaches 0.
-    private var liveSources = 0
+    /// Replies wait for the socket to take them.
+    private var wantsWrite = false
+    /// A read is queued behind the other connections' events (one full buffer per event).
+    private var readRequeued = false
     private var output: [UInt8] = []
     private var outputStart = 0
     private var inFlight = 0
@@ -224,7 +231,7 @@ final class ConnectionIO: @unchecked Sendable {
 
     init(
         connectionID: UInt64, peer: RPCPeer, fd: Int32, queue: DispatchQueue, readBuffer: ReadBuffer, limits: Limits,
-        budget: OutputBudget,
+        budget: OutputBudget, poller: EventPoller,
         submit: @escaping @Sendable (ConnectionIO, UInt64, [UInt8]) -> Submitted,
         onFrameError: @escaping @Sendable (RPCFrameError) -> Void,
         onSlowReader: @escaping @Sendable (Int, RPCCloseReason) -> Void
@@ -236,6 +243,7 @@ final class ConnectionIO: @unchecked Sendable {
         self.readBuffer = readBuffer
         self.limits = limits
         self.budget = budget
+        self.poller = poller
         self.submit = submit
         self.onFrameError = onFrameError
         self.onSlowReader = onSlowReader
@@ -265,13 +273,39 @@ final class ConnectionIO: @unchecked Sendable {
 
     /// On `queue`: starts reading.
     func start() {
-        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        source.setEventHandler { [unowned self] in self.readAvailable() }
-        source.setCancelHandler { [self] in self.sourceFinished() }
-        liveSources += 1
-        readSource = source
+        do {
+            registration = try poller.register(fd: fd, interest: .readable, queue: queue) { [self] mask in
+                self.handle(mask)
+            }
+            armed = .readable
+        } catch {
+            close(.readFailed(error))
+            return
+        }
         updateIdle()
-        source.resume()
+    }
+
+    /// On `queue`: the descriptor is ready (`mask`: epoll's events); the
+    /// registration is disarmed until `arm()`.
+    private func handle(_ mask: UInt32) {
+        armed = []
+        guard !closed else { return }
+        let failed = mask & (bl_epoll_err | bl_epoll_hup) != 0
+        if wantsWrite, mask & bl_epoll_out != 0 || failed { flush() }
+        if !closed, !readingStopped, !readPaused, !readRequeued, mask & bl_epoll_in != 0 || failed { readAvailable() }
+        arm()
+    }
+
+    /// On `queue`: arms the registration for what the connection waits for now.
+    private func arm() {
+        guard !closed, let registration else { return }
+        var wanted: EventPoller.Interest = []
+        if !readingStopped && !readPaused && !readRequeued { wanted.insert(.readable) }
+        if wantsWrite { wanted.insert(.writable) }
+        // Armed for nothing, a hang-up would still be reported, once: left disarmed instead.
+        guard wanted != armed, !(wanted.isEmpty && armed.isEmpty) else { return }
+        poller.arm(registration, fd: fd, interest: wanted)
+        armed = wanted
     }
 
     private func readAvailable() {
@@ -322,7 +356,13 @@ final class ConnectionIO: @unchecked Sendable {
             // that sends a request and closes must be seen to hang up.
         }
         // Bounded per event: more is waiting; go on after the other connections' events.
-        queue.async { [weak self] in self?.readAvailable() }
+        readRequeued = true
+        queue.async { [weak self] in
+            guard let self else { return }
+            self.readRequeued = false
+            if !self.closed, !self.readingStopped, !self.readPaused { self.readAvailable() }
+            self.arm()
+        }
     }
 
     /// The peer will send nothing more: it closed, or only shut down its
@@ -386,30 +426,24 @@ final class ConnectionIO: @unchecked Sendable {
     }
 
     private func pauseReading() {
-        guard !readPaused, let readSource else { return }
+        guard !readPaused, !readingStopped else { return }
         readPaused = true
-        readSource.suspend()
+        arm()
         watchForHangUp()
     }
 
     private func resumeReading() {
-        guard readPaused, let readSource else { return }
+        guard readPaused, !readingStopped else { return }
         readPaused = false
-        readSource.resume()
+        arm()
     }
 
     /// On `queue`: takes no more requests (replies still go out).
     func stopReading() {
         guard !readingStopped else { return }
         readingStopped = true
-        if let readSource {
-            readSource.cancel()
-            if readPaused {
-                readPaused = false
-                readSource.resume()
-            }
-            self.readSource = nil
-        }
+        readPaused = false
+        arm()
     }
 
     /// On `queue`: one message was handled; `reply` is nil when it gets none.
@@ -520,31 +554,31 @@ final class ConnectionIO: @unchecked Sendable {
     }
 
     private func armWriteSource() {
-        guard writeSource == nil else { return }
-        let source = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
-        source.setEventHandler { [unowned self] in self.flush() }
-        source.setCancelHandler { [self] in self.sourceFinished() }
-        liveSources += 1
-        writeSource = source
-        source.resume()
+        guard !wantsWrite else { return }
+        wantsWrite = true
+        arm()
     }
 
     private func disarmWriteSource() {
-        guard let writeSource else { return }
-        writeSource.cancel()
-        self.writeSource = nil
+        guard wantsWrite else { return }
+        wantsWrite = false
+        arm()
     }
 
     // MARK: Closing
 
-    /// On `queue`: closes now, cancelling the handlers in flight. The
-    /// descriptor is closed once no dispatch source uses it.
+    /// On `queue`: closes now, cancelling the handlers in flight, and closes
+    /// the descriptor (once out of the poller: an event still on its way finds nothing).
     func close(_ reason: RPCCloseReason) {
         guard !closed else { return }
         closed = true
         idleSince.store(0, ordering: .relaxed)
-        stopReading()
-        disarmWriteSource()
+        readingStopped = true
+        wantsWrite = false
+        if let registration {
+            poller.unregister(registration, fd: fd)
+            self.registration = nil
+        }
         cancelHandlers()
         budget.remove(unsent)
         output = []
@@ -553,7 +587,8 @@ final class ConnectionIO: @unchecked Sendable {
         // of the stream also finds the connection closed here.
         onClosed?(reason)
         onClosed = nil
-        closeDescriptorIfUnused()
+        descriptorClosed = true
+        Syscalls.close(fd)
     }
 
     /// On `queue`: closes the connection to make room for another if it is
@@ -576,16 +611,6 @@ final class ConnectionIO: @unchecked Sendable {
         close(.serverShutdown)
     }
 
-    private func sourceFinished() {
-        liveSources -= 1
-        closeDescriptorIfUnused()
-    }
-
-    private func closeDescriptorIfUnused() {
-        guard closed, liveSources == 0, !descriptorClosed else { return }
-        descriptorClosed = true
-        Syscalls.close(fd)
-    }
 }
 
 /// A 64 KiB read buffer for the connections of one I/O queue, kept instead

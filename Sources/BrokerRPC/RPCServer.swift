@@ -206,6 +206,9 @@ public final class RPCServer: Sendable {
     private let stopContinuation: AsyncStream<Void>.Continuation
     private let budget: OutputBudget
     private let policy: ConnectionPolicy
+    /// The connections' readiness, from an epoll thread of the server's own (`EventPoller`), running
+    /// from `run()` until it returns.
+    private let poller: EventPoller
 
     private struct State {
         var running = false
@@ -240,6 +243,11 @@ public final class RPCServer: Sendable {
             DispatchQueue(label: "browser-login.rpc.io.\($0)")
         }
         self.readBuffers = ioQueues.map { _ in ReadBuffer() }
+        do {
+            poller = try EventPoller()
+        } catch {
+            throw .socketFailed(error)
+        }
         (stopSignal, stopContinuation) = AsyncStream.makeStream(bufferingPolicy: .unbounded)
         budget = OutputBudget(total: configuration.outputBudget, perConnection: configuration.maxQueuedOutput)
         policy = ConnectionPolicy(
@@ -355,6 +363,8 @@ public final class RPCServer: Sendable {
     /// same steps follow.
     public func run() async throws {
         if set(\.running) { throw RPCServerError.alreadyRunning }
+        guard poller.start() else { throw RPCServerError.socketFailed(.wouldBlock) }
+        defer { poller.stop() }
 
         acceptQueue.async { self.startAccepting() }
         await withTaskCancellationHandler {
@@ -560,7 +570,7 @@ public final class RPCServer: Sendable {
         let budget = self.budget
         let io = ConnectionIO(
             connectionID: id, peer: peer, fd: fd, queue: queue, readBuffer: readBuffers[queueIndex], limits: limits,
-            budget: budget,
+            budget: budget, poller: poller,
             submit: { [weak self] io, token, bytes in self?.submit(io: io, token: token, bytes: bytes) ?? .refused },
             onFrameError: { error in events(.frameRejected(connectionID: id, error: error)) },
             onSlowReader: { [weak self] unsent, reason in
