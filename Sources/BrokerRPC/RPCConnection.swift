@@ -227,7 +227,6 @@ final class ConnectionIO: @unchecked Sendable {
     /// Close as soon as the output is written (after a framing failure).
     private var closeWhenFlushed = false
     private(set) var closed = false
-    private var descriptorClosed = false
 
     init(
         connectionID: UInt64, peer: RPCPeer, fd: Int32, queue: DispatchQueue, readBuffer: ReadBuffer, limits: Limits,
@@ -302,8 +301,8 @@ final class ConnectionIO: @unchecked Sendable {
         var wanted: EventPoller.Interest = []
         if !readingStopped && !readPaused && !readRequeued { wanted.insert(.readable) }
         if wantsWrite { wanted.insert(.writable) }
-        // Armed for nothing, a hang-up would still be reported, once: left disarmed instead.
-        guard wanted != armed, !(wanted.isEmpty && armed.isEmpty) else { return }
+        // Armed for nothing (read paused or stopped, nothing to write): only a hang-up or an error is reported, once.
+        guard wanted != armed else { return }
         poller.arm(registration, fd: fd, interest: wanted)
         armed = wanted
     }
@@ -381,7 +380,7 @@ final class ConnectionIO: @unchecked Sendable {
 
     /// Whether the peer closed both ways (`POLLHUP`; a half-close sets only `POLLRDHUP`).
     private func peerHungUp() -> Bool {
-        guard !descriptorClosed, let events = try? Syscalls.poll(fd, events: 0, timeoutMilliseconds: 0) else {
+        guard !closed, let events = try? Syscalls.poll(fd, events: 0, timeoutMilliseconds: 0) else {
             return false
         }
         return events & Int16(POLLHUP | POLLERR) != 0
@@ -587,7 +586,6 @@ final class ConnectionIO: @unchecked Sendable {
         // of the stream also finds the connection closed here.
         onClosed?(reason)
         onClosed = nil
-        descriptorClosed = true
         Syscalls.close(fd)
     }
 
