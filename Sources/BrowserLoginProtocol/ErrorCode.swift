@@ -46,6 +46,8 @@ public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, Cu
     public static let waitlisted = ServerErrorCode("WAITLISTED")
     /// The address's domain is not in the server's `allowedDomains`.
     public static let domainNotAllowed = ServerErrorCode("DOMAIN_NOT_ALLOWED")
+    /// The hosted page's email routes on a server with email sign-in turned off.
+    public static let emailSignInDisabled = ServerErrorCode("EMAIL_SIGNIN_DISABLED")
     /// The hosted page's sign-in start: a redirect target the server's `emailRedirectUris` do not cover.
     public static let invalidRedirectURI = ServerErrorCode("INVALID_REDIRECT_URI")
     /// The server's database cannot be reached now (it went away, or is too
@@ -66,7 +68,7 @@ public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, Cu
         case .attemptExpired, .attemptCancelled: 410
         case .payloadTooLarge: 413
         case .rateLimited: 429
-        case .invitationRequired, .invitationInvalid, .waitlisted, .domainNotAllowed: 403
+        case .invitationRequired, .invitationInvalid, .waitlisted, .domainNotAllowed, .emailSignInDisabled: 403
         case .invalidRedirectURI: 400
         case .serviceUnavailable: 503
         default: 500

@@ -26,6 +26,8 @@ struct BrowserSessionResponse: Encodable {
     var expiresAt: Timestamp
     /// On a finished sign-in: whether it created the user. Absent from `GET browser/session`.
     var isNewUser: Bool? = nil
+    /// `true` on a test account's session (at most 30 minutes); absent otherwise.
+    var testAccount: Bool? = nil
 }
 
 /// docs/protocol.md §6 and the hosted page's sign-in routes.
@@ -46,6 +48,7 @@ extension LoginService {
         case "login.css":
             (name, post, handle) = ("style", false, { _ in HostedPage.asset(HostedPage.style, type: "text/css; charset=utf-8") })
         case "session": (name, post, handle) = ("session", false, currentBrowserSession)
+        case "config": (name, post, handle) = ("config", false, browserConfig)
         case "signin/start": (name, post, handle) = ("signin.start", true, signInStart)
         case "signin/verify": (name, post, handle) = ("signin.verify", true, signInVerify)
         case "signin/link": (name, post, handle) = ("signin.link", true, signInWithLink)
@@ -61,6 +64,7 @@ extension LoginService {
         }
         route = "browser." + name
         if post { try browserPOST(request) } else { try requireMethod(request, "GET") }
+        if name.hasPrefix("signin.") && !configuration.emailSignInEnabled { throw Self.emailSignInDisabled }
         return try handle(request)
     }
 
@@ -113,6 +117,7 @@ extension LoginService {
         guard let user = try Records.user(db, id: session.userId) else { return nil }
         if user.disabled { throw APIError(.authUserDisabled, "the account is disabled") }
         if session.revokedAt != nil || now >= session.expiresAt { return nil }
+        if try revokeIfTestBaseRemoved(db, session, now: now) { return nil }
         return (session, user)
     }
 
@@ -240,7 +245,7 @@ extension LoginService {
             200,
             BrowserSessionResponse(
                 sessionId: session.id, account: user.account, authMethod: session.authMethod,
-                expiresAt: Timestamp(millisecondsSince1970: session.expiresAt)))
+                expiresAt: Timestamp(millisecondsSince1970: session.expiresAt), testAccount: session.testBase.map { _ in true }))
     }
 
     func signOut(_ request: HTTPServerRequest) throws(APIError) -> HTTPServerResponse {

@@ -51,6 +51,9 @@ extension ServerConfiguration {
         var emailRedirectUris: [String]?
         var email: MailConfigFile.Email?
         var smtp: MailConfigFile.SMTP?
+        var name: String?
+        var emailSignInEnabled: Bool?
+        var passkeyRpIds: [String]?
     }
 
     private static let knownMembers: [String: Set<String>] = [
@@ -60,6 +63,7 @@ extension ServerConfiguration {
             "outbox", "tls", "testAccounts", "trustForwardedFor", "rateLimits", "connectionLimit",
             "testExchangeDelayMillis", "$comment", "signupMode", "waitlist", "allowedDomains",
             "invitationLifetimeMillis", "emailRedirectUris", "email", "smtp", "upstreamProviders",
+            "name", "emailSignInEnabled", "passkeyRpIds",
         ],
         "tls": ["certificate", "key"],
         "rateLimits": ["create", "exchange", "codeEntry"],
@@ -130,6 +134,9 @@ extension ServerConfiguration {
         if let v = file.waitlist { c.waitlist = v }
         if let v = file.allowedDomains { c.allowedDomains = v }
         if let v = file.invitationLifetimeMillis { c.invitationLifetimeMillis = v }
+        c.name = file.name
+        if let v = file.emailSignInEnabled { c.emailSignInEnabled = v }
+        if let v = file.passkeyRpIds { c.passkeyRpIds = v }
         func limit(_ l: File.Limit?, _ d: RateLimit) -> RateLimit {
             RateLimit(burst: l?.burst ?? d.burst, perMinute: l?.perMinute ?? d.perMinute)
         }

@@ -56,7 +56,7 @@ public struct ConfigurationError: Error, Sendable, Equatable, CustomStringConver
 /// Everything the reference server needs. Build it in code (tests), or with
 /// `ServerConfiguration.load(json:)` plus command-line flags (the executable).
 /// `validated()` checks every rule; `LoginServer` refuses an invalid one.
-public struct ServerConfiguration: Sendable {
+public struct ServerConfiguration: Sendable, Equatable {
     /// The IPv4 or IPv6 literal to listen on.
     public var listenAddress = "127.0.0.1"
     /// The TCP port; 0 picks any free port.
@@ -112,6 +112,12 @@ public struct ServerConfiguration: Sendable {
     public var smtp: SMTPConfiguration?
     /// Upstream OpenID providers offered on the hosted page (docs/server.md).
     public var upstreamProviders: [UpstreamProviderConfiguration] = []
+    /// The server's name in `GET {base}/browser/config`; nil: the issuer's host.
+    public var name: String?
+    /// Whether people sign in with an emailed code (and link); false: those routes answer 403 EMAIL_SIGNIN_DISABLED.
+    public var emailSignInEnabled = true
+    /// The WebAuthn relying party ids (host names, never IP literals) passkeys are offered for; empty: no passkeys.
+    public var passkeyRpIds: [String] = []
 
     public init() {}
 
@@ -201,6 +207,7 @@ public struct ServerConfiguration: Sendable {
         try validateSignup()
         try validateMail()
         try validateUpstreamProviders()
+        try validateSignInMethods()
     }
 
 }

@@ -62,6 +62,8 @@ struct BrowserSessionRecord: Sendable {
     var authenticatedAt: Int64
     var expiresAt: Int64
     var revokedAt: Int64?
+    /// A test account's session: the base address it was derived from (TestAccountSessions.swift).
+    var testBase: String?
 
     init(_ row: Row) {
         id = row.text("id")
@@ -70,6 +72,7 @@ struct BrowserSessionRecord: Sendable {
         authenticatedAt = row.millis("authenticated_at")
         expiresAt = row.millis("expires_at")
         revokedAt = row.int("revoked_at")
+        testBase = row.string("test_base")
     }
 }
 
@@ -80,6 +83,8 @@ struct SessionRecord: Sendable {
     var generation: Int64
     var rotatedAt: Int64
     var revokedAt: Int64?
+    /// Inherited from the browser session that issued it.
+    var testBase: String?
 
     init(_ row: Row) {
         id = row.text("id")
@@ -88,6 +93,7 @@ struct SessionRecord: Sendable {
         generation = row.int("generation") ?? 0
         rotatedAt = row.millis("rotated_at")
         revokedAt = row.int("revoked_at")
+        testBase = row.string("test_base")
     }
 }
 

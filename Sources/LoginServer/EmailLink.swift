@@ -32,7 +32,9 @@ struct EmailRedirectRefusal: Error, Sendable {
 
 /// One `emailRedirectUris` entry: an http(s) origin, matched by origin (RFC
 /// 6454: scheme and host case-insensitively, the default port implied), or a
-/// custom scheme with its authority, matched by scheme and authority.
+/// custom scheme with its authority, matched by scheme and authority. An
+/// entry's path is ignored: `http://localhost:5173/oauth/callback` is the
+/// origin `http://localhost:5173`.
 struct EmailRedirectEntry: Sendable, Equatable {
     enum Kind: Sendable, Equatable {
         case origin(Origin)
@@ -48,10 +50,14 @@ struct EmailRedirectEntry: Sendable, Equatable {
         guard let parts = URLParts(splitting: text), text.utf8.count <= ReturnURL.maximumLength else {
             throw EmailRedirectRefusal(rule: "url", message: "an entry is an absolute URL such as https://login.example.com")
         }
-        guard parts.path.isEmpty || parts.path == "/", parts.query == nil, parts.fragment == nil, !parts.hasUserinfo else {
+        // A path is allowed and ignored (entries match by origin), as the platform writes them:
+        // http://localhost:5173/oauth/callback covers every page of http://localhost:5173.
+        guard parts.query == nil, parts.fragment == nil, !parts.hasUserinfo else {
             throw EmailRedirectRefusal(
                 rule: "origin",
-                message: "an entry is an origin (https://host[:port]) or scheme://authority: no path, query, fragment or user")
+                message:
+                    "an entry is an origin (https://host[:port]) or scheme://authority, a path allowed and ignored: no query, fragment or user"
+            )
         }
         if let origin = RedirectTarget.origin(of: parts) {
             kind = .origin(origin)
@@ -125,10 +131,12 @@ struct SignInLinkRequest: Decodable {
 
 extension LoginService {
     /// The link plan of a sign-in request: nil (code-only) when it names no
-    /// target or when `emailRedirectUris` is empty; throws 400
+    /// target, when the templates have no link section, or when
+    /// `emailRedirectUris` is empty; throws 400
     /// INVALID_REDIRECT_URI when the non-empty list does not cover the target.
     func emailLinkPlan(_ redirectUri: String?) throws(APIError) -> EmailLinkPlan? {
-        guard let redirectUri else { return nil }
+        // Code-only templates: no link, whatever the target and the list.
+        guard let redirectUri, configuration.email.carriesLinks else { return nil }
         let entries = configuration.emailRedirectUris.compactMap { try? EmailRedirectEntry($0) }
         guard !entries.isEmpty else { return nil }
         guard let target = RedirectTarget(redirectUri), entries.contains(where: { $0.covers(target) }) else {

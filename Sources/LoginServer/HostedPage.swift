@@ -31,7 +31,7 @@ enum HostedPage {
             <h1 id="title">Sign in</h1>
             <p id="status" role="status">Loading…</p>
             <section id="signin" hidden>
-            <form id="email-form">
+            <form id="email-form" hidden>
             <label for="email">Email address</label>
             <input id="email" name="email" type="email" autocomplete="email" required>
             <div id="invite-field" hidden>
@@ -114,6 +114,8 @@ enum HostedPage {
           const inviteFromLink = new URLSearchParams(window.location.search).get("invite");
           let newUser = false;
           let attempt = null;
+          // GET browser/config: the sign-in methods the server offers; the page shows those only.
+          let config = null;
           let shownSessionId = null;
           let automaticSessionId = null;
           let leaving = false;
@@ -144,7 +146,8 @@ enum HostedPage {
             RATE_LIMITED: "Too many tries. Wait a moment and try again.",
             INVALID_REQUEST: "Enter a valid email address.",
             INVALID_REDIRECT_URI: "This server may not send sign-in emails for this page. Ask its administrator to " +
-              "add the page's origin to emailRedirectUris."
+              "add the page's origin to emailRedirectUris.",
+            EMAIL_SIGNIN_DISABLED: "This server does not sign people in by email. Use another way offered here."
           };
           // The sign-in link of the email (docs/protocol.md, the hosted page): its token is in the fragment.
           const linkMessages = {
@@ -218,9 +221,30 @@ enum HostedPage {
           function showSignIn() {
             show("confirm", false);
             show("signin", true);
-            show("email-form", true);
+            show("email-form", config.emailSignInEnabled === true);
             show("code-form", false);
-            say("Sign in to continue to " + attempt.appName + ".");
+            const offered = config.emailSignInEnabled === true || (config.upstreamProviders || []).some((p) => p.usable);
+            say(offered ? "Sign in to continue to " + attempt.appName + "."
+                        : "No way to sign in is available right now. Try again later.");
+          }
+
+          // The provider buttons the configuration lists, disabled while a provider cannot be reached.
+          function applyConfig() {
+            const listed = {};
+            (config.upstreamProviders || []).forEach((provider) => { listed[provider.id] = provider; });
+            let shown = 0;
+            for (let i = 0; $("upstream-" + i); i++) {
+              const provider = listed[$("upstream-" + i).dataset.provider];
+              show("upstream-" + i, provider !== undefined);
+              if (provider !== undefined) {
+                $("upstream-" + i).disabled = provider.usable !== true;
+                shown++;
+              }
+            }
+            if ($("upstream")) {
+              show("upstream", shown > 0);
+              show("upstream-or", shown > 0 && config.emailSignInEnabled === true);
+            }
           }
 
           async function withSession() {
@@ -315,6 +339,10 @@ enum HostedPage {
               say(stateMessages[attempt.state] || "This sign-in cannot continue.");
               return;
             }
+            const methods = await call("GET", "/browser/config");
+            if (methods.status !== 200 || !methods.data) { sayError(methods); return; }
+            config = methods.data;
+            applyConfig();
             show("cancel", true);
             if (inviteFromLink) {
               $("invite").value = inviteFromLink;
@@ -342,7 +370,7 @@ enum HostedPage {
               ["signin", "confirm", "cancel"].forEach((id) => show(id, false));
             } else {
               show("signin", true);
-              show("email-form", true);
+              show("email-form", config.emailSignInEnabled === true);
             }
           }
 
@@ -380,7 +408,8 @@ enum HostedPage {
             return
                 "<button id=\"upstream-\(index)\" type=\"button\" class=\"secondary upstream\" data-provider=\"\(text)\">Sign in with \(text)</button>"
         }
-        return "<div id=\"upstream\">\n<p class=\"or\">or</p>\n" + buttons.joined(separator: "\n") + "\n</div>\n"
+        return "<div id=\"upstream\" hidden>\n<p id=\"upstream-or\" class=\"or\">or</p>\n" + buttons.joined(separator: "\n")
+            + "\n</div>\n"
     }
 
     /// The page an upstream provider's redirect ends on when the sign-in

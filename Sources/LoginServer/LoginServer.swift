@@ -18,6 +18,7 @@ public final class LoginServer: Sendable {
 
     private let http: HTTPServer
     private let store: Store
+    private let service: LoginService
     private let sweeper: Mutex<DispatchSourceTimer?>
 
     /// Validates `configuration`, opens (and migrates) the database, loads or
@@ -84,6 +85,7 @@ public final class LoginServer: Sendable {
         let service = LoginService(
             configuration: configuration, issuer: origin, store: store, secret: secret, clock: clock, mailer: sender)
         slot.service.withLock { $0 = service }
+        self.service = service
 
         let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "browser-login-server.sweep"))
         timer.schedule(deadline: .now(), repeating: .seconds(60))
@@ -94,6 +96,22 @@ public final class LoginServer: Sendable {
         timer.resume()
         sweeper = Mutex(timer)
         Log.info("started", ["listen": listenURL, "issuer": origin, "base_path": configuration.basePath])
+    }
+
+    /// Applies a reloaded configuration (SIGHUP, docs/server.md): validated
+    /// first (an invalid one changes nothing); the test account bases
+    /// (`testAccounts`) take effect at once, ending the sessions of a removed
+    /// base on their next request. Any other change needs a restart, and a
+    /// warning says so.
+    public func reload(_ new: ServerConfiguration) throws(ConfigurationError) {
+        try new.validate()
+        service.reloadTestAccounts(new.testAccounts)
+        var rest = new
+        rest.testAccounts = configuration.testAccounts
+        if rest != configuration {
+            Log.warning("the configuration changed beyond testAccounts; restart the server to apply the rest")
+        }
+        Log.info("configuration reloaded", ["test_accounts": "\(new.testAccounts.count)"])
     }
 
     /// Stops listening (waiting for requests in flight) and closes the database.

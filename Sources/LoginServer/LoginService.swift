@@ -1,6 +1,7 @@
 import BrowserLoginProtocol
 import Foundation
 import SQLiteSupport
+import Synchronization
 
 /// The request handler of the reference server: routing, the common rules
 /// of docs/protocol.md §4 and the helpers the routes share. Called concurrently
@@ -18,7 +19,9 @@ final class LoginService: Sendable {
     let secret: [UInt8]
     let clock: ServerClock
     let mailer: any MailSender
-    let testAccounts: [EmailAddress]
+    /// The test account bases; `reloadTestAccounts` replaces them (SIGHUP).
+    private let testAccountBases: Mutex<[EmailAddress]>
+    var testAccounts: [EmailAddress] { testAccountBases.withLock { $0 } }
     /// The upstream OpenID providers of the hosted page (UpstreamSignIn.swift).
     let upstream: UpstreamProviders
 
@@ -33,8 +36,14 @@ final class LoginService: Sendable {
         self.secret = secret
         self.clock = clock
         self.mailer = mailer
-        self.testAccounts = configuration.testAccounts.compactMap(EmailAddress.init)
+        self.testAccountBases = Mutex(configuration.testAccounts.compactMap(EmailAddress.init))
         self.upstream = UpstreamProviders(configuration.upstreamProviders, clock: clock)
+    }
+
+    /// Takes the test account bases of a reloaded (validated) configuration.
+    /// Sessions of a base no longer listed end on their next request.
+    func reloadTestAccounts(_ bases: [String]) {
+        testAccountBases.withLock { $0 = bases.compactMap(EmailAddress.init) }
     }
 
     // MARK: Routing

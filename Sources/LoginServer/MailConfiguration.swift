@@ -14,6 +14,9 @@ public struct EmailSettings: Sendable, Equatable {
     public var textTemplate = SignInEmail.defaultText
     public var htmlTemplate = SignInEmail.defaultHTML
     public init() {}
+
+    /// False when the templates have no link section (code-only mail): no email then carries a link.
+    public var carriesLinks: Bool { SignInEmail.hasLinkSection(textTemplate) && SignInEmail.hasLinkSection(htmlTemplate) }
 }
 
 /// Mail delivery over SMTP (`"smtp"` in the configuration file); nil: the outbox directory.
@@ -67,6 +70,11 @@ extension ServerConfiguration {
         }
         try SignInEmail.check(email.textTemplate, field: "email.textTemplate")
         try SignInEmail.check(email.htmlTemplate, field: "email.htmlTemplate")
+        if SignInEmail.hasLinkSection(email.textTemplate) != SignInEmail.hasLinkSection(email.htmlTemplate) {
+            throw fail(
+                "email.htmlTemplate", "link-section",
+                "the text and the HTML template both keep the {{#link}} section, or neither does (code-only mail)")
+        }
         guard let smtp else { return }
         guard let parts = URLParts(splitting: smtp.url), ["smtp", "smtps"].contains(parts.scheme.lowercased()),
             let host = parts.host, !host.isEmpty, !parts.hasUserinfo, parts.path.isEmpty || parts.path == "/",

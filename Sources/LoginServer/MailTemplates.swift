@@ -57,8 +57,10 @@ public enum SignInEmail {
         return text
     }
 
-    /// Checks a template: `{{code}}` and a `{{#link}}…{{link}}…{{/link}}`
-    /// section present, no unknown placeholder.
+    /// Checks a template: `{{code}}` present, no unknown placeholder, and
+    /// `{{link}}` only inside a `{{#link}}…{{/link}}` section. The section
+    /// may be left out: a template without it is code-only mail (the server
+    /// then issues no link).
     static func check(_ template: String, field: String) throws(ConfigurationError) {
         func fail(_ message: String) -> ConfigurationError {
             ConfigurationError(field: field, rule: "placeholders", message: message)
@@ -75,12 +77,20 @@ public enum SignInEmail {
             rest = rest[close.upperBound...]
         }
         guard template.contains("{{code}}") else { throw fail("the template must show the code: {{code}}") }
-        guard let open = template.range(of: "{{#link}}"),
-            let close = template.range(of: "{{/link}}", range: open.upperBound..<template.endIndex),
-            template[open.upperBound..<close.lowerBound].contains("{{link}}")
-        else {
-            throw fail("the template must show the link inside its section: {{#link}} … {{link}} … {{/link}}")
+        let outside = render(template, values: [:], hasLink: false, html: false)
+        if outside.contains("{{link}}") || outside.contains("{{#link}}") || outside.contains("{{/link}}") {
+            throw fail(
+                "the link goes inside its section, {{#link}} … {{link}} … {{/link}}; delete the whole section for code-only mail"
+            )
         }
+        if hasLinkSection(template) && !template.contains("{{link}}") {
+            throw fail("the link section must show the link: {{#link}} … {{link}} … {{/link}}")
+        }
+    }
+
+    /// Whether `template` has a `{{#link}}…{{/link}}` section (it can carry a link).
+    static func hasLinkSection(_ template: String) -> Bool {
+        template.contains("{{#link}}")
     }
 
     /// The code of a sign-in email's text (the default template's "code is NNNNNN").

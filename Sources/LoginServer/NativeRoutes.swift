@@ -99,7 +99,8 @@ extension LoginService {
                 try Records.cancel(db, attempt, now: now)
                 throw APIError(.authUserDisabled, "the account is disabled")
             }
-            if browser.revokedAt != nil || now >= browser.expiresAt {
+            let ended = browser.revokedAt != nil || now >= browser.expiresAt
+            if try ended || revokeIfTestBaseRemoved(db, browser, now: now) {
                 try Records.cancel(db, attempt, now: now)
                 throw APIError(.attemptCancelled, "the browser session that authorized the attempt has ended")
             }
@@ -109,9 +110,9 @@ extension LoginService {
             try db.run(
                 """
                 INSERT INTO sessions (id, user_id, browser_session_id, client_id, created_at, expires_at,
-                    authenticated_at, auth_method, generation, rotated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?)
+                    authenticated_at, auth_method, generation, rotated_at, test_base) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
                 """, sessionId, user.id, browser.id, attempt.clientId, now, browser.expiresAt, browser.authenticatedAt,
-                browser.authMethod, now)
+                browser.authMethod, now, browser.testBase)
             try db.run(
                 "INSERT INTO refresh_tokens (hash, session_id, generation) VALUES (?, ?, 0)",
                 Records.hash(tokens.refresh), sessionId)
@@ -172,7 +173,8 @@ extension LoginService {
                     attemptId: attemptId, sessionId: sessionId,
                     issuedAt: Timestamp(millisecondsSince1970: attempt.issuedAt ?? 0), tokenDigest: attempt.tokenDigest ?? "")
                 answer.sessionExpiresAt = Timestamp(millisecondsSince1970: session.expiresAt)
-                answer.sessionRevoked = session.revokedAt != nil || (user?.disabled ?? true)
+                answer.sessionRevoked =
+                    session.revokedAt != nil || (user?.disabled ?? true) || !testMarkerHolds(session.testBase)
             }
             return answer
         }
@@ -262,6 +264,7 @@ extension LoginService {
         if user.disabled { throw APIError(.authUserDisabled, "the account is disabled") }
         if session.revokedAt != nil { throw APIError(.sessionRevoked, "the session was revoked") }
         if now >= session.expiresAt { throw APIError(.sessionExpired, "the session has expired") }
+        try checkTestMarker(db, session, now: now)
         return (session, user)
     }
 

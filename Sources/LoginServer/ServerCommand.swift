@@ -3,6 +3,7 @@ import CommandLineKit
 import Dispatch
 import Foundation
 import SQLiteSupport
+import Synchronization
 import SystemSupport
 
 /// The `browser-login-server` command line: `serve` (the default) and the
@@ -82,7 +83,7 @@ public enum ServerCommand {
         } catch {
             return usageError("\(error)")
         }
-        if words == ["serve"] { return serve(configuration, readyFile: parsed["ready-file"]) }
+        if words == ["serve"] { return serve(configuration, flags: parsed) }
         if configuration.databasePath.isEmpty {
             return configurationError(
                 ConfigurationError(field: "database", rule: "required", message: "set --database or --config"))
@@ -139,12 +140,18 @@ public enum ServerCommand {
 
     // MARK: serve
 
-    private static func serve(_ configuration: ServerConfiguration, readyFile: String?) -> Int32 {
+    private static func serve(_ configuration: ServerConfiguration, flags: Arguments) -> Int32 {
         let server: LoginServer
+        let readyFile = flags["ready-file"]
         // Watching SIGTERM before anything starts, so a stop that comes at
-        // any time after READY=1 ends the server gracefully.
-        let done = DispatchSemaphore(value: 0)
-        let signals = SignalWatcher(signals: [SIGTERM, SIGINT]) { _ in done.signal() }
+        // any time after READY=1 ends the server gracefully. SIGHUP reloads
+        // the configuration; the signals are handled here, in order.
+        let arrived = DispatchSemaphore(value: 0)
+        let pending = PendingSignals()
+        let signals = SignalWatcher(signals: [SIGTERM, SIGINT, SIGHUP]) { number in
+            pending.numbers.withLock { $0.append(number) }
+            arrived.signal()
+        }
         do {
             server = try LoginServer(configuration: configuration)
         } catch let error as ConfigurationError {
@@ -161,7 +168,17 @@ public enum ServerCommand {
         fflush(nil)
         ServiceManager.notify("READY=1\nSTATUS=listening on \(server.listenURL)")
 
-        done.wait()
+        while true {
+            arrived.wait()
+            guard pending.numbers.withLock({ $0.removeFirst() }) == SIGHUP else { break }
+            ServiceManager.notify("RELOADING=1")
+            do {
+                try server.reload(try configure(flags))
+            } catch {
+                Log.error("the reloaded configuration is refused; the previous one stays", ["error": "\(error)"])
+            }
+            ServiceManager.notify("READY=1")
+        }
         Log.info("stopping")
         ServiceManager.notify("STOPPING=1")
         server.stop()
@@ -238,4 +255,9 @@ public enum ServerCommand {
         FileHandle.standardError.write(Data("browser-login-server: \(message)\n".utf8))
         return 1
     }
+}
+
+/// The signals the serve loop has yet to handle, in arrival order.
+private final class PendingSignals: Sendable {
+    let numbers = Mutex<[Int32]>([])
 }

@@ -9,6 +9,9 @@ struct SignInIdentity: Sendable {
     var method: String
     /// The name shown for a new user; the address's local part when nil.
     var displayName: String? = nil
+    /// An upstream provider's account: it finds its user by issuer and `sub`
+    /// first (UpstreamIdentities.swift), by address only on first sign-in.
+    var upstream: UpstreamSubject? = nil
 }
 
 /// A browser session just started, and the cookie secret that names it.
@@ -16,6 +19,8 @@ struct StartedBrowserSession: Sendable {
     var response: BrowserSessionResponse
     var secret: String
     var isNewUser: Bool
+    /// The session's lifetime (the cookie's Max-Age).
+    var maxAgeMillis: Int64
 }
 
 /// The one way every sign-in method ends: find or create the user (the one
@@ -33,19 +38,22 @@ extension LoginService {
         if user.disabled { throw APIError(.authUserDisabled, "the account is disabled") }
         let secret = try randomToken(bytes: 32)
         let sessionId = try randomToken(bytes: 16)
-        let lifetime = configuration.sessionLifetimeMillis
+        // A test account's session: at most 30 minutes, marked with its base (TestAccountSessions.swift).
+        let testBase = identity.method == "test" ? testAccountBase(of: identity.email) : nil
+        let lifetime = testBase == nil ? configuration.sessionLifetimeMillis : testSessionLifetimeMillis
         // Signing in again replaces this browser's cookie; the previous
         // session (and what it issued) ends at its own expiry or sign-out.
         try db.run(
             """
-            INSERT INTO browser_sessions (id, secret_hash, user_id, auth_method, authenticated_at, expires_at)
-            VALUES (?, ?, ?, ?, ?, ?)
-            """, sessionId, Records.hash(secret), user.id, identity.method, now, now + lifetime)
+            INSERT INTO browser_sessions (id, secret_hash, user_id, auth_method, authenticated_at, expires_at, test_base)
+            VALUES (?, ?, ?, ?, ?, ?, ?)
+            """, sessionId, Records.hash(secret), user.id, identity.method, now, now + lifetime, testBase?.text)
         Log.info("browser session started", ["user.id": user.id, "auth.method": identity.method])
         let response = BrowserSessionResponse(
             sessionId: sessionId, account: user.account, authMethod: identity.method,
-            expiresAt: Timestamp(millisecondsSince1970: now + lifetime), isNewUser: isNewUser)
-        return StartedBrowserSession(response: response, secret: secret, isNewUser: isNewUser)
+            expiresAt: Timestamp(millisecondsSince1970: now + lifetime), isNewUser: isNewUser,
+            testAccount: testBase.map { _ in true })
+        return StartedBrowserSession(response: response, secret: secret, isNewUser: isNewUser, maxAgeMillis: lifetime)
     }
 
     /// The user of `identity`'s address, created on first sign-in. The
@@ -56,7 +64,13 @@ extension LoginService {
     func provisionUser(_ db: Database, _ identity: SignInIdentity, now: Int64, invitation: String? = nil) throws -> (
         UserRecord, isNewUser: Bool
     ) {
-        if let user = try Records.user(db, email: identity.email.text) { return (user, false) }
+        if let upstream = identity.upstream, let user = try UpstreamIdentities.linkedUser(db, upstream, now: now) {
+            return (user, false)
+        }
+        if let user = try Records.user(db, email: identity.email.text) {
+            if let upstream = identity.upstream { try UpstreamIdentities.link(db, upstream, to: user, now: now) }
+            return (user, false)
+        }
         let admission = try Signup.admit(
             db, identity.email, invitation: invitation, configuration: configuration, now: now)
         let userId = try randomToken(bytes: 16)
@@ -67,6 +81,7 @@ extension LoginService {
             throw APIError(.internalError, "the user could not be created")
         }
         Log.info("user created", ["user.id": userId, "signup.via": admission.label])
+        if let upstream = identity.upstream { try UpstreamIdentities.link(db, upstream, to: user, now: now) }
         return (user, true)
     }
 
@@ -75,9 +90,7 @@ extension LoginService {
         json(
             200, started.response,
             headers: [
-                cookieHeader(
-                    name: Self.sessionCookie, value: started.secret,
-                    maxAgeSeconds: configuration.sessionLifetimeMillis / 1000)
+                cookieHeader(name: Self.sessionCookie, value: started.secret, maxAgeSeconds: started.maxAgeMillis / 1000)
             ])
     }
 }

@@ -171,6 +171,8 @@ enum Schema {
                 allowed BIGINT NOT NULL
             );
             """),
+        UpstreamIdentities.migration,
+        TestAccountSessions.migration,
     ]
 }
 

@@ -21,6 +21,11 @@ final class UpstreamProviders: Sendable {
     }
 
     let entries: [Entry]
+    /// When each provider last failed to answer (its discovery document,
+    /// to start a sign-in); it is `usable: false` in `browser/config` for
+    /// `unusableMillis` after, and usable again once it answers.
+    private let failedAt = Mutex<[String: Int64]>([:])
+    static let unusableMillis: Int64 = 60_000
 
     init(_ configurations: [UpstreamProviderConfiguration], clock: @escaping ServerClock) {
         guard !configurations.isEmpty else {
@@ -61,6 +66,17 @@ final class UpstreamProviders: Sendable {
 
     /// The names, in configuration order (the hosted page's buttons).
     var names: [String] { entries.map(\.name) }
+
+    /// Records whether the provider `name` answered just now.
+    func record(_ name: String, answered: Bool, now: Int64) {
+        failedAt.withLock { $0[name] = answered ? nil : now }
+    }
+
+    /// False for `unusableMillis` after the provider last failed to answer.
+    func isUsable(_ name: String, now: Int64) -> Bool {
+        guard let failed = failedAt.withLock({ $0[name] }) else { return true }
+        return now - failed >= Self.unusableMillis
+    }
 }
 
 /// The server's clock as the broker's `Clock` (tests move the server's by hand).

@@ -133,6 +133,7 @@ extension LoginService {
             }
         }
         let authorizeURL: String
+        upstream.record(entry.name, answered: (try? built.get()) != nil, now: clock())
         switch built {
         case .success(let url): authorizeURL = url
         case .failure(let error):
@@ -186,6 +187,7 @@ extension LoginService {
                 do throws(ProviderError) { return .success(try await provider.metadata()) } catch { return .failure(error) }
             }
             let metadata: ProviderMetadata
+            upstream.record(entry.name, answered: (try? fetched.get()) != nil, now: clock())
             switch fetched {
             case .success(let value): metadata = value
             case .failure(let error): throw .provider(entry.name, error)
@@ -212,7 +214,7 @@ extension LoginService {
                 started = try store.perform { db in try startBrowserSession(db, identity, now: now) }
             } catch {
                 throw UpstreamFailure(
-                    code: error.code.rawValue, status: error.code.httpStatus,
+                    code: error.code.rawValue, status: error.code == UpstreamIdentities.conflict ? 409 : error.code.httpStatus,
                     message: error.code == .authUserDisabled
                         ? "This account is disabled. Ask an administrator to enable it."
                         : "The sign-in was refused: \(error.message).")
@@ -222,9 +224,7 @@ extension LoginService {
                 status: 303,
                 headers: [
                     ("Location", issuer + configuration.basePath + "/browser/login?attempt=" + percentEncode(attempt)),
-                    cookieHeader(
-                        name: Self.sessionCookie, value: started.secret,
-                        maxAgeSeconds: configuration.sessionLifetimeMillis / 1000),
+                    cookieHeader(name: Self.sessionCookie, value: started.secret, maxAgeSeconds: started.maxAgeMillis / 1000),
                     cookieHeader(name: Self.upstreamCookie, value: "", maxAgeSeconds: 0),
                 ])
         } catch {
@@ -401,6 +401,8 @@ extension LoginService {
             )
         }
         let name = claims.name ?? info?.name
-        return SignInIdentity(email: address, method: entry.name, displayName: name.flatMap { $0.isEmpty ? nil : $0 })
+        return SignInIdentity(
+            email: address, method: entry.name, displayName: name.flatMap { $0.isEmpty ? nil : $0 },
+            upstream: UpstreamSubject(issuer: entry.configuration.issuer, subject: claims.subject, provider: entry.name))
     }
 }

@@ -210,7 +210,7 @@ import Testing
     @Test func invalidAllowListsAndMailSettingsStopStartUp() throws {
         let directory = try TemporaryDirectory("mail-config-test")
         let cases: [([String: Any], String)] = [
-            (["emailRedirectUris": ["https://app.example.com/callback"]], "emailRedirectUris[0]: origin"),
+            (["emailRedirectUris": ["https://app.example.com/callback#top"]], "emailRedirectUris[0]: origin"),
             (["emailRedirectUris": ["http://app.example.com"]], "emailRedirectUris[0]: origin"),
             (["emailRedirectUris": ["https://ok.example.com", "javascript://x"]], "emailRedirectUris[1]: scheme"),
             (["emailRedirectUris": ["https://app.example.com?x=1"]], "emailRedirectUris[0]: origin"),
