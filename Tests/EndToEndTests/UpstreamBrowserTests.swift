@@ -17,14 +17,7 @@ struct UpstreamBrowserTests {
     @Test func chromiumSignsInThroughTheProviderAndContinues() throws {
         let world = try UpstreamWorld()
         let attempt = try world.createAttempt()
-        let script = world.h.dir + "/upstream-chromium.py"
-        try Data(Self.agent.utf8).write(to: URL(fileURLWithPath: script))
-        // Chromium's profile and scratch files stay in the test's directory.
-        var environment = ProcessInfo.processInfo.environment
-        environment["TMPDIR"] = world.h.dir + "/chromium"
-        try FileManager.default.createDirectory(atPath: world.h.dir + "/chromium", withIntermediateDirectories: true)
-        let run = try runProgram(
-            "/usr/bin/env", ["python3", script, attempt.authorizeUrl], environment: environment, timeout: 120)
+        let run = try HeadlessChromium.run(Self.agent, [attempt.authorizeUrl], in: world.h.dir)
         #expect(run.status == 0, "\(run.err)")
         let lines = run.out.split(separator: "\n").map(String.init)
         #expect(lines.first == "Sign in with dot", "\(run.out)")
@@ -38,50 +31,30 @@ struct UpstreamBrowserTests {
 
     /// Prints the button's text, the account the page shows after the round
     /// trip, and the return URL the page offers after Continue.
-    static let agent = #"""
-        import sys
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-        from selenium.webdriver.common.by import By
-        from selenium.webdriver.support import expected_conditions as ready
-        from selenium.webdriver.support.ui import WebDriverWait
-
-        options = webdriver.ChromeOptions()
-        for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
-            options.add_argument(flag)
-        options.binary_location = "/usr/bin/chromium"
-        driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
-        try:
-            wait = WebDriverWait(driver, 30)
-            driver.get(sys.argv[1])
-            button = wait.until(ready.element_to_be_clickable((By.ID, "upstream-0")))
-            print(button.text, flush=True)
-            button.click()
-            # The provider's own pages: its sign-in form, then its consent form.
-            wait.until(ready.visibility_of_element_located((By.NAME, "username"))).send_keys("alice")
-            driver.find_element(By.NAME, "password").send_keys("alice-password")
-            driver.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
-            wait.until(ready.element_to_be_clickable((By.NAME, "allow"))).click()
-            # Back on the hosted page, signed in.
-            wait.until(ready.element_to_be_clickable((By.ID, "continue")))
-            print(driver.find_element(By.ID, "account").text, flush=True)
-            driver.find_element(By.ID, "continue").click()
-            link = wait.until(lambda d: d.find_element(By.ID, "return-link").get_attribute("href") or None)
-            print(link, flush=True)
-        except Exception as error:
-            print("chromium: %s at %s: %s" % (type(error).__name__, driver.current_url.split("?")[0],
-                  driver.find_element(By.TAG_NAME, "body").text[:300]), file=sys.stderr)
-            sys.exit(1)
-        finally:
-            driver.quit()
-        """#
-}
-
-/// Debian's chromium and chromium-driver, and Selenium for the `python3` on the PATH (install-deps --browser).
-enum HeadlessChromium {
-    static var isReady: Bool {
-        FileManager.default.isExecutableFile(atPath: "/usr/bin/chromium")
-            && FileManager.default.isExecutableFile(atPath: "/usr/bin/chromedriver")
-            && ((try? runProgram("/usr/bin/env", ["python3", "-c", "import selenium"]))?.status == 0)
-    }
+    static let agent =
+        HeadlessChromium.prelude + #"""
+            try:
+                wait = WebDriverWait(driver, 30)
+                driver.get(sys.argv[1])
+                button = wait.until(ready.element_to_be_clickable((By.ID, "upstream-0")))
+                print(button.text, flush=True)
+                button.click()
+                # The provider's own pages: its sign-in form, then its consent form.
+                wait.until(ready.visibility_of_element_located((By.NAME, "username"))).send_keys("alice")
+                driver.find_element(By.NAME, "password").send_keys("alice-password")
+                driver.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+                wait.until(ready.element_to_be_clickable((By.NAME, "allow"))).click()
+                # Back on the hosted page, signed in.
+                wait.until(ready.element_to_be_clickable((By.ID, "continue")))
+                print(driver.find_element(By.ID, "account").text, flush=True)
+                driver.find_element(By.ID, "continue").click()
+                link = wait.until(lambda d: d.find_element(By.ID, "return-link").get_attribute("href") or None)
+                print(link, flush=True)
+            except Exception as error:
+                print("chromium: %s at %s: %s" % (type(error).__name__, driver.current_url.split("?")[0],
+                      driver.find_element(By.TAG_NAME, "body").text[:300]), file=sys.stderr)
+                sys.exit(1)
+            finally:
+                driver.quit()
+            """#
 }

@@ -244,18 +244,7 @@ import Testing
         try Data("Hello {{#link}}{{link}}{{/link}}".utf8).write(to: directory.url.appendingPathComponent("no-code.txt"))
         try Data("{{code}} {{#link}}{{link}}{{/link}} {{name}}".utf8).write(
             to: directory.url.appendingPathComponent("unknown.html"))
-        for (extra, expected) in cases {
-            var config: [String: Any] = [
-                "database": "server.sqlite",
-                "clients": [["clientId": confirmClient, "appName": "Notes", "returnUrls": [confirmReturn], "policy": "confirm"]],
-            ]
-            for (key, value) in extra { config[key] = value }
-            let file = directory.path + "/server.json"
-            try JSONSerialization.data(withJSONObject: config).write(to: URL(fileURLWithPath: file))
-            let run = try ServerBinary.run(["serve", "--config", file, "--port", "0"])
-            #expect(run.status == 78, "\(expected): \(run.err)")
-            #expect(run.err.contains("invalid configuration: \(expected)"), "\(expected): \(run.err)")
-        }
+        try ServerBinary.expectRefusals(cases, in: directory.path)
         // An SMTP password from an unset variable stops start-up too, naming the variable, not a value.
         var config: [String: Any] = [
             "database": "server.sqlite",

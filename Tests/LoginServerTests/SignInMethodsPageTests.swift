@@ -101,7 +101,7 @@ import Testing
 /// The same in headless Chromium (Debian's chromium and chromium-driver,
 /// Selenium; `scripts/install-deps --browser`): the page's script, style
 /// and CSP as a browser applies them.
-@Suite(.dedicatedThread, .enabled(if: ChromiumPage.isReady)) struct SignInMethodsChromiumTests {
+@Suite(.dedicatedThread, .enabled(if: HeadlessChromium.isReady)) struct SignInMethodsChromiumTests {
     @Test func chromiumShowsOnlyTheConfiguredMethods() throws {
         let email = try ChromiumPage.view(try SignInMethodsPageTests.server(email: true, provider: false))
         #expect(email["emailForm"] as? Bool == true && email["upstream"] as? Bool == false, "\(email)")
@@ -118,68 +118,44 @@ import Testing
 }
 
 enum ChromiumPage {
-    static var isReady: Bool {
-        FileManager.default.isExecutableFile(atPath: "/usr/bin/chromium")
-            && FileManager.default.isExecutableFile(atPath: "/usr/bin/chromedriver")
-            && ((try? runProgram("/usr/bin/env", ["python3", "-c", "import selenium"]))?.status == 0)
-    }
-
     /// Opens a new attempt's page in Chromium; with `click`, presses the first provider's button and reloads.
     static func view(_ server: TestServer, click: Bool = false) throws -> [String: Any] {
         let attempt = try NativeAttempt.create(server)
-        let script = server.directory.path + "/view-page.py"
-        try Data(agent.utf8).write(to: URL(fileURLWithPath: script))
-        var environment = ProcessInfo.processInfo.environment
-        environment["TMPDIR"] = server.directory.path + "/chromium"
-        try FileManager.default.createDirectory(atPath: server.directory.path + "/chromium", withIntermediateDirectories: true)
-        let run = try runProgram(
-            "/usr/bin/env", ["python3", script, attempt.created.authorizeUrl, click ? "click" : "look"],
-            environment: environment, timeout: 120)
+        let run = try HeadlessChromium.run(
+            agent, [attempt.created.authorizeUrl, click ? "click" : "look"], in: server.directory.path)
         #expect(run.status == 0, "\(run.err)")
         return (try JSONSerialization.jsonObject(with: Data(run.out.utf8)) as? [String: Any]) ?? [:]
     }
 
-    static let agent = #"""
-        import json, sys
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-        from selenium.webdriver.common.by import By
-        from selenium.webdriver.support import expected_conditions as ready
-        from selenium.webdriver.support.ui import WebDriverWait
+    static let agent =
+        HeadlessChromium.prelude + #"""
+            def shown(element_id):
+                found = driver.find_elements(By.ID, element_id)
+                return bool(found) and found[0].is_displayed()
 
-        options = webdriver.ChromeOptions()
-        for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
-            options.add_argument(flag)
-        options.binary_location = "/usr/bin/chromium"
-        driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
-
-        def shown(element_id):
-            found = driver.find_elements(By.ID, element_id)
-            return bool(found) and found[0].is_displayed()
-
-        try:
-            wait = WebDriverWait(driver, 30)
-            driver.get(sys.argv[1])
-            wait.until(ready.visibility_of_element_located((By.ID, "signin")))
-            result = {"emailForm": shown("email-form"), "upstream": shown("upstream"), "or": shown("upstream-or")}
-            buttons = driver.find_elements(By.ID, "upstream-0")
-            if buttons and buttons[0].is_displayed():
-                result["button"] = buttons[0].text
-                result["enabled"] = buttons[0].is_enabled()
-            if sys.argv[2] == "click":
-                before = driver.find_element(By.ID, "status").text
-                buttons[0].click()
-                wait.until(lambda d: d.find_element(By.ID, "status").text not in (before, ""))
-                result["afterClick"] = driver.find_element(By.ID, "status").text
-                driver.refresh()
-                wait.until(ready.visibility_of_element_located((By.ID, "upstream-0")))
-                result["enabledAfterReload"] = driver.find_element(By.ID, "upstream-0").is_enabled()
-            print(json.dumps(result))
-        except Exception as error:
-            print("chromium: %s: %s" % (type(error).__name__, driver.find_element(By.TAG_NAME, "body").text[:300]),
-                  file=sys.stderr)
-            sys.exit(1)
-        finally:
-            driver.quit()
-        """#
+            try:
+                wait = WebDriverWait(driver, 30)
+                driver.get(sys.argv[1])
+                wait.until(ready.visibility_of_element_located((By.ID, "signin")))
+                result = {"emailForm": shown("email-form"), "upstream": shown("upstream"), "or": shown("upstream-or")}
+                buttons = driver.find_elements(By.ID, "upstream-0")
+                if buttons and buttons[0].is_displayed():
+                    result["button"] = buttons[0].text
+                    result["enabled"] = buttons[0].is_enabled()
+                if sys.argv[2] == "click":
+                    before = driver.find_element(By.ID, "status").text
+                    buttons[0].click()
+                    wait.until(lambda d: d.find_element(By.ID, "status").text not in (before, ""))
+                    result["afterClick"] = driver.find_element(By.ID, "status").text
+                    driver.refresh()
+                    wait.until(ready.visibility_of_element_located((By.ID, "upstream-0")))
+                    result["enabledAfterReload"] = driver.find_element(By.ID, "upstream-0").is_enabled()
+                print(json.dumps(result))
+            except Exception as error:
+                print("chromium: %s: %s" % (type(error).__name__, driver.find_element(By.TAG_NAME, "body").text[:300]),
+                      file=sys.stderr)
+                sys.exit(1)
+            finally:
+                driver.quit()
+            """#
 }

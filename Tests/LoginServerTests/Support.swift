@@ -171,6 +171,27 @@ enum ServerBinary {
     static func run(_ arguments: [String]) throws -> (status: Int32, out: String, err: String) {
         try runProgram(path, arguments, timeout: 20)
     }
+
+    /// For each case, a configuration file of one client and the case's
+    /// members (in `directory`) stops `serve` with exit status 78 and an
+    /// error line that contains `expected` (`field: rule…`).
+    static func expectRefusals(
+        _ cases: [([String: Any], String)], in directory: String, sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
+        for (extra, expected) in cases {
+            var config: [String: Any] = [
+                "database": "server.sqlite",
+                "clients": [["clientId": confirmClient, "appName": "Notes", "returnUrls": [confirmReturn], "policy": "confirm"]],
+            ]
+            for (key, value) in extra { config[key] = value }
+            let file = directory + "/server.json"
+            try JSONSerialization.data(withJSONObject: config).write(to: URL(fileURLWithPath: file))
+            let run = try run(["serve", "--config", file, "--port", "0"])
+            #expect(run.status == 78, "\(expected): \(run.err)", sourceLocation: sourceLocation)
+            #expect(
+                run.err.contains("invalid configuration: \(expected)"), "\(expected): \(run.err)", sourceLocation: sourceLocation)
+        }
+    }
 }
 
 /// A `browser-login-server` process; reads the ready line to find its URL.
