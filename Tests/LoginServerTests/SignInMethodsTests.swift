@@ -207,6 +207,7 @@ import Testing
             }
         }
         #expect(refusal(text: Self.codeOnlyText, html: Self.codeOnlyHTML) == nil)
+        #expect(refusal(text: "{{code}}", html: "{{code}}") == nil)
         // One template with the section, the other without: refused, named.
         let mixed = refusal(text: SignInEmail.defaultText, html: Self.codeOnlyHTML)
         #expect(mixed?.field == "email.htmlTemplate" && mixed?.rule == "link-section", "\(String(describing: mixed))")
@@ -248,6 +249,34 @@ import Testing
         ] {
             #expect(throws: ConfigurationError.self, "\(entry)") { _ = try TestServer { $0.emailRedirectUris = [entry] } }
         }
+    }
+
+    /// The hosted page served at `http://localhost:PORT` (the development
+    /// origin), its allow-list entry written with a path: the email's link
+    /// lands on the page and the native attempt continues.
+    @Test func aLocalhostPageWithAPathEntryGetsItsLinkAndContinues() throws {
+        let port = try freeLoopbackPort()
+        let server = try TestServer { c in
+            c.port = port
+            c.publicOrigin = "http://localhost:\(port)"
+            c.emailRedirectUris = ["http://localhost:\(port)/browser-login/browser/login"]
+        }
+        #expect(server.origin == "http://localhost:\(port)")
+        let attempt = try NativeAttempt.create(server)
+        #expect(attempt.created.authorizeUrl.hasPrefix("http://localhost:\(port)/browser-login/browser/login?attempt="))
+        let browser = try server.browser()
+        try browser.loadPage(attempt.created.authorizeUrl)
+        let started = try browser.start(Self.email, redirectUri: attempt.created.authorizeUrl)
+        #expect(started.status == 200 && started.text.contains(#""linkSent":true"#), "\(started.text)")
+        let message = try #require(server.mail(to: Self.email).last)
+        let link = try #require(SignInEmail.link(in: message.body))
+        #expect(link.hasPrefix(attempt.created.authorizeUrl + "#signin_token="))
+        #expect(try browser.openLink(link, attemptId: attempt.id).status == 200)
+        let session = try #require(try browser.currentSession())
+        let callback = try browser.authorize(attemptId: attempt.id, decision: .continue, expectedSessionId: session.sessionId)
+        let answer = try attempt.exchange(server, code: try code(of: callback, attempt: attempt, issuer: server.origin))
+        #expect(answer.status == 200, "\(answer.text)")
+        #expect(try answer.decode(ExchangeResponse.self).session.account.email == Self.email)
     }
 }
 
