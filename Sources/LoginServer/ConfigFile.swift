@@ -51,6 +51,7 @@ extension ServerConfiguration {
         var emailRedirectUris: [String]?
         var email: MailConfigFile.Email?
         var smtp: MailConfigFile.SMTP?
+        var passkeyRpIds: [String]?
     }
 
     private static let knownMembers: [String: Set<String>] = [
@@ -60,6 +61,7 @@ extension ServerConfiguration {
             "outbox", "tls", "testAccounts", "trustForwardedFor", "rateLimits", "connectionLimit",
             "testExchangeDelayMillis", "$comment", "signupMode", "waitlist", "allowedDomains",
             "invitationLifetimeMillis", "emailRedirectUris", "email", "smtp", "upstreamProviders",
+            "passkeyRpIds",
         ],
         "tls": ["certificate", "key"],
         "rateLimits": ["create", "exchange", "codeEntry"],
@@ -130,6 +132,7 @@ extension ServerConfiguration {
         if let v = file.waitlist { c.waitlist = v }
         if let v = file.allowedDomains { c.allowedDomains = v }
         if let v = file.invitationLifetimeMillis { c.invitationLifetimeMillis = v }
+        if let v = file.passkeyRpIds { c.passkeyRpIds = v }
         func limit(_ l: File.Limit?, _ d: RateLimit) -> RateLimit {
             RateLimit(burst: l?.burst ?? d.burst, perMinute: l?.perMinute ?? d.perMinute)
         }

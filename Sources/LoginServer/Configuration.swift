@@ -112,6 +112,9 @@ public struct ServerConfiguration: Sendable {
     public var smtp: SMTPConfiguration?
     /// Upstream OpenID providers offered on the hosted page (docs/server.md).
     public var upstreamProviders: [UpstreamProviderConfiguration] = []
+    /// Passkeys' relying parties (docs/server.md, "Passkeys"): hostnames such as
+    /// `login.example.com` or `localhost`, never IP literals. Empty: no passkeys.
+    public var passkeyRpIds: [String] = []
 
     public init() {}
 
@@ -201,6 +204,7 @@ public struct ServerConfiguration: Sendable {
         try validateSignup()
         try validateMail()
         try validateUpstreamProviders()
+        try validatePasskeyRpIds()
     }
 
 }

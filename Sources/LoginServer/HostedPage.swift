@@ -12,7 +12,8 @@ enum HostedPage {
     ]
 
     static func page(
-        basePath: String, extraHeaders: [(name: String, value: String)], upstreamProviders: [String] = []
+        basePath: String, extraHeaders: [(name: String, value: String)], upstreamProviders: [String] = [],
+        passkeys: Bool = false
     ) -> HTTPServerResponse {
         let base = escapeHTML(basePath)
         let upstreamButtons = upstreamButtonsHTML(upstreamProviders)
@@ -27,7 +28,7 @@ enum HostedPage {
             <link rel="stylesheet" href="\(base)/browser/login.css">
             </head>
             <body>
-            <main id="app" data-base="\(base)">
+            <main id="app" data-base="\(base)"\(passkeys ? " data-passkeys=\"on\"" : "")>
             <h1 id="title">Sign in</h1>
             <p id="status" role="status">Loading…</p>
             <section id="signin" hidden>
@@ -55,6 +56,7 @@ enum HostedPage {
             <p id="return" hidden><a id="return-link" href="">Return to the app</a></p>
             <noscript><p>This page needs JavaScript to sign you in.</p></noscript>
             </main>
+            <script src="\(base)/browser/passkeys/page.js"></script>
             <script src="\(base)/browser/login.js"></script>
             </body>
             </html>
@@ -221,6 +223,7 @@ enum HostedPage {
             show("email-form", true);
             show("code-form", false);
             say("Sign in to continue to " + attempt.appName + ".");
+            document.dispatchEvent(new CustomEvent("bl:signin"));
           }
 
           async function withSession() {
@@ -242,7 +245,10 @@ enum HostedPage {
             $("account").textContent = session.account.email;
             show("confirm", true);
             say(newUser ? "Your account was created." : "");
+            document.dispatchEvent(new CustomEvent("bl:session", { detail: session }));
           }
+          // A passkey signed the browser in (passkeys/page.js).
+          document.addEventListener("bl:signed-in", () => { newUser = false; withSession(); });
 
           $("email-form").addEventListener("submit", async (event) => {
             event.preventDefault();

@@ -171,6 +171,7 @@ enum Schema {
                 allowed BIGINT NOT NULL
             );
             """),
+        Passkeys.migration,
     ]
 }
 
