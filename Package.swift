@@ -90,8 +90,8 @@ let package = Package(
             dependencies: [
                 "LoginServer", "ScriptedBrowser", "BrowserLoginProtocol", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
                 "PostgresSupport", "SQLiteSupport",
-                // The passkey tests' authenticator signs with a linked libcrypto.
-                "CCrypto",
+                // The passkey tests' authenticator signs with libcrypto (TestSigner).
+                "BrowserLoginTestSigner",
             ]),
 
         // The broker.
@@ -178,7 +178,9 @@ let package = Package(
                 "BrowserLoginTestTraits", "CurlSupport", "browser-login-http",
             ]),
         .testTarget(name: "OAuthTests", dependencies: ["BrokerOAuth", "BrokerCore", "BrowserLoginProtocol"]),
-        .testTarget(name: "JOSETests", dependencies: ["BrokerJOSE", "BrowserLoginProtocol", "CCrypto"]),
+        // Key pairs and signatures made by a linked libcrypto: the ID tokens of JOSETests, the passkeys of LoginServerTests.
+        .target(name: "BrowserLoginTestSigner", dependencies: ["BrowserLoginProtocol", "CCrypto"], path: "Tests/TestSigner"),
+        .testTarget(name: "JOSETests", dependencies: ["BrokerJOSE", "BrowserLoginProtocol", "BrowserLoginTestSigner"]),
         .testTarget(
             name: "LoopbackTests", dependencies: ["BrokerLoopback", "BrowserLoginTestSupport", "BrowserLoginTestTraits"]),
         // BrokerSystem: the documented client files (docs/examples/clients) are read with GKeyFile as the daemon reads them.

@@ -79,7 +79,8 @@ extension ServerConfiguration {
             }
             if !Passkeys.isValidRpId(id) {
                 throw ConfigurationError(
-                    field: field, rule: "hostname", message: "a relying party id is a lower-case hostname such as login.example.com")
+                    field: field, rule: "hostname",
+                    message: "a relying party id is a lower-case hostname such as login.example.com")
             }
             if passkeyRpIds[..<i].contains(id) {
                 throw ConfigurationError(field: field, rule: "unique", message: "the relying party '\(id)' is listed twice")
@@ -195,7 +196,9 @@ extension LoginService {
     ) {
         switch key {
         case "passkeys/page.js":
-            return ("passkeys.script", false, { _ in HostedPage.asset(PasskeyPage.script, type: "text/javascript; charset=utf-8") })
+            return (
+                "passkeys.script", false, { _ in HostedPage.asset(PasskeyPage.script, type: "text/javascript; charset=utf-8") }
+            )
         case "passkeys/register/options": return ("passkeys.register.options", true, passkeyRegisterOptions)
         case "passkeys/register": return ("passkeys.register", true, passkeyRegister)
         case "passkeys/signin/options": return ("passkeys.signin.options", true, passkeySignInOptions)
@@ -294,7 +297,8 @@ extension LoginService {
             if existing.count >= Passkeys.maximumPerUser {
                 throw APIError(.invalidRequest, "this account has \(Passkeys.maximumPerUser) passkeys; delete one first")
             }
-            let challenge = try issueChallenge(db, attempt: attempt, kind: "webauthn.create", rpId: rpId, userId: user.id, now: now)
+            let challenge = try issueChallenge(
+                db, attempt: attempt, kind: "webauthn.create", rpId: rpId, userId: user.id, now: now)
             return PasskeyCreationOptions(
                 challenge: challenge, rp: .init(id: rpId, name: rpId),
                 user: .init(id: Base64URL.encode(Array(user.id.utf8)), name: user.email, displayName: user.displayName),
@@ -315,7 +319,9 @@ extension LoginService {
             let rawId = Base64URL.decode(credential.rawId)
         else { throw APIError(.invalidRequest, "send the credential as the browser's toJSON() made it") }
         let name = (body.name ?? "Passkey").trimmingCharacters(in: .whitespacesAndNewlines)
-        guard Passkeys.nameLength.contains(name.count) else { throw APIError(.invalidRequest, "a passkey's name is 1 to 64 characters") }
+        guard Passkeys.nameLength.contains(name.count) else {
+            throw APIError(.invalidRequest, "a passkey's name is 1 to 64 characters")
+        }
         let transports = Array((credential.response.transports ?? []).filter { Self.isTransport($0) }.prefix(8))
         let (expected, userId) = try consumeChallenge(
             request, attemptId: body.attemptId, kind: .create, clientDataJSON: clientData)
@@ -434,7 +440,9 @@ extension LoginService {
     func passkeyRename(_ request: HTTPServerRequest) throws(APIError) -> HTTPServerResponse {
         let body = try decode(PasskeyRenameRequest.self, request)
         let name = body.name.trimmingCharacters(in: .whitespacesAndNewlines)
-        guard Passkeys.nameLength.contains(name.count) else { throw APIError(.invalidRequest, "a passkey's name is 1 to 64 characters") }
+        guard Passkeys.nameLength.contains(name.count) else {
+            throw APIError(.invalidRequest, "a passkey's name is 1 to 64 characters")
+        }
         let now = clock()
         try store.perform { db in
             let user = try signedInUser(db, request, now: now)
