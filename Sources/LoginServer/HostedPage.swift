@@ -56,8 +56,8 @@ enum HostedPage {
             <p id="return" hidden><a id="return-link" href="">Return to the app</a></p>
             <noscript><p>This page needs JavaScript to sign you in.</p></noscript>
             </main>
-            <script src="\(base)/browser/passkeys/page.js"></script>
             <script src="\(base)/browser/login.js"></script>
+            <script src="\(base)/browser/passkeys/page.js"></script>
             </body>
             </html>
 
@@ -223,7 +223,7 @@ enum HostedPage {
             show("email-form", true);
             show("code-form", false);
             say("Sign in to continue to " + attempt.appName + ".");
-            document.dispatchEvent(new CustomEvent("bl:signin"));
+            if (window.blPasskeys) { window.blPasskeys.signInShown(); }
           }
 
           async function withSession() {
@@ -245,10 +245,10 @@ enum HostedPage {
             $("account").textContent = session.account.email;
             show("confirm", true);
             say(newUser ? "Your account was created." : "");
-            document.dispatchEvent(new CustomEvent("bl:session", { detail: session }));
+            if (window.blPasskeys) { window.blPasskeys.sessionShown(session); }
           }
-          // A passkey signed the browser in (passkeys/page.js).
-          document.addEventListener("bl:signed-in", () => { newUser = false; withSession(); });
+          // For the passkey script (passkeys/page.js, loaded after this one when the server offers passkeys).
+          window.blPage = { signedIn: () => { newUser = false; return withSession(); } };
 
           $("email-form").addEventListener("submit", async (event) => {
             event.preventDefault();

@@ -1,11 +1,12 @@
 /// The hosted page's passkey script (`{base}/browser/passkeys/page.js`,
 /// docs/server.md "Passkeys"): a "Sign in with a passkey" button under the
 /// sign-in forms, and, once signed in, the account's passkeys with "Add a
-/// passkey", rename and delete, inside the confirmation section. It talks to
-/// the page's own script through DOM events: `bl:signin` (the sign-in forms
-/// are shown), `bl:session` (a session is shown for confirmation) and
-/// `bl:signed-in` (it signed the browser in). The page carries
-/// `data-passkeys="on"` only when the server's origin names a relying party.
+/// passkey", rename and delete, inside the confirmation section. Loaded
+/// after the page's own script, it talks to it through two objects: the page
+/// calls `window.blPasskeys.signInShown()` and `.sessionShown(session)`,
+/// this script calls `window.blPage.signedIn()` once a passkey signed the
+/// browser in. The page carries `data-passkeys="on"` only when the server's
+/// origin names a relying party.
 enum PasskeyPage {
     static let script = #"""
         "use strict";
@@ -86,7 +87,7 @@ enum PasskeyPage {
                                       { attemptId: attemptId, credential: credential.toJSON(),
                                         invite: invite === "" ? undefined : invite });
             if (answer.status !== 200) { signInStatus.textContent = errorText(answer); return; }
-            document.dispatchEvent(new CustomEvent("bl:signed-in", { detail: answer.data }));
+            if (window.blPage) { await window.blPage.signedIn(); }
           });
 
           // The account's passkeys: inside the confirmation section.
@@ -148,8 +149,12 @@ enum PasskeyPage {
             await refresh();
           });
 
-          document.addEventListener("bl:signin", () => { signInStatus.textContent = ""; });
-          document.addEventListener("bl:session", () => { manageStatus.textContent = ""; refresh(); });
+          window.blPasskeys = {
+            signInShown() { signInStatus.textContent = ""; },
+            sessionShown() { manageStatus.textContent = ""; refresh(); }
+          };
+          // The page may have shown a session before this script ran.
+          if (!$("confirm").hidden) { refresh(); }
         })();
 
         """#
