@@ -248,7 +248,7 @@ enum HostedPage {
             if (window.blPasskeys) { window.blPasskeys.sessionShown(session); }
           }
           // For the passkey script (passkeys/page.js, loaded after this one when the server offers passkeys).
-          window.blPage = { signedIn: () => { newUser = false; return withSession(); } };
+          window.blPage = { call: call, signedIn: () => { newUser = false; return withSession(); } };
 
           $("email-form").addEventListener("submit", async (event) => {
             event.preventDefault();

@@ -14,7 +14,6 @@ enum PasskeyPage {
           const $ = (id) => document.getElementById(id);
           const app = $("app");
           if (!app || app.dataset.passkeys !== "on" || !window.PublicKeyCredential) { return; }
-          const base = app.dataset.base;
           const attemptId = new URLSearchParams(window.location.search).get("attempt");
           const messages = {
             PASSKEY_RP_NOT_CONFIGURED: "Passkeys are not set up for this address of the sign-in page.",
@@ -35,21 +34,8 @@ enum PasskeyPage {
             if (text !== undefined) { node.textContent = text; }
             return node;
           }
-          async function call(method, path, body) {
-            const init = { method: method, credentials: "same-origin", cache: "no-store", redirect: "error", headers: {} };
-            if (body !== undefined) {
-              init.headers["Content-Type"] = "application/json";
-              init.body = JSON.stringify(body);
-            }
-            try {
-              const response = await fetch(base + path, init);
-              let data = null;
-              try { data = await response.json(); } catch (e) { data = null; }
-              return { status: response.status, data: data };
-            } catch (e) {
-              return { status: 0, data: null };
-            }
-          }
+          // The page's own request helper (login.js, loaded before this script).
+          const call = (method, path, body) => window.blPage.call(method, path, body);
           function errorText(answer) {
             const error = answer.data && answer.data.error;
             return (error && (messages[error.code] || error.message)) || "Something went wrong. Try again.";
@@ -70,18 +56,24 @@ enum PasskeyPage {
           signInBox.appendChild(signInStatus);
           $("signin").appendChild(signInBox);
 
-          signInButton.addEventListener("click", async () => {
-            signInStatus.textContent = "";
-            const options = await call("POST", "/browser/passkeys/signin/options", { attemptId: attemptId });
-            if (options.status !== 200) { signInStatus.textContent = errorText(options); return; }
-            let credential;
+          // The server's options for `kind` (signin, register), then the browser's ceremony; null
+          // (with the reason in `status`) when either refuses.
+          async function ceremony(kind, status, run) {
+            status.textContent = "";
+            const options = await call("POST", "/browser/passkeys/" + kind + "/options", { attemptId: attemptId });
+            if (options.status !== 200) { status.textContent = errorText(options); return null; }
             try {
-              credential = await navigator.credentials.get(
-                { publicKey: PublicKeyCredential.parseRequestOptionsFromJSON(options.data) });
+              return await run(options.data);
             } catch (e) {
-              signInStatus.textContent = browserRefusal(e);
-              return;
+              status.textContent = browserRefusal(e);
+              return null;
             }
+          }
+
+          signInButton.addEventListener("click", async () => {
+            const credential = await ceremony("signin", signInStatus, (options) => navigator.credentials.get(
+              { publicKey: PublicKeyCredential.parseRequestOptionsFromJSON(options) }));
+            if (!credential) { return; }
             const invite = $("invite") ? $("invite").value.trim() : "";
             const answer = await call("POST", "/browser/passkeys/signin",
                                       { attemptId: attemptId, credential: credential.toJSON(),
@@ -132,17 +124,9 @@ enum PasskeyPage {
           }
 
           addButton.addEventListener("click", async () => {
-            manageStatus.textContent = "";
-            const options = await call("POST", "/browser/passkeys/register/options", { attemptId: attemptId });
-            if (options.status !== 200) { manageStatus.textContent = errorText(options); return; }
-            let credential;
-            try {
-              credential = await navigator.credentials.create(
-                { publicKey: PublicKeyCredential.parseCreationOptionsFromJSON(options.data) });
-            } catch (e) {
-              manageStatus.textContent = browserRefusal(e);
-              return;
-            }
+            const credential = await ceremony("register", manageStatus, (options) => navigator.credentials.create(
+              { publicKey: PublicKeyCredential.parseCreationOptionsFromJSON(options) }));
+            if (!credential) { return; }
             const answer = await call("POST", "/browser/passkeys/register",
                                       { attemptId: attemptId, credential: credential.toJSON(), name: "Passkey" });
             manageStatus.textContent = answer.status === 200 ? "Passkey added." : errorText(answer);
