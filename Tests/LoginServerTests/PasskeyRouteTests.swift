@@ -245,6 +245,19 @@ struct PasskeyPageBrowser {
         #expect(try fresh.signIn(laptop).status == 200)
     }
 
+    @Test func anIPLiteralRelyingPartyStopsStartUp() throws {
+        let directory = try TemporaryDirectory()
+        let path = directory.path + "/server.json"
+        let json = """
+            {"clients": [{"clientId": "a", "appName": "A", "returnUrls": ["x.y:/c"], "policy": "confirm"}],
+             "database": "db.sqlite", "port": 0, "passkeyRpIds": ["localhost", "127.0.0.1"]}
+            """
+        try Data(json.utf8).write(to: URL(fileURLWithPath: path))
+        let run = try ServerBinary.run(["--config", path])
+        #expect(run.status == 78, "\(run.err)")
+        #expect(run.err.contains("invalid configuration: passkeyRpIds[1]: ip-literal:"), "\(run.err)")
+    }
+
     @Test func aPageWhoseOriginNamesNoConfiguredRelyingPartyHasNoPasskeys() throws {
         // localhost, but only login.example.com is configured.
         let elsewhere = try passkeyServer(rpIds: ["login.example.com"])
