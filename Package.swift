@@ -8,7 +8,7 @@ func cLibrary(_ name: String, pkgConfig: String, apt: [String]) -> Target {
 }
 
 /// The libFuzzer targets (Tests/Fuzz/fuzz-<name>, corpus in Tests/Fuzz/corpus/<name>).
-let fuzzers = ["strict-json", "rpc-framing", "rpc-message", "callback", "client-file", "server-request", "jose"]
+let fuzzers = ["strict-json", "rpc-framing", "rpc-message", "callback", "client-file", "server-request", "jose", "webauthn"]
 
 let package = Package(
     name: "browser-login",
