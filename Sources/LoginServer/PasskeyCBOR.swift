@@ -124,6 +124,9 @@ enum CBOR {
             }
             return .map(pairs)
         case CBOR_TYPE_FLOAT_CTRL:
+            // A float first: libcbor's cbor_is_null and cbor_is_bool assert (abort) on one
+            // (found by fuzz-webauthn; Tests/Fuzz/regressions/webauthn).
+            guard cbor_float_ctrl_is_ctrl(item) else { return nil }
             if cbor_is_null(item) { return .null }
             if cbor_is_bool(item) { return .bool(cbor_get_bool(item)) }
             return nil

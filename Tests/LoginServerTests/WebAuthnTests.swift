@@ -167,6 +167,11 @@ import Testing
         #expect(CBOR.decode([0xA2, 0x01, 0x02, 0x01, 0x03]) == nil, "a key twice")
         #expect(CBOR.decode([0x5F, 0x41, 0x00, 0xFF]) == nil, "an indefinite byte string")
         #expect(CBOR.decode([0xC1, 0x01]) == nil, "a tag")
+        // Floats are refused, not asked whether they are null (libcbor asserts on that).
+        #expect(CBOR.decode([0xFA, 0x00, 0x00, 0x03, 0x00]) == nil, "a float")
+        #expect(CBOR.decode([0xA1, 0x61, 0x78, 0xF9, 0x3C, 0x00]) == nil, "a half float in a map")
+        #expect(CBOR.decode([0xF6]) == .null)
+        #expect(CBOR.decode([0xF5]) == .bool(true))
         #expect(CBOR.decode([0xA1, 0x01]) == nil, "truncated")
         #expect(CBOR.decode(Array(repeating: 0x81, count: 40) + [0x01]) == nil, "nested too deep")
         #expect(CBOR.decodePrefix([0x01, 0x02])?.length == 1)
