@@ -60,7 +60,9 @@ enum CBOR {
     /// key in authenticator data is followed by extensions); nil when the
     /// bytes do not start with a well-formed item of the kinds above.
     static func decodePrefix(_ bytes: [UInt8]) -> (value: CBORValue, length: Int)? {
-        guard !bytes.isEmpty else { return nil }
+        guard !bytes.isEmpty, bytes.withUnsafeBufferPointer({ bl_cbor_claims_fit($0.baseAddress, $0.count) }) != 0 else {
+            return nil
+        }
         var result = cbor_load_result()
         let item = bytes.withUnsafeBufferPointer { cbor_load($0.baseAddress, $0.count, &result) }
         guard let item else { return nil }

@@ -171,6 +171,10 @@ import Testing
         #expect(CBOR.decode([0xFA, 0x00, 0x00, 0x03, 0x00]) == nil, "a float")
         #expect(CBOR.decode([0xA1, 0x61, 0x78, 0xF9, 0x3C, 0x00]) == nil, "a half float in a map")
         #expect(CBOR.decode([0xF6]) == .null)
+        // Containers that claim more items than there are bytes (libcbor would allocate them first).
+        #expect(CBOR.decode([0xBB, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00]) == nil, "a map of 2^36 pairs")
+        #expect(CBOR.decode([0x9A, 0x00, 0x01, 0x00, 0x00] + [UInt8](repeating: 0x00, count: 100)) == nil, "an array of 65536")
+        #expect(CBOR.decode([0x83, 0x81, 0x01, 0x82, 0x02, 0x03, 0xA1, 0x04, 0x05]) != nil, "claims that fit")
         #expect(CBOR.decode([0xF5]) == .bool(true))
         #expect(CBOR.decode([0xA1, 0x01]) == nil, "truncated")
         #expect(CBOR.decode(Array(repeating: 0x81, count: 40) + [0x01]) == nil, "nested too deep")
