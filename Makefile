@@ -58,6 +58,8 @@ demo:
 
 e2e-browser:
 	scripts/demo --real-browser
+	# Passkeys in the same browser: a WebAuthn virtual authenticator on the hosted page (docs/server.md).
+	BL_REQUIRE_BROWSER=1 scripts/test --filter PasskeyBrowserTests
 
 # The same API over a standard OpenID provider (django-oauth-toolkit from PyPI):
 # a loopback-redirect sign-in and a device sign-in (docs/providers.md).

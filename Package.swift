@@ -8,7 +8,7 @@ func cLibrary(_ name: String, pkgConfig: String, apt: [String]) -> Target {
 }
 
 /// The libFuzzer targets (Tests/Fuzz/fuzz-<name>, corpus in Tests/Fuzz/corpus/<name>).
-let fuzzers = ["strict-json", "rpc-framing", "rpc-message", "callback", "client-file", "server-request", "jose"]
+let fuzzers = ["strict-json", "rpc-framing", "rpc-message", "callback", "client-file", "server-request", "jose", "webauthn"]
 
 let package = Package(
     name: "browser-login",
@@ -52,6 +52,8 @@ let package = Package(
         .systemLibrary(name: "CLinux", path: "Sources/CLinux"),
         // The file vault's key in the kernel's user keyring (docs/operations.md, "The file vault").
         cLibrary("CKeyutils", pkgConfig: "libkeyutils", apt: ["libkeyutils-dev"]),
+        // CBOR (RFC 8949): the reference server's passkeys read attestation objects and COSE keys with it.
+        cLibrary("CCbor", pkgConfig: "libcbor", apt: ["libcbor-dev"]),
 
         // Shared by the broker and the reference server.
         .target(name: "BrowserLoginProtocol", dependencies: ["CCryptoLoader", "CGLib", "CJansson"]),
@@ -76,6 +78,8 @@ let package = Package(
                 // Sign-in with an upstream OpenID provider (docs/server.md): the broker's OAuth, JOSE and HTTP code.
                 "BrokerOAuth", "BrokerJOSE", "BrokerHTTP", "BrokerCurl", "BrokerCore",
                 "PostgresSupport",
+                // Passkeys (docs/server.md): WebAuthn's CBOR.
+                "CCbor",
             ]),
         .executableTarget(name: "browser-login-server", dependencies: ["LoginServer"]),
         .target(name: "ScriptedBrowser", dependencies: ["BrowserLoginProtocol", "CurlSupport"]),
@@ -86,6 +90,8 @@ let package = Package(
             dependencies: [
                 "LoginServer", "ScriptedBrowser", "BrowserLoginProtocol", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
                 "PostgresSupport", "SQLiteSupport",
+                // The passkey tests' authenticator signs with libcrypto (TestSigner).
+                "BrowserLoginTestSigner",
             ]),
 
         // The broker.
@@ -172,7 +178,9 @@ let package = Package(
                 "BrowserLoginTestTraits", "CurlSupport", "browser-login-http",
             ]),
         .testTarget(name: "OAuthTests", dependencies: ["BrokerOAuth", "BrokerCore", "BrowserLoginProtocol"]),
-        .testTarget(name: "JOSETests", dependencies: ["BrokerJOSE", "BrowserLoginProtocol", "CCrypto"]),
+        // Key pairs and signatures made by a linked libcrypto: the ID tokens of JOSETests, the passkeys of LoginServerTests.
+        .target(name: "BrowserLoginTestSigner", dependencies: ["BrowserLoginProtocol", "CCrypto"], path: "Tests/TestSigner"),
+        .testTarget(name: "JOSETests", dependencies: ["BrokerJOSE", "BrowserLoginProtocol", "BrowserLoginTestSigner"]),
         .testTarget(
             name: "LoopbackTests", dependencies: ["BrokerLoopback", "BrowserLoginTestSupport", "BrowserLoginTestTraits"]),
         // BrokerSystem: the documented client files (docs/examples/clients) are read with GKeyFile as the daemon reads them.

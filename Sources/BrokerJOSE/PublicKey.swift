@@ -123,10 +123,11 @@ final class PublicKey: @unchecked Sendable {
 
     /// True when `signature` is a valid JWS signature of `input` (RFC 7515 §5.2)
     /// with this key. The caller has checked that the key fits the algorithm.
-    func verify(_ algorithm: SignatureAlgorithm, signature: [UInt8], input: [UInt8]) -> Bool {
+    /// `derECDSA`: an ES256 signature already in DER (WebAuthn's, not JWS's R || S).
+    func verify(_ algorithm: SignatureAlgorithm, signature: [UInt8], input: [UInt8], derECDSA: Bool = false) -> Bool {
         defer { libcrypto.ERR_clear_error() }
         var signature = signature
-        if algorithm == .es256 {
+        if algorithm == .es256 && !derECDSA {
             // JWS carries R || S, 32 bytes each (RFC 7518 §3.4); OpenSSL wants DER.
             guard let der = Self.derSignature(rawP256: signature) else { return false }
             signature = der

@@ -53,6 +53,16 @@ public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, Cu
     /// The server's database cannot be reached now (it went away, or is too
     /// busy): nothing was decided; retry after `Retry-After` seconds.
     public static let serviceUnavailable = ServerErrorCode("SERVICE_UNAVAILABLE")
+    /// Passkeys (docs/server.md): the page's origin names no relying party in the server's `passkeyRpIds`.
+    public static let passkeyRpNotConfigured = ServerErrorCode("PASSKEY_RP_NOT_CONFIGURED")
+    /// The authenticator did not verify the user (no UV flag).
+    public static let passkeyUserVerificationFailed = ServerErrorCode("PASSKEY_USER_VERIFICATION_FAILED")
+    /// A ceremony's check failed: client data, challenge, origin, rpIdHash, UP, attestation or signature.
+    public static let passkeyInvalid = ServerErrorCode("PASSKEY_INVALID")
+    /// No such passkey (deleted, or never registered here).
+    public static let passkeyUnknown = ServerErrorCode("PASSKEY_UNKNOWN")
+    /// The signature counter went backwards: refused as a cloned authenticator.
+    public static let passkeyCloned = ServerErrorCode("PASSKEY_CLONED")
 
     /// The HTTP status a server answers with this code (docs/protocol.md §5, §6, §8).
     public var httpStatus: Int {
@@ -71,6 +81,10 @@ public struct ServerErrorCode: RawRepresentable, Sendable, Hashable, Codable, Cu
         case .invitationRequired, .invitationInvalid, .waitlisted, .domainNotAllowed, .emailSignInDisabled: 403
         case .invalidRedirectURI: 400
         case .serviceUnavailable: 503
+        case .passkeyRpNotConfigured, .passkeyInvalid: 400
+        case .passkeyUserVerificationFailed: 401
+        case .passkeyCloned: 403
+        case .passkeyUnknown: 404
         default: 500
         }
     }

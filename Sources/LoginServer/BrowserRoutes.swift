@@ -60,6 +60,7 @@ extension LoginService {
             (name, post, handle) = ("decline", true, { r throws(APIError) in try self.decline(r, attemptId: id) })
         case "upstream/start": (name, post, handle) = ("upstream.start", true, upstreamStart)
         case _ where Self.isUpstreamCallback(key): (name, post, handle) = ("upstream.callback", false, upstreamCallback)
+        case _ where key.hasPrefix("passkeys/"): (name, post, handle) = try passkeyRoute(key)
         default: throw APIError(.notFound, "no such browser route")
         }
         route = "browser." + name
@@ -142,7 +143,9 @@ extension LoginService {
                 headers.append(cookieHeader(name: cookieName, value: binding.secret, maxAgeSeconds: binding.maxAge))
             }
         }
-        return HostedPage.page(basePath: configuration.basePath, extraHeaders: headers, upstreamProviders: upstream.names)
+        return HostedPage.page(
+            basePath: configuration.basePath, extraHeaders: headers, upstreamProviders: upstream.names,
+            passkeys: (try? passkeyRelyingParty()) != nil)
     }
 
     // MARK: §6 Describe

@@ -213,5 +213,6 @@ enum Records {
             "DELETE FROM browser_sessions WHERE expires_at <= ? AND id NOT IN (SELECT browser_session_id FROM sessions)",
             now - endedRetentionMillis)
         try db.run("DELETE FROM upstream_round_trips WHERE expires_at <= ?", now)
+        try db.run("DELETE FROM passkey_ceremonies WHERE expires_at <= ?", now)
     }
 }

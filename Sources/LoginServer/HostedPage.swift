@@ -12,7 +12,8 @@ enum HostedPage {
     ]
 
     static func page(
-        basePath: String, extraHeaders: [(name: String, value: String)], upstreamProviders: [String] = []
+        basePath: String, extraHeaders: [(name: String, value: String)], upstreamProviders: [String] = [],
+        passkeys: Bool = false
     ) -> HTTPServerResponse {
         let base = escapeHTML(basePath)
         let upstreamButtons = upstreamButtonsHTML(upstreamProviders)
@@ -27,7 +28,7 @@ enum HostedPage {
             <link rel="stylesheet" href="\(base)/browser/login.css">
             </head>
             <body>
-            <main id="app" data-base="\(base)">
+            <main id="app" data-base="\(base)"\(passkeys ? " data-passkeys=\"on\"" : "")>
             <h1 id="title">Sign in</h1>
             <p id="status" role="status">Loading…</p>
             <section id="signin" hidden>
@@ -56,6 +57,7 @@ enum HostedPage {
             <noscript><p>This page needs JavaScript to sign you in.</p></noscript>
             </main>
             <script src="\(base)/browser/login.js"></script>
+            <script src="\(base)/browser/passkeys/page.js"></script>
             </body>
             </html>
 
@@ -223,9 +225,11 @@ enum HostedPage {
             show("signin", true);
             show("email-form", config.emailSignInEnabled === true);
             show("code-form", false);
-            const offered = config.emailSignInEnabled === true || (config.upstreamProviders || []).some((p) => p.usable);
+            const offered = config.emailSignInEnabled === true || config.passkeyEnabled === true
+              || (config.upstreamProviders || []).some((p) => p.usable);
             say(offered ? "Sign in to continue to " + attempt.appName + "."
                         : "No way to sign in is available right now. Try again later.");
+            if (window.blPasskeys) { window.blPasskeys.signInShown(); }
           }
 
           // The provider buttons the configuration lists, disabled while a provider cannot be reached.
@@ -266,7 +270,10 @@ enum HostedPage {
             $("account").textContent = session.account.email;
             show("confirm", true);
             say(newUser ? "Your account was created." : "");
+            if (window.blPasskeys) { window.blPasskeys.sessionShown(session); }
           }
+          // For the passkey script (passkeys/page.js, loaded after this one when the server offers passkeys).
+          window.blPage = { call: call, signedIn: () => { newUser = false; return withSession(); } };
 
           $("email-form").addEventListener("submit", async (event) => {
             event.preventDefault();

@@ -173,6 +173,7 @@ enum Schema {
             """),
         UpstreamIdentities.migration,
         TestAccountSessions.migration,
+        Passkeys.migration,
     ]
 }
 

@@ -1,5 +1,6 @@
 import BrokerJOSE
 import BrowserLoginProtocol
+import BrowserLoginTestSigner
 import Foundation
 import Testing
 

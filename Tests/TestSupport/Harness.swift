@@ -74,9 +74,9 @@ public final class Harness: @unchecked Sendable {
         exchangeDelayMs: Int? = nil,
         clients: [(id: String, name: String, returnURL: String)] = [
             ("com.example.notes", "Example Notes", "com.example.notes:/callback")
-        ], port: Int = 0
+        ], port: Int = 0, extraConfig: [String: Any] = [:]
     ) throws {
-        let config: [String: Any] = [
+        var config: [String: Any] = [
             "clients": clients.map {
                 ["clientId": $0.id, "appName": $0.name, "returnUrls": [$0.returnURL], "policy": "confirm"]
             },
@@ -86,6 +86,8 @@ public final class Harness: @unchecked Sendable {
                 "codeEntry": ["burst": 1000, "perMinute": 6000],
             ],
         ]
+        // Members of the server's configuration file a test adds (e.g. `passkeyRpIds`).
+        config.merge(extraConfig) { _, added in added }
         let data = try JSONSerialization.data(withJSONObject: config)
         _ = FileManager.default.createFile(atPath: dir + "/server/server.json", contents: data)
         var args = [

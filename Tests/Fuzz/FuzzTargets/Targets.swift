@@ -3,6 +3,7 @@ import BrokerRPC
 import BrokerSystem
 import BrowserLoginProtocol
 import Foundation
+import LoginServer
 
 /// The fuzz targets (docs/reliability.md, "Fuzzing"). Each takes any bytes;
 /// a refusal is a normal outcome, a crash (or a broken property, see
@@ -15,8 +16,14 @@ public enum FuzzTargets {
     }
 
     public static let all: [Target] = [
-        strictJSON, rpcFraming, rpcMessage, callbackURL, clientFile, serverRequest, jose,
+        strictJSON, rpcFraming, rpcMessage, callbackURL, clientFile, serverRequest, jose, webauthn,
     ]
+
+    /// The reference server's passkey checks (docs/server.md, "Passkeys"): libcbor's reading of
+    /// attestation objects and COSE keys, authenticator data, client data (`PasskeyFuzzing`).
+    public static let webauthn = Target(name: "webauthn") { bytes in
+        PasskeyFuzzing.run(bytes) { holds, message in fuzzCheck(holds, message) }
+    }
 
     public static func named(_ name: String) -> Target? { all.first { $0.name == name } }
 
