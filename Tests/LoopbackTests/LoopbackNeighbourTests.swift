@@ -20,25 +20,32 @@ struct LoopbackNeighbourTests {
         let deliveries = Deliveries()
         let listener = try LoopbackListener.open(host: .ipv4, port: 0, path: "/callback", deliver: deliveries.deliver)
         defer { listener.close() }
+        let clock = ContinuousClock()
+        func browserRound(_ name: String) throws -> Duration {
+            let started = clock.now
+            let response = try #require(try get("/callback?code=\(name)", port: listener.port))
+            #expect(response.status == 200)
+            return clock.now - started
+        }
+        let idle = try (0..<10).map { try browserRound("idle\($0)") }
         let senders = SlowSenders(port: listener.port, count: senderCount, interval: .milliseconds(300))
         defer { senders.stop() }
         #expect(senders.waitUntilOpened(senderCount), "\(senders.counts)")
         usleep(500_000)  // they have sent a line or two
-        let clock = ContinuousClock()
         var latencies: [Duration] = []
         for round in 0..<10 {
-            let started = clock.now
-            let response = try #require(try get("/callback?code=browser\(round)", port: listener.port))
-            latencies.append(clock.now - started)
-            #expect(response.status == 200)
+            latencies.append(try browserRound("browser\(round)"))
             usleep(300_000)
         }
         let counts = senders.counts
         senders.stop()
         // Only the browser's callbacks were delivered: no dribbled head ever reached the broker.
-        #expect(deliveries.all == (0..<10).map { "http://127.0.0.1:\(listener.port)/callback?code=browser\($0)" })
+        let origin = "http://127.0.0.1:\(listener.port)/callback?code="
+        #expect(deliveries.all == (0..<10).map { "\(origin)idle\($0)" } + (0..<10).map { "\(origin)browser\($0)" })
         #expect(counts.closedByListener > 0 && listener.evictions > 0, "\(counts)")
-        print("browser under \(senderCount) slow senders: \(latencies.map(\.milliseconds)) ms; \(counts)")
+        print(
+            "browser alone: \(idle.map(\.milliseconds).max() ?? 0) ms at most; under \(senderCount) slow senders: "
+                + "\(latencies.map(\.milliseconds)) ms; \(counts); evictions \(listener.evictions)")
     }
 
     /// A connection that keeps sending header lines (so never idle) is closed once its head is overdue.
