@@ -33,6 +33,18 @@ public enum LoopbackError: Error, Sendable, Equatable, CustomStringConvertible {
 /// waits for `deliver`, so a slow delivery holds up no other request and
 /// deliveries may run concurrently.
 ///
+/// Other local programs can connect too. A request whose `Host` is not this
+/// listener's (`127.0.0.1:PORT`, `[::1]:PORT`, `localhost:PORT`) is answered
+/// 400 before anything else is looked at (DNS rebinding; HTTP/1.0 without a
+/// Host). libmicrohttpd reports each connection as it opens and closes
+/// (`MHD_OPTION_NOTIFY_CONNECTION`) to a `ConnectionTable`: a connection has
+/// `headDeadline` for a whole request head, and one more than
+/// `connectionLimit` evicts the one waiting longest for its head. An evicted
+/// or overdue connection's socket is shut down (libmicrohttpd then reads the
+/// end of the stream and closes it); overdue ones by a sweeper task that
+/// sleeps until the earliest deadline and is cancelled when the listener
+/// stops. So dribbled heads (slowloris) cannot lock the browser out.
+///
 /// Why this cannot deadlock: the listener's lock is taken by the access
 /// handler (polling thread), by a finished delivery and by `close()`, each
 /// for a few instructions; under it only `MHD_suspend_connection` and

@@ -80,16 +80,8 @@ private final class Core: Sendable {
             let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
             guard fd >= 0 else { return }
             defer { close(fd) }
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = port.bigEndian
-            address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-            let connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-                }
-            }
-            guard connected == 0, send(fd, "GET \(target) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n") else {
+            guard connectToLoopback(fd, port: port), sendAll(fd, "GET \(target) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n")
+            else {
                 counters.withLock { $0.refused += 1 }
                 usleep(10_000)
                 continue
@@ -111,7 +103,7 @@ private final class Core: Sendable {
                     continue
                 }
                 line += 1
-                guard send(fd, "X-Slow-\(index)-\(line): \(String(repeating: "z", count: 16))\r\n") else {
+                guard sendAll(fd, "X-Slow-\(index)-\(line): \(String(repeating: "z", count: 16))\r\n") else {
                     closedByListener(after: clock.now - opened)
                     break
                 }
@@ -127,10 +119,6 @@ private final class Core: Sendable {
         }
     }
 
-    private func send(_ fd: Int32, _ text: String) -> Bool {
-        let bytes = Array(text.utf8)
-        return bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } == bytes.count
-    }
 }
 
 /// Sends `request` as is on a new connection to 127.0.0.1:`port` and answers the status of what comes back
@@ -142,20 +130,7 @@ public func loopbackHTTPStatus(port: UInt16, _ request: String, timeout: Duratio
     defer { close(fd) }
     var wait = timeval(tv_sec: Int(timeout.components.seconds), tv_usec: 0)
     _ = setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, socklen_t(MemoryLayout<timeval>.size))
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_port = port.bigEndian
-    address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-    let connected = withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-        }
-    }
-    guard connected == 0 else { return nil }
-    let bytes = Array(request.utf8)
-    guard bytes.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == bytes.count else {
-        return nil
-    }
+    guard connectToLoopback(fd, port: port), sendAll(fd, request) else { return nil }
     var answer: [UInt8] = []
     var buffer = [UInt8](repeating: 0, count: 4096)
     while true {
@@ -172,4 +147,23 @@ public func loopbackHTTPStatus(port: UInt16, _ request: String, timeout: Duratio
     let statusLine = String(decoding: answer.prefix { $0 != UInt8(ascii: "\r") }, as: UTF8.self)
     let parts = statusLine.split(separator: " ")
     return parts.count >= 2 ? Int(parts[1]) : nil
+}
+
+/// Connects `fd` (an AF_INET stream socket) to 127.0.0.1:`port`.
+private func connectToLoopback(_ fd: Int32, port: UInt16) -> Bool {
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = port.bigEndian
+    address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+    return withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+        }
+    } == 0
+}
+
+/// Sends all of `text` in one call (small writes on loopback), without SIGPIPE.
+private func sendAll(_ fd: Int32, _ text: String) -> Bool {
+    let bytes = Array(text.utf8)
+    return bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } == bytes.count
 }
