@@ -15,6 +15,10 @@ import Testing
         let (attempt, url) = try world.start()
         let id = try #require(attempt["attemptId"]?.stringValue)
         let port = try #require(listenerPort(url))
+        let broker = try #require(world.h.broker?.pid)
+        let residentBefore = try #require(residentKiB(broker))
+        let descriptorsBefore = openDescriptors(broker)
+        let cpuBefore = cpuSeconds(broker) ?? 0
         let senders = SlowSenders(port: port, count: 50, interval: .seconds(2), target: "/callback?code=x&state=y")
         defer { senders.stop() }
         #expect(senders.waitUntilOpened(50), "\(senders.counts)")
@@ -28,7 +32,15 @@ import Testing
         #expect(try world.session()["status"] == "signedIn")
         #expect(try attemptState(world.h.rpc(), id) == "completed")
         #expect(counts.closedByListener > 0, "\(counts)")
-        print("sign-in (provider pages and callback) under 50 slow senders: \(took); \(counts)")
+        // Nothing stays behind: the listener closed with the attempt (its descriptors are gone), and the
+        // broker's memory is where it was (the first ID token check loads libcrypto: ≈ 2 MiB).
+        let cpu = (cpuSeconds(broker) ?? 0) - cpuBefore
+        try waitUntil(10, "the listener's descriptors to close") { openDescriptors(broker) <= descriptorsBefore }
+        let residentAfter = try #require(residentKiB(broker))
+        #expect(residentAfter - residentBefore <= 10 * 1024, "RSS \(residentBefore) → \(residentAfter) KiB")
+        print(
+            "sign-in (provider pages and callback) under 50 slow senders: \(took); \(counts); broker CPU \(cpu) s, "
+                + "RSS \(residentBefore) → \(residentAfter) KiB")
     }
 
     /// The genuine callback sent without a Host (HTTP/1.0), or with a rebound host name: 400, and the
