@@ -140,9 +140,10 @@ public final class LoopbackListener: Sendable {
         }
         // The Host a browser sends for this listener (RFC 8252 §7.3 names the literal; localhost is how a
         // user types it). A page of another origin (DNS rebinding) sends its own name and is refused.
-        core.hosts.withLock {
-            $0 = ["127.0.0.1:\(bound)", "[::1]:\(bound)", "localhost:\(bound)"].map { Array($0.utf8) }
-        }
+        // (A browser leaves out port 80, the default: a listener fixed on it takes the bare names too.)
+        let names = ["127.0.0.1", "[::1]", "localhost"]
+        let hosts = names.map { "\($0):\(bound)" } + (bound == 80 ? names : [])
+        core.hosts.withLock { $0 = hosts.map { Array($0.utf8) } }
         core.origin.withLock { $0 = "http://\(host.urlHost):\(bound)" }
         core.daemon.withLock { $0 = Int(bitPattern: started) }
         core.startSweeping()
