@@ -49,14 +49,8 @@ public enum ClientFiles {
         let keyFile = g_key_file_new()
         defer { g_key_file_free(keyFile) }
         var error: UnsafeMutablePointer<GError>?
-        // One byte more, so that even empty contents have an address; GKeyFile reads `count` bytes.
-        let bytes = contents + [0]
-        let loaded = bytes.withUnsafeBufferPointer { buffer in
-            buffer.withMemoryRebound(to: CChar.self) { chars in
-                g_key_file_load_from_data(keyFile, chars.baseAddress, gsize(contents.count), G_KEY_FILE_NONE, &error)
-            }
-        }
-        switch loaded != 0 ? readGroup(keyFile, path: file, group: ClientConfigValidator.group) : unreadable(file, error) {
+        let loaded = loadKeyFile(keyFile, contents: contents, error: &error)
+        switch loaded ? readGroup(keyFile, path: file, group: ClientConfigValidator.group) : unreadable(file, error) {
         case .failure(let problem): return (nil, [problem])
         case .success(let keys): return ClientConfigValidator.validate(file: file, keys: keys)
         }
@@ -90,6 +84,18 @@ public enum ClientFiles {
         guard let first = line.firstIndex(where: { !blank($0) }), let last = line.lastIndex(where: { !blank($0) })
         else { return [] }
         return line[first...last]
+    }
+
+    /// Loads `contents` into `keyFile` (GKeyFile); false with `error` set when they are not a key file.
+    static func loadKeyFile(
+        _ keyFile: OpaquePointer?, contents: [UInt8], error: inout UnsafeMutablePointer<GError>?
+    ) -> Bool {
+        // One byte more, so that even empty contents have an address; GKeyFile reads `count` bytes.
+        (contents + [0]).withUnsafeBufferPointer { buffer in
+            buffer.withMemoryRebound(to: CChar.self) { chars in
+                g_key_file_load_from_data(keyFile, chars.baseAddress, gsize(contents.count), G_KEY_FILE_NONE, &error)
+            }
+        } != 0
     }
 
     /// A group's keys and values, or why they could not be read.

@@ -15,13 +15,7 @@ public enum KeyFileGroups {
         let keyFile = g_key_file_new()
         defer { g_key_file_free(keyFile) }
         var error: UnsafeMutablePointer<GError>?
-        // One byte more, so that even empty contents have an address; GKeyFile reads `count` bytes.
-        let loaded = (contents + [0]).withUnsafeBufferPointer { buffer in
-            buffer.withMemoryRebound(to: CChar.self) { chars in
-                g_key_file_load_from_data(keyFile, chars.baseAddress, gsize(contents.count), G_KEY_FILE_NONE, &error)
-            }
-        }
-        guard loaded != 0 else {
+        guard ClientFiles.loadKeyFile(keyFile, contents: contents, error: &error) else {
             let message = takeMessage(error, or: "unreadable")
             return .failure(ConfigProblem(.error, file: path, key: nil, "cannot be read as a key file: \(message)"))
         }
