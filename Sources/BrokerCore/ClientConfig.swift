@@ -117,8 +117,14 @@ public enum ClientConfigValidator {
         func warning(_ key: String?, _ message: String) {
             problems.append(ConfigProblem(.warning, file: file, key: key, message))
         }
-        for key in keys.keys.sorted() where !knownKeys.contains(key) {
-            warning(key, "unknown key, ignored")
+        let unknown = keys.keys.sorted().filter { !knownKeys.contains($0) }
+        if unknown.count == 1 {
+            warning(unknown[0], "unknown key, ignored")
+        } else if !unknown.isEmpty {
+            // One warning per file, however many: the first few named, each cut to a readable length.
+            let named = unknown.prefix(5).map { $0.count > 40 ? "\($0.prefix(40))…" : $0 }.joined(separator: ", ")
+            let more = unknown.count > 5 ? " and \(unknown.count - 5) more" : ""
+            warning(nil, "\(unknown.count) unknown keys, ignored: \(named)\(more)")
         }
         func required(_ key: String, _ why: String = "") -> String? {
             guard let value = keys[key]?.trimmed, !value.isEmpty else {
@@ -402,8 +408,13 @@ public enum ClientConfigValidator {
                 }
                 if a.id == b.id {
                     refused.formUnion([a.file, b.file])
-                    problems.append(
-                        ConfigProblem(.error, file: b.file, key: "Id", "the client id '\(a.id)' is also used by \(a.file)"))
+                    for (file, other) in [(a.file, b.file), (b.file, a.file)] {
+                        problems.append(
+                            ConfigProblem(
+                                .error, file: file, key: "Id",
+                                "the client id '\(a.id)' is also used by \(other); two clients may not share an id — both are refused"
+                            ))
+                    }
                 }
             }
         }

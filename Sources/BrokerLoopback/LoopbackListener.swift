@@ -33,6 +33,18 @@ public enum LoopbackError: Error, Sendable, Equatable, CustomStringConvertible {
 /// waits for `deliver`, so a slow delivery holds up no other request and
 /// deliveries may run concurrently.
 ///
+/// Other local programs can connect too. A request whose `Host` is not this
+/// listener's (`127.0.0.1:PORT`, `[::1]:PORT`, `localhost:PORT`) is answered
+/// 400 before anything else is looked at (DNS rebinding; HTTP/1.0 without a
+/// Host). libmicrohttpd reports each connection as it opens and closes
+/// (`MHD_OPTION_NOTIFY_CONNECTION`) to a `ConnectionTable`: a connection has
+/// `headDeadline` for a whole request head, and one more than
+/// `connectionLimit` evicts the one waiting longest for its head. An evicted
+/// or overdue connection's socket is shut down (libmicrohttpd then reads the
+/// end of the stream and closes it); overdue ones by a sweeper task that
+/// sleeps until the earliest deadline and is cancelled when the listener
+/// stops. So dribbled heads (slowloris) cannot lock the browser out.
+///
 /// Why this cannot deadlock: the listener's lock is taken by the access
 /// handler (polling thread), by a finished delivery and by `close()`, each
 /// for a few instructions; under it only `MHD_suspend_connection` and
@@ -62,9 +74,16 @@ public final class LoopbackListener: Sendable {
     /// At most this many bytes per request: request line, headers and
     /// libmicrohttpd's bookkeeping (a redirect's URL is well under it).
     static let memoryLimit = 8 * 1024
-    /// Connections at once, and from one address (browsers open up to 6 to a host).
-    static let connectionLimit: UInt32 = 8
-    static let perAddressLimit: UInt32 = 6
+    /// Connections kept at once (browsers open up to 6 to a host). One more evicts the one waiting
+    /// longest for its request head (ConnectionTable). No limit per address: every local process shares
+    /// the loopback addresses (and may pick any of 127.0.0.0/8), so it would only lock the browser out.
+    static let connectionLimit = 16
+    /// libmicrohttpd's own limit (a connection beyond it is closed at accept): the kept connections and
+    /// the evicted ones it has not closed yet.
+    static let acceptLimit: UInt32 = 64
+    /// How long a connection has for a whole request head (request line and headers), from its start or
+    /// from its previous answer; then it is closed (slowloris: one header line every few seconds).
+    static let headDeadline: Duration = .seconds(2)
 
     private let core: ListenerCore
     /// The port the listener is bound to (the ephemeral one when asked for 0).
@@ -101,12 +120,14 @@ public final class LoopbackListener: Sendable {
         deliver: @escaping @Sendable (String) async -> LoopbackPage
     ) throws(LoopbackError) {
         try loadLibrary()
-        let core = ListenerCore(path: path, deliver: deliver)
+        let core = ListenerCore(
+            path: path, connections: ConnectionTable(capacity: Self.connectionLimit, headDeadline: Self.headDeadline),
+            deliver: deliver)
         let cls = Unmanaged.passUnretained(core).toOpaque()
         var error: Int32 = 0
         let started = bl_lmhd_start_loopback(
-            host.rawValue, port, Self.connectionLimit, Self.perAddressLimit, idleTimeoutSeconds, Self.memoryLimit,
-            loopbackAccessHandler, cls, loopbackCompletedHandler, cls, loopbackTargetHandler, cls, &error)
+            host.rawValue, port, Self.acceptLimit, idleTimeoutSeconds, Self.memoryLimit, loopbackAccessHandler, cls,
+            loopbackCompletedHandler, cls, loopbackTargetHandler, cls, loopbackConnectionHandler, cls, &error)
         guard let started else {
             if port != 0, addressInUse(host: host, port: port) { throw .portInUse(port) }
             throw .failed("cannot listen on the loopback address \(host.urlHost) port \(port)")
@@ -117,8 +138,15 @@ public final class LoopbackListener: Sendable {
             bl_lmhd_stop_daemon(started)
             throw .failed("cannot listen on \(host.urlHost) with IPV6_V6ONLY")
         }
+        // The Host a browser sends for this listener (RFC 8252 §7.3 names the literal; localhost is how a
+        // user types it). A page of another origin (DNS rebinding) sends its own name and is refused.
+        // (A browser leaves out port 80, the default: a listener fixed on it takes the bare names too.)
+        let names = ["127.0.0.1", "[::1]", "localhost"]
+        let hosts = names.map { "\($0):\(bound)" } + (bound == 80 ? names : [])
+        core.hosts.withLock { $0 = hosts.map { Array($0.utf8) } }
         core.origin.withLock { $0 = "http://\(host.urlHost):\(bound)" }
         core.daemon.withLock { $0 = Int(bitPattern: started) }
+        core.startSweeping()
         self.core = core
         self.port = bound
     }
@@ -131,6 +159,9 @@ public final class LoopbackListener: Sendable {
     public func close() { core.close() }
 
     deinit { close() }
+
+    /// How many connections were closed for want of a request head in time, or to make room (for tests).
+    package var evictions: Int { core.connections.withLock { $0.evictions } }
 
     /// The listening socket's address and, for IPv6, whether it is IPV6_V6ONLY (for tests).
     package func listeningAddress() -> (address: String, ipv6Only: Bool?)? {
@@ -175,6 +206,14 @@ private final class ListenerCore: Sendable {
     let deliver: @Sendable (String) async -> LoopbackPage
     /// "http://127.0.0.1:PORT", set once the port is known (before any request can be delivered).
     let origin = Mutex("")
+    /// The Host header values accepted ("127.0.0.1:PORT", "[::1]:PORT", "localhost:PORT"), set with `origin`.
+    let hosts = Mutex<[[UInt8]]>([])
+    /// The connections and their head deadlines. A socket is shut down only under this lock and only
+    /// while it is in the table: libmicrohttpd reports a connection closed (which removes it) before it
+    /// closes the socket, so the number is never another file's.
+    let connections: Mutex<ConnectionTable>
+    /// Shuts down connections past their head deadline; cancelled by `stop()`.
+    let sweeper = Mutex<Task<Void, Never>?>(nil)
     /// The daemon pointer's bit pattern, 0 once stopped. Held while stopping,
     /// so a second `stop()` returns only after the first has finished.
     let daemon = Mutex(0)
@@ -193,9 +232,49 @@ private final class ListenerCore: Sendable {
         var answers: [Int: LoopbackPage] = [:]
     }
 
-    init(path: [UInt8], deliver: @escaping @Sendable (String) async -> LoopbackPage) {
+    init(path: [UInt8], connections: ConnectionTable, deliver: @escaping @Sendable (String) async -> LoopbackPage) {
         self.path = path
+        self.connections = Mutex(connections)
         self.deliver = deliver
+    }
+
+    /// A connection was accepted (polling thread): evicts what must go to keep it.
+    func connectionOpened(_ connection: OpaquePointer) {
+        let socket = bl_lmhd_connection_fd(connection)
+        connections.withLock { table in
+            for evicted in table.opened(Int(bitPattern: connection), socket: socket, at: .now) { shutDown(evicted) }
+        }
+    }
+
+    func connectionClosed(_ connection: OpaquePointer) {
+        connections.withLock { $0.closed(Int(bitPattern: connection)) }
+    }
+
+    /// Whether the request has exactly one Host header, naming this listener (polling thread).
+    func hostIsOurs(_ connection: OpaquePointer) -> Bool {
+        guard bl_lmhd_header_count(connection, "Host") == 1,
+            let value = bl_lmhd_lookup_connection_value(connection, .HEADER_KIND, "Host")
+        else { return false }
+        let bytes = UnsafeBufferPointer(start: value, count: strlen(value)).map { asciiLowercased(UInt8(bitPattern: $0)) }
+        return hosts.withLock { $0.contains(bytes) }
+    }
+
+    /// Runs until `stop()`: shuts down each connection when it passes its head deadline. It sleeps until
+    /// the earliest deadline, or for a whole deadline when no connection waits: a connection that starts
+    /// waiting later has a later deadline than either.
+    func startSweeping() {
+        let task = Task { [self] in
+            let clock = ContinuousClock()
+            while !Task.isCancelled {
+                let next = connections.withLock { table in
+                    let now = clock.now
+                    for evicted in table.expired(at: now) { shutDown(evicted) }
+                    return table.nextDeadline ?? now + table.headDeadline
+                }
+                do { try await clock.sleep(until: next) } catch { return }
+            }
+        }
+        sweeper.withLock { $0 = task }
     }
 
     /// Suspends the connection and hands the URL to `deliver` in a task of its own (polling thread).
@@ -259,6 +338,10 @@ private final class ListenerCore: Sendable {
     /// Lets delivered pages be written (at most `drainLimit`), then stops the daemon: closes the listening
     /// socket and every connection and joins the polling thread. Never called on the polling thread.
     private func stop() {
+        sweeper.withLock { task in
+            task?.cancel()
+            task = nil
+        }
         daemon.withLock { pointer in
             guard let running = OpaquePointer(bitPattern: pointer) else { return }
             pointer = 0
@@ -308,6 +391,17 @@ extension LoopbackListener {
         guard bl_library_open(soname, &error, error.count) == nil else { return nil }
         return loadFailure(cString(error))
     }
+}
+
+/// Closes both directions of a connection's socket (not the descriptor, which libmicrohttpd owns): its
+/// polling thread then reads the end of the stream and closes the connection.
+private func shutDown(_ socket: Int32) {
+    guard socket >= 0 else { return }
+    _ = Glibc.shutdown(socket, Int32(SHUT_RDWR))
+}
+
+private func asciiLowercased(_ byte: UInt8) -> UInt8 {
+    (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) ? byte | 0x20 : byte
 }
 
 /// A request-target byte we hand over unchanged: printable ASCII, no space.
@@ -409,6 +503,10 @@ private let loopbackAccessHandler: bl_mhd_access_handler = {
     switch request.phase {
     case .new:
         request.phase = .done
+        core.connections.withLock { $0.headRead(Int(bitPattern: connection)) }
+        // Before anything else, and consulting nothing: a request for another host (a page that rebound
+        // its name to 127.0.0.1), or with no Host (HTTP/1.0), is not a browser's redirect to us.
+        guard core.hostIsOurs(connection) else { return queuePage(connection, .badRequest) }
         guard let method, strcmp(method, "GET") == 0 else { return queuePage(connection, .methodNotAllowed) }
         guard let target = request.target else { return queuePage(connection, .badRequest) }
         let pathPart = target.prefix { $0 != UInt8(ascii: "?") }
@@ -440,10 +538,25 @@ private let loopbackAccessHandler: bl_mhd_access_handler = {
     }
 }
 
-private let loopbackCompletedHandler: bl_mhd_completed_handler = { cls, _, requestContext, _ in
-    guard let cls, let requestContext, let pointer = requestContext.pointee else { return }
+private let loopbackCompletedHandler: bl_mhd_completed_handler = { cls, connection, requestContext, _ in
+    guard let cls else { return }
     let core = Unmanaged<ListenerCore>.fromOpaque(cls).takeUnretainedValue()
+    if let connection {
+        core.connections.withLock { $0.requestCompleted(Int(bitPattern: connection), at: .now) }
+    }
+    guard let requestContext, let pointer = requestContext.pointee else { return }
     let request = Unmanaged<RequestContext>.fromOpaque(pointer).takeRetainedValue()
     requestContext.pointee = nil
     if request.phase == .answeredDelivery { core.unsentPages.subtract(1, ordering: .releasing) }
+}
+
+/// Each connection as libmicrohttpd accepts and closes it (polling thread, or the thread stopping the daemon).
+private let loopbackConnectionHandler: bl_mhd_connection_handler = { cls, connection, _, code in
+    guard let cls, let connection else { return }
+    let core = Unmanaged<ListenerCore>.fromOpaque(cls).takeUnretainedValue()
+    switch code {
+    case .CONNECTION_NOTIFY_STARTED: core.connectionOpened(connection)
+    case .CONNECTION_NOTIFY_CLOSED: core.connectionClosed(connection)
+    @unknown default: break
+    }
 }

@@ -6,7 +6,9 @@ import SystemSupport
 /// then in each `$XDG_DATA_DIRS/browser-login/clients.d/`. A file name found
 /// earlier wins (the user's file overrides a system one of the same name).
 /// The format is the INI format of desktop files and systemd units, read with
-/// GLib's GKeyFile; keys live in the `[Client]` group.
+/// GLib's GKeyFile; keys live in the `[Client]` group. Only regular files of at most 64 KiB are read
+/// (ConfigFileRead: a FIFO, a directory or a device named `*.conf` is refused, never opened for a blocking
+/// read); a NUL byte or a second `[Client]` group refuses the file.
 public enum ClientFiles {
     public struct Loaded: Sendable {
         public var clients: [ClientConfig]
@@ -25,11 +27,11 @@ public enum ClientFiles {
                 seen.insert(name)
                 let path = directory + "/" + name
                 files.append(path)
-                switch readGroup(path: path, group: ClientConfigValidator.group) {
+                switch ConfigFileRead.read(path) {
                 case .failure(let problem):
                     problems.append(problem)
-                case .success(let keys):
-                    let (config, found) = ClientConfigValidator.validate(file: path, keys: keys)
+                case .success(let contents):
+                    let (config, found) = parse(contents: contents, file: path)
                     problems.append(contentsOf: found)
                     if let config { clients.append(config) }
                 }
@@ -43,20 +45,57 @@ public enum ClientFiles {
     /// file it reads (`file` names it in the problems); for fuzzing and tests.
     /// Clashes between files (`checkTogether`) are not part of it.
     public static func parse(contents: [UInt8], file: String) -> (client: ClientConfig?, problems: [ConfigProblem]) {
+        if let problem = textProblem(contents, file: file) { return (nil, [problem]) }
         let keyFile = g_key_file_new()
         defer { g_key_file_free(keyFile) }
         var error: UnsafeMutablePointer<GError>?
-        // One byte more, so that even empty contents have an address; GKeyFile reads `count` bytes.
-        let bytes = contents + [0]
-        let loaded = bytes.withUnsafeBufferPointer { buffer in
-            buffer.withMemoryRebound(to: CChar.self) { chars in
-                g_key_file_load_from_data(keyFile, chars.baseAddress, gsize(contents.count), G_KEY_FILE_NONE, &error)
-            }
-        }
-        switch loaded != 0 ? readGroup(keyFile, path: file, group: ClientConfigValidator.group) : unreadable(file, error) {
+        let loaded = loadKeyFile(keyFile, contents: contents, error: &error)
+        switch loaded ? readGroup(keyFile, path: file, group: ClientConfigValidator.group) : unreadable(file, error) {
         case .failure(let problem): return (nil, [problem])
         case .success(let keys): return ClientConfigValidator.validate(file: file, keys: keys)
         }
+    }
+
+    /// What GKeyFile would read differently from what the file says: a NUL byte (GKeyFile's strings end
+    /// there, so `Id=a<NUL>b` would be read as `a`), or a second `[Client]` group (GKeyFile merges it into
+    /// the first, so the later keys would silently win).
+    static func textProblem(_ contents: [UInt8], file: String) -> ConfigProblem? {
+        if let nul = contents.firstIndex(of: 0) {
+            let line = contents[..<nul].count { $0 == UInt8(ascii: "\n") } + 1
+            return ConfigProblem(
+                .error, file: file, key: nil,
+                "has a NUL byte on line \(line); a client file is text — remove it (the file is not read)")
+        }
+        let header = Array("[\(ClientConfigValidator.group)]".utf8)
+        var groupLines: [Int] = []
+        for (index, line) in contents.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).enumerated()
+        where trimmedBlanks(line).elementsEqual(header) {
+            groupLines.append(index + 1)
+        }
+        guard groupLines.count > 1 else { return nil }
+        return ConfigProblem(
+            .error, file: file, key: nil,
+            "has a second [\(ClientConfigValidator.group)] group on line \(groupLines[1]) (the first is on line \(groupLines[0])); a file holds one client — put each client in a file of its own (the file is not read)"
+        )
+    }
+
+    private static func trimmedBlanks(_ line: ArraySlice<UInt8>) -> ArraySlice<UInt8> {
+        let blank: (UInt8) -> Bool = { $0 == 0x20 || $0 == 0x09 || $0 == 0x0D || $0 == 0x0B || $0 == 0x0C }
+        guard let first = line.firstIndex(where: { !blank($0) }), let last = line.lastIndex(where: { !blank($0) })
+        else { return [] }
+        return line[first...last]
+    }
+
+    /// Loads `contents` into `keyFile` (GKeyFile); false with `error` set when they are not a key file.
+    static func loadKeyFile(
+        _ keyFile: OpaquePointer?, contents: [UInt8], error: inout UnsafeMutablePointer<GError>?
+    ) -> Bool {
+        // One byte more, so that even empty contents have an address; GKeyFile reads `count` bytes.
+        (contents + [0]).withUnsafeBufferPointer { buffer in
+            buffer.withMemoryRebound(to: CChar.self) { chars in
+                g_key_file_load_from_data(keyFile, chars.baseAddress, gsize(contents.count), G_KEY_FILE_NONE, &error)
+            }
+        } != 0
     }
 
     /// A group's keys and values, or why they could not be read.
@@ -68,14 +107,6 @@ public enum ClientFiles {
     }
 
     /// The keys of one group of a key file, unescaped by GKeyFile.
-    static func readGroup(path: String, group: String) -> Keys {
-        let keyFile = g_key_file_new()
-        defer { g_key_file_free(keyFile) }
-        var error: UnsafeMutablePointer<GError>?
-        guard g_key_file_load_from_file(keyFile, path, G_KEY_FILE_NONE, &error) != 0 else { return unreadable(path, error) }
-        return readGroup(keyFile, path: path, group: group)
-    }
-
     private static func readGroup(_ keyFile: OpaquePointer?, path: String, group: String) -> Keys {
         guard g_key_file_has_group(keyFile, group) != 0 else {
             return .failure(

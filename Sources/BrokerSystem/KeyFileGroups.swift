@@ -3,14 +3,19 @@ import CGIO
 
 /// Every group of a key file (the INI format of client files, desktop files
 /// and systemd units), read with GLib's GKeyFile as `ClientFiles` reads
-/// client files: broker.conf (docs/operations.md).
+/// client files (a regular file of at most 64 KiB: ConfigFileRead): broker.conf (docs/operations.md).
 public enum KeyFileGroups {
     /// The groups in file order, each with its keys; or why the file cannot be read.
     public static func read(path: String) -> Result<[(group: String, keys: [(key: String, value: String)])], ConfigProblem> {
+        let contents: [UInt8]
+        switch ConfigFileRead.read(path) {
+        case .failure(let problem): return .failure(problem)
+        case .success(let bytes): contents = bytes
+        }
         let keyFile = g_key_file_new()
         defer { g_key_file_free(keyFile) }
         var error: UnsafeMutablePointer<GError>?
-        guard g_key_file_load_from_file(keyFile, path, G_KEY_FILE_NONE, &error) != 0 else {
+        guard ClientFiles.loadKeyFile(keyFile, contents: contents, error: &error) else {
             let message = takeMessage(error, or: "unreadable")
             return .failure(ConfigProblem(.error, file: path, key: nil, "cannot be read as a key file: \(message)"))
         }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdarg.h>
 #include <string.h>
+#include <strings.h>
 #include <microhttpd.h>
 
 #ifndef BL_MHD_COMMON_TYPES
@@ -25,6 +26,23 @@ typedef enum MHD_Result (*bl_mhd_access_handler)(void *cls, struct MHD_Connectio
 typedef void (*bl_mhd_completed_handler)(void *cls, struct MHD_Connection *connection, void **req_cls,
                                          enum MHD_RequestTerminationCode toe);
 typedef void *(*bl_mhd_uri_log_handler)(void *cls, const char *uri, struct MHD_Connection *connection);
+typedef void (*bl_mhd_connection_handler)(void *cls, struct MHD_Connection *connection, void **socket_context,
+                                          enum MHD_ConnectionNotificationCode toe);
+
+/// What `header_count` counts: headers named `name` (case-insensitively).
+struct bl_mhd_header_count {
+    const char *name;
+    unsigned int count;
+};
+
+static inline enum MHD_Result bl_mhd_count_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                                  const char *value) {
+    (void)kind;
+    (void)value;
+    struct bl_mhd_header_count *counting = (struct bl_mhd_header_count *)cls;
+    if (key != NULL && strcasecmp(key, counting->name) == 0) counting->count += 1;
+    return MHD_YES;
+}
 
 /// Why a start function returned NULL.
 enum bl_mhd_start_error { BL_MHD_OK = 0, BL_MHD_BAD_ADDRESS = 1, BL_MHD_NO_TLS = 2, BL_MHD_START_FAILED = 3 };
@@ -53,14 +71,19 @@ static inline int BL_MHD_NAME(address)(const char *address, uint16_t port, struc
 /// The broker's loopback redirect listener (RFC 8252 §7.3): one internal
 /// polling thread (poll()) with suspend/resume, bound to `address` (an IPv4 or
 /// IPv6 literal; IPv6 without dual stack, so IPV6_V6ONLY) and `port` (0: any
-/// free port); `uri_log` sees each request target exactly as received.
+/// free port); `uri_log` sees each request target exactly as received, and
+/// `notify` each connection as it starts and closes (the listener's own
+/// connection table: head deadline and eviction). `connection_limit` is
+/// libmicrohttpd's hard limit (a connection beyond it is closed at accept);
+/// no per-address limit: every local process shares the loopback addresses.
 /// (MHD_start_daemon is variadic: Swift cannot call it.)
 static inline struct MHD_Daemon *BL_MHD_NAME(start_loopback)(const char *address, uint16_t port,
-                                                             unsigned int connection_limit, unsigned int per_ip_limit,
+                                                             unsigned int connection_limit,
                                                              unsigned int timeout_seconds, size_t memory_limit,
                                                              bl_mhd_access_handler handler, void *handler_cls,
                                                              bl_mhd_completed_handler completed, void *completed_cls,
                                                              bl_mhd_uri_log_handler uri_log, void *uri_log_cls,
+                                                             bl_mhd_connection_handler notify, void *notify_cls,
                                                              int *error_out) {
     struct sockaddr_storage storage;
     memset(&storage, 0, sizeof storage);
@@ -72,11 +95,25 @@ static inline struct MHD_Daemon *BL_MHD_NAME(start_loopback)(const char *address
     struct MHD_Daemon *daemon = BL_MHD_CALL(MHD_start_daemon)(
         flags, port, NULL, NULL, handler, handler_cls, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&storage,
         MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls, MHD_OPTION_URI_LOG_CALLBACK, uri_log, uri_log_cls,
-        MHD_OPTION_CONNECTION_LIMIT, connection_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip_limit,
+        MHD_OPTION_NOTIFY_CONNECTION, notify, notify_cls, MHD_OPTION_CONNECTION_LIMIT, connection_limit,
         MHD_OPTION_CONNECTION_TIMEOUT, timeout_seconds, MHD_OPTION_CONNECTION_MEMORY_LIMIT, memory_limit,
         MHD_OPTION_END);
     *error_out = daemon == NULL ? BL_MHD_START_FAILED : BL_MHD_OK;
     return daemon;
+}
+
+/// A connection's socket (MHD_get_connection_info is variadic), or -1.
+static inline int BL_MHD_NAME(connection_fd)(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info =
+        BL_MHD_CALL(MHD_get_connection_info)(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info == NULL ? -1 : info->connect_fd;
+}
+
+/// How many request headers named `name` (case-insensitively) the request has.
+static inline unsigned int BL_MHD_NAME(header_count)(struct MHD_Connection *connection, const char *name) {
+    struct bl_mhd_header_count counting = {name, 0};
+    (void)BL_MHD_CALL(MHD_get_connection_values)(connection, MHD_HEADER_KIND, bl_mhd_count_header, &counting);
+    return counting.count;
 }
 
 /// The port the daemon listens on (MHD_get_daemon_info is variadic).

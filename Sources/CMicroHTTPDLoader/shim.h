@@ -23,6 +23,8 @@
     X(MHD_destroy_response)                                                                                           \
     X(MHD_queue_response)                                                                                             \
     X(MHD_lookup_connection_value)                                                                                    \
+    X(MHD_get_connection_values)                                                                                      \
+    X(MHD_get_connection_info)                                                                                        \
     X(MHD_suspend_connection)                                                                                         \
     X(MHD_resume_connection)
 
@@ -68,7 +70,7 @@ static inline int bl_lmhd_load(char *error, size_t length) {
 }
 
 // The start-up and daemon queries shared with CMicroHTTPD (bl_lmhd_start_loopback, bl_lmhd_bound_port,
-// bl_lmhd_listen_fd), calling through the resolved pointers.
+// bl_lmhd_listen_fd, bl_lmhd_connection_fd, bl_lmhd_header_count), calling through the resolved pointers.
 #define BL_MHD_NAME(name) bl_lmhd_##name
 #define BL_MHD_CALL(function) (bl_lmhd_library_record()->function)
 #include "../CMicroHTTPD/loopback.h"

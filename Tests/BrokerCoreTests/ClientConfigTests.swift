@@ -2,6 +2,7 @@ import BrowserLoginProtocol
 import Testing
 
 @testable import BrokerCore
+@testable import BrokerSystem
 
 @Suite struct ClientConfigTests {
     static let valid: [String: String] = [
@@ -66,6 +67,55 @@ import Testing
         let (config, problems) = ClientConfigValidator.validate(file: "a.conf", keys: with(["Colour": "blue"]))
         #expect(config != nil)
         #expect(problems == [ConfigProblem(.warning, file: "a.conf", key: "Colour", "unknown key, ignored")])
+    }
+
+    @Test func manyUnknownKeysAreOneWarning() {
+        var keys = Self.valid
+        for i in 0..<1000 { keys["Unknown\(i)"] = "x" }
+        keys[String(repeating: "L", count: 500)] = "x"
+        let (config, problems) = ClientConfigValidator.validate(file: "a.conf", keys: keys)
+        #expect(config != nil)
+        #expect(problems.count == 1)
+        let warning = problems.first
+        #expect(warning?.severity == .warning && warning?.key == nil)
+        #expect(warning?.message.hasPrefix("1001 unknown keys, ignored: ") == true)
+        #expect(warning?.message.hasSuffix(" and 996 more") == true)
+        #expect((warning?.message.utf8.count ?? 0) < 400, "names are cut: \(warning?.message ?? "")")
+    }
+
+    @Test func twoClientsWithOneIdAreBothRefusedAndBothNamed() throws {
+        let a = try #require(ClientConfigValidator.validate(file: "a.conf", keys: Self.valid).0)
+        let b = try #require(
+            ClientConfigValidator.validate(file: "b.conf", keys: with(["ReturnUrl": "com.example.other:/cb"])).0)
+        let (kept, problems) = ClientConfigValidator.checkTogether([a, b])
+        #expect(kept.isEmpty)
+        #expect(problems.contains { $0.file == "a.conf" && $0.key == "Id" && $0.message.contains("b.conf") })
+        #expect(problems.contains { $0.file == "b.conf" && $0.key == "Id" && $0.message.contains("a.conf") })
+        #expect(problems.allSatisfy { $0.message.contains("both are refused") })
+    }
+
+    @Test func aNulByteRefusesTheFile() {
+        let text =
+            "[Client]\nId=com.example.notes\u{0}evil\nAppName=N\nServer=https://login.example.com\nReturnUrl=com.example.notes:/cb\n"
+        let (config, problems) = ClientFiles.parse(contents: Array(text.utf8), file: "n.conf")
+        #expect(config == nil)
+        #expect(
+            problems == [
+                ConfigProblem(
+                    .error, file: "n.conf", key: nil,
+                    "has a NUL byte on line 2; a client file is text — remove it (the file is not read)")
+            ])
+    }
+
+    @Test func aSecondClientGroupRefusesTheFile() {
+        let one = "Id=com.example.notes\nAppName=N\nServer=https://login.example.com\nReturnUrl=com.example.notes:/cb\n"
+        let text = "[Client]\n" + one + "\n  [Client] \r\nId=com.example.other\n"
+        let (config, problems) = ClientFiles.parse(contents: Array(text.utf8), file: "g.conf")
+        #expect(config == nil)
+        #expect(problems.count == 1)
+        #expect(problems.first?.message.hasPrefix("has a second [Client] group on line 7 (the first is on line 1)") == true)
+        // One group is fine; another group's name is not a second [Client].
+        #expect(ClientFiles.parse(contents: Array(("[Client]\n" + one + "[ClientX]\n").utf8), file: "g.conf").client != nil)
     }
 
     @Test func twoClientsWithOneReturnURLAreBothRefused() throws {

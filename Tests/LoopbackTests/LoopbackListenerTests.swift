@@ -93,8 +93,8 @@ struct LoopbackListenerTests {
         let listener = try LoopbackListener.open(host: .ipv4, port: 0, path: "/callback", deliver: deliveries.deliver)
         defer { listener.close() }
         for request in [
-            "GET /callback?code=1 HTTP/1.1\r\nHost: a\r\nBad Header\r\n\r\n",
-            "GET /callback?c\u{7}=1 HTTP/1.1\r\nHost: a\r\n\r\n",
+            "GET /callback?code=1 HTTP/1.1\r\nHost: 127.0.0.1:\(listener.port)\r\nBad Header\r\n\r\n",
+            "GET /callback?c\u{7}=1 HTTP/1.1\r\nHost: 127.0.0.1:\(listener.port)\r\n\r\n",
         ] {
             let connection = try RawConnection(host: .ipv4, port: listener.port)
             connection.send(request)
@@ -230,12 +230,12 @@ struct LoopbackListenerTests {
         defer { listener.close() }
         var events = started.makeAsyncIterator()
         let first = try RawConnection(host: .ipv4, port: listener.port)
-        first.send("GET /callback?code=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        first.send("GET /callback?code=1 HTTP/1.1\r\nHost: 127.0.0.1:\(listener.port)\r\nConnection: close\r\n\r\n")
         #expect(await events.next()?.hasSuffix("/callback?code=1") == true)
         // While the first delivery waits: another path is answered, and the same path is delivered again.
         #expect(try get("/elsewhere", port: listener.port)?.status == 404)
         let second = try RawConnection(host: .ipv4, port: listener.port)
-        second.send("GET /callback?code=2 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        second.send("GET /callback?code=2 HTTP/1.1\r\nHost: 127.0.0.1:\(listener.port)\r\nConnection: close\r\n\r\n")
         #expect(await events.next()?.hasSuffix("/callback?code=2") == true)
         await gate.open()
         #expect(try first.response()?.status == 200)
@@ -253,7 +253,7 @@ struct LoopbackListenerTests {
             return LoopbackPage(status: 200, title: "Signed in", message: "Done.")
         }
         let waiting = try RawConnection(host: .ipv4, port: listener.port)
-        waiting.send("GET /callback?code=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        waiting.send("GET /callback?code=1 HTTP/1.1\r\nHost: 127.0.0.1:\(listener.port)\r\n\r\n")
         var events = started.makeAsyncIterator()
         _ = await events.next()
         listener.close()  // returns with the delivery still waiting
@@ -274,7 +274,7 @@ struct LoopbackListenerTests {
         holder.withLock { $0 = listener }
         defer { holder.withLock { $0 = nil } }
         let connection = try RawConnection(host: .ipv4, port: listener.port)
-        connection.send("GET /callback?code=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        connection.send("GET /callback?code=1 HTTP/1.1\r\nHost: 127.0.0.1:\(listener.port)\r\n\r\n")
         let response = try #require(try connection.response())
         #expect(response.status == 200)
         #expect(response.body.contains("Signed in"))
