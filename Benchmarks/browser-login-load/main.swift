@@ -131,12 +131,66 @@ enum Abuser {
             }
             say("connections=\(fds.count) droppedWhileSending=\(dropped)")
             holdUntilStdinCloses()
+        case "unread":
+            unread(path, count)
+        case "hold":
+            // N connections, each with an event subscription (never closed to make room), from this one process.
+            var held: [Int32] = []
+            var busy = 0
+            var failed = 0
+            let subscribe = line(#"{"jsonrpc":"2.0","id":1,"method":"events.subscribe","params":{}}"#)
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            for _ in 0..<count {
+                guard let fd = connectUnix(path) else {
+                    failed += 1
+                    continue
+                }
+                sendAll(fd, subscribe)
+                let n = recv(fd, &buffer, buffer.count, 0)
+                let reply = n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self) : ""
+                if reply.contains(#""subscription""#) {
+                    held.append(fd)
+                } else {
+                    if reply.contains(#""code":"BUSY""#) { busy += 1 } else { failed += 1 }
+                    close(fd)
+                }
+            }
+            say("held=\(held.count) busy=\(busy) failed=\(failed)")
+            holdUntilStdinCloses()
         case "hostile":
             hostile(path, count)
         default:
             say("unknown abuser \(kind)")
             exit(64)
         }
+    }
+
+    /// N connections that never read: each sends 20 requests of an unknown method whose name is
+    /// nearly 1 MiB (answered with an error that once repeated the name whole), then 20,000 pipelined
+    /// `session.get` (≈ 3 MB of replies). Holds them until its standard input closes; reports how
+    /// many connections the broker closed while it was sending (the budget falls on this process).
+    static func unread(_ path: String, _ count: Int) -> Never {
+        let client = ProcessInfo.processInfo.environment["BL_ABUSER_CLIENT"] ?? "com.example.loada"
+        let big = line(#"{"jsonrpc":"2.0","id":1,"method":"\#(String(repeating: "m", count: 1_040_000))"}"#)
+        var gets: [UInt8] = []
+        for i in 0..<20_000 {
+            gets += line(#"{"jsonrpc":"2.0","id":\#(i),"method":"session.get","params":{"client":"\#(client)"}}"#)
+        }
+        var fds: [Int32] = []
+        var cut = 0
+        for _ in 0..<count {
+            guard let fd = connectUnix(path) else {
+                cut += 1
+                continue
+            }
+            fds.append(fd)
+            var ok = true
+            for _ in 0..<20 where ok { ok = sendAll(fd, big) }
+            if ok { ok = sendAll(fd, gets) }
+            if !ok { cut += 1 }
+        }
+        say("connections=\(fds.count) closedWhileSending=\(cut)")
+        holdUntilStdinCloses()
     }
 
     static func holdUntilStdinCloses() -> Never {

@@ -63,10 +63,14 @@ final class TrimService: Service {
     private let stop = Wakeup()
     private let stopping = Atomic<Bool>(false)
 
-    init(server: RPCServer, activity: Wakeup, logger: Logger) {
+    /// Messages that reach the broker other than over the socket (D-Bus calls), counted as activity too.
+    let otherMessages: @Sendable () -> Int
+
+    init(server: RPCServer, activity: Wakeup, logger: Logger, otherMessages: @escaping @Sendable () -> Int = { 0 }) {
         self.server = server
         self.activity = activity
         self.logger = logger
+        self.otherMessages = otherMessages
     }
 
     func run() async {
@@ -76,7 +80,9 @@ final class TrimService: Service {
             await stop.wait(timeout: .seconds(1))
             guard !stopping.load(ordering: .acquiring) else { return }
             let statistics = server.statistics
-            guard idle.check(messages: statistics.messages, inFlight: statistics.inFlight) else { continue }
+            guard idle.check(messages: statistics.messages + otherMessages(), inFlight: statistics.inFlight) else {
+                continue
+            }
             // The resident size is read only when it is logged.
             let before = logger.minimum >= .debug ? ProcFS.residentKiB() ?? -1 : nil
             IdleTrim.trimHeap()
