@@ -735,6 +735,44 @@ do {
             + String(
                 format: "; RSS at rest %d KiB after vs %d KiB before them (%+.1f %%; %+.1f %% since the start)", afterKiB,
                 beforeHostileKiB, growth * 100, Double(afterKiB - baselineKiB) / Double(baselineKiB) * 100))
+
+    // 6. Issue 30, item 1: 100 connections of one process that never read (20 × a 1 MiB method name,
+    // 20,000 session.get each): the budget falls on that process, memory comes back.
+    let beforeUnreadKiB = restingKiB()
+    let unreadWarnings = brokerLogCount("does not read its replies")
+    let unread = try abuser("unread", 100, tag: "unread")
+    var unreadPeakKiB = beforeUnreadKiB
+    let unreadDeadline = nowNanos() + 180_000_000_000
+    while !unread.text.contains("connections=") && nowNanos() < unreadDeadline {
+        unreadPeakKiB = max(unreadPeakKiB, residentKiB(broker.pid) ?? -1)
+        usleep(50_000)
+    }
+    checkServed("unread replies (issue 30)")
+    unread.finish()
+    usleep(10_000_000)
+    let afterUnreadKiB = residentKiB(broker.pid) ?? -1
+    check(
+        "unread replies (issue 30)",
+        brokerLogCount("does not read its replies") > unreadWarnings && afterUnreadKiB <= beforeUnreadKiB + 10 * 1024,
+        "\(unread.text.trimmingCharacters(in: .whitespacesAndNewlines)); RSS \(beforeUnreadKiB) KiB at rest before, peak \(unreadPeakKiB) KiB, \(afterUnreadKiB) KiB 10 s after the abuser closed"
+    )
+    _ = waitFor(10) { openDescriptors(broker.pid) <= baselineFDs + 4 }
+
+    // 7. Issue 30, item 2: three processes each ask for 600 held connections (128 each), then 40 other
+    // processes connect, one connection each.
+    let holders = try (0..<3).map { try abuser("hold", 600, tag: "hold\($0)") }
+    for holder in holders { _ = waitFor(120) { holder.text.contains("held=") } }
+    let others = try (0..<40).map { try abuser("hold", 1, tag: "other\($0)") }
+    for other in others { _ = waitFor(60) { other.text.contains("held=") } }
+    let heldEach = holders.map { $0.text.trimmingCharacters(in: .whitespacesAndNewlines) }
+    let othersServed = others.filter { $0.text.contains("held=1 ") }.count
+    check(
+        "connections per process (issue 30)",
+        heldEach.allSatisfy { $0.hasPrefix("held=128 ") } && othersServed == 40,
+        heldEach.joined(separator: ", ") + "; \(othersServed) of 40 other processes connected")
+    checkServed("connections per process (issue 30)")
+    for process in holders + others { process.finish() }
+    _ = waitFor(10) { openDescriptors(broker.pid) <= baselineFDs + 4 }
 } catch {
     check("the run", false, "\(error)")
 }

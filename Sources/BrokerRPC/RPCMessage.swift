@@ -168,6 +168,11 @@ public enum RPCID: Sendable, Hashable, CustomStringConvertible {
     }
 
     public var description: String { json.jsonText }
+
+    /// A string id longer than `InputEcho.limit` bytes (refused: a reply repeats its id).
+    var isLong: Bool {
+        if case .string(let s) = self { s.utf8.count > InputEcho.limit } else { false }
+    }
 }
 
 /// One valid request or notification.
@@ -296,7 +301,8 @@ public enum RPCCodec {
     package static func plainRequest(_ bytes: [UInt8]) -> PlainRequest? {
         bytes.withUnsafeBufferPointer { buffer -> PlainRequest? in
             guard let members = QuickJSON.requestMembers(buffer, paramsAsMembers: true), let rawID = members.id,
-                let id = RPCID(json: rawID), members.jsonrpc == "2.0", case .string(let method)? = members.method
+                let id = RPCID(json: rawID), !id.isLong, members.jsonrpc == "2.0",
+                case .string(let method)? = members.method
             else { return nil }
             return PlainRequest(id: id, method: method, params: members.paramMembers ?? [])
         }
@@ -366,6 +372,11 @@ public enum RPCCodec {
         if let rawID {
             guard let valid = RPCID(json: rawID) else {
                 return .invalid(id: .null, error: .invalidRequest("Invalid Request: id must be a string, an integer or null"))
+            }
+            guard !valid.isLong else {
+                // Echoed in every reply: a string id is kept as short as any quote of input.
+                return .invalid(
+                    id: .null, error: .invalidRequest("Invalid Request: a string id is at most \(InputEcho.limit) bytes"))
             }
             id = valid
         }

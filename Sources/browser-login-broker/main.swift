@@ -5,6 +5,8 @@ import SystemSupport
     import Glibc
 #endif
 
+// First of all (it may execute the broker again): see IdleTrim.reexecuteWithGLibSlicesOff.
+IdleTrim.reexecuteWithGLibSlicesOff()
 // Before any thread allocates: see IdleTrim.limitArenas.
 IdleTrim.limitArenas()
 

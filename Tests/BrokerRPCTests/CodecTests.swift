@@ -404,3 +404,19 @@ struct PreSerializedResultTests {
         #expect(InputEcho.scrub(String(repeating: "a", count: 5000), of: []).utf8.count <= 1024)
     }
 }
+
+@Suite struct LongIDTests {
+    @Test func aStringIDOver64BytesIsRefusedWithANullID() {
+        let long = String(repeating: "i", count: 65)
+        let text = #"{"jsonrpc":"2.0","id":"\#(long)","method":"broker.info"}"#
+        #expect(RPCCodec.plainRequest(Array(text.utf8)) == nil)
+        guard case .single(.invalid(let id, let error)) = RPCCodec.decodeIncoming(Array(text.utf8)) else {
+            Issue.record("not refused")
+            return
+        }
+        #expect(id == .null)
+        #expect(error.code == .invalidRequest)
+        let short = #"{"jsonrpc":"2.0","id":"\#(String(repeating: "i", count: 64))","method":"broker.info"}"#
+        #expect(RPCCodec.plainRequest(Array(short.utf8)) != nil)
+    }
+}

@@ -17,7 +17,7 @@ import Testing
     }
 
     @Test func theTotalOfAllConnectionsIsBounded() {
-        let budget = OutputBudget(total: 1000, perConnection: 600)
+        let budget = OutputBudget(total: 1000, perConnection: 600, perProcess: 10_000)
         budget.add(500)
         budget.add(400)
         #expect(budget.current == 900)
@@ -54,14 +54,14 @@ import Testing
         #expect(budget.refusal(for: 8) == nil)
         // Past the total, a process with nothing unsent still has its reply queued; a spender does not.
         budget.add(400, pid: 9)
-        budget.add(200, pid: 10)
+        budget.add(150, pid: 10)
         #expect(budget.decide(connectionQueued: 0, pid: 8, adding: 500) == .queue)
-        #expect(budget.decide(connectionQueued: 0, pid: 10, adding: 150) == .overBudget)
+        #expect(budget.decide(connectionQueued: 0, pid: 10, adding: 151) == .overBudget)
         #expect(budget.refusal(for: 10) == .total)
         #expect(budget.refusal(for: 8) == nil)
         budget.remove(300, pid: 7)
         budget.remove(400, pid: 9)
-        budget.remove(200, pid: 10)
+        budget.remove(150, pid: 10)
         #expect(budget.current == 0 && budget.unsent(of: 7) == 0)
     }
 

@@ -135,18 +135,21 @@ extension Harness {
         return last
     }
 
-    /// What a sign-in leaves: the attempts listed and the session, to compare before and after abuse.
+    /// What a sign-in leaves: the attempts (id and state), the session (status and account), and the
+    /// keyring item of the session, to compare before and after abuse.
     func stateDigest() throws -> String {
         let rpc = try rpc()
-        let attempts = try rpc.call("login.list", params: ["client": "com.example.notes"])
+        let attempts = try rpc.call("login.list", params: ["client": "com.example.notes"]).arrayValue ?? []
         let session = try rpc.call("session.get", params: ["client": "com.example.notes"])
-        return "\(attempts.jsonText) \(session["status"]?.jsonText ?? "")"
+        let listed = attempts.map { "\($0["id"]?.stringValue ?? "?"):\($0["state"]?.stringValue ?? "?")" }
+        return listed.joined(separator: ",")
+            + " \(session["status"]?.stringValue ?? "?") \(session["account"]?["userId"]?.stringValue ?? "-")"
     }
 }
 
 /// One local process can no longer deny the broker to others (issue 30, items 1, 2 and 4):
 /// the budgets fall on the process that spends them, and memory is given back.
-@Suite("Hostile neighbours", .alone)
+@Suite("Hostile neighbours", .alone, .serialized)
 struct HostileNeighbourTests {
     @Test func aProcessThatDoesNotReadItsRepliesSpendsOnlyItsOwnBudget() throws {
         let h = try Harness()
@@ -185,6 +188,8 @@ struct HostileNeighbourTests {
         #expect((abuser.figure("closedWhileSending") ?? 0) > 0, "\(abuser.result ?? "")")
         abuser.finish()
         let settled = h.settledKiB(near: baseline)
+        let after = try h.stateDigest()
+        #expect(after == before, "before: \(before); after: \(after)")
         print(
             String(
                 format:
@@ -192,8 +197,6 @@ struct HostileNeighbourTests {
                 idle.p50, idle.p99, served.count, served.p50, served.p99, served.p99 / idle.p99, baseline, peak,
                 settled, abuser.result ?? "-"))
         #expect(settled <= baseline + 10 * 1024, "RSS \(settled) KiB, baseline \(baseline) KiB")
-        // Nothing lost.
-        #expect(try h.stateDigest() == before)
         #expect(h.broker?.isRunning == true)
     }
 
@@ -288,7 +291,12 @@ struct HostileNeighbourTests {
                 format:
                     "hostile neighbours, D-Bus arguments: idle p99 %.2f ms; under abuse %d calls, p50 %.2f ms, p99 %.2f ms (%.1f× idle p99); RSS baseline %d KiB, peak %d KiB, 10 s after %d KiB",
                 idle.p99, served.count, served.p50, served.p99, served.p99 / idle.p99, baseline, peak, settled))
-        #expect(settled <= baseline + 10 * 1024, "RSS \(settled) KiB, baseline \(baseline) KiB")
+        // GDBus keeps the buffer it read its largest message into (16 MiB here) for the life of the
+        // connection: the one allocation the broker cannot give back (docs/dbus.md, Limits).
+        let readBuffer = 16 * 1024 + 4
+        #expect(
+            settled <= baseline + 10 * 1024 + readBuffer,
+            "RSS \(settled) KiB, baseline \(baseline) KiB (+ \(readBuffer) KiB for GDBus's read buffer)")
         #expect(try h.stateDigest() == before)
     }
 }
