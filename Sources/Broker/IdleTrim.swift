@@ -64,6 +64,14 @@ public struct IdleTrim: Sendable {
         _ = execv("/proc/self/exe", CommandLine.unsafeArgv)
     }
 
+    /// Blocks of 256 KiB and more always mapped on their own, and unmapped
+    /// (given back) as soon as they are freed. glibc's default raises this
+    /// threshold up to 32 MiB each time such a block is freed, after which an
+    /// 8 MiB D-Bus message or a 1 MiB RPC request lands in the heap, where
+    /// what is freed around live blocks stays resident until a trim, if any
+    /// can reach it. Setting it fixes the threshold.
+    public static func mapLargeBlocks() { _ = mallopt(M_MMAP_THRESHOLD, 262_144) }
+
     /// Returns free heap pages to the system (glibc's `malloc_trim`).
     public static func trimHeap() { _ = malloc_trim(0) }
 }
