@@ -295,7 +295,7 @@ struct HostileNeighbourTests {
                     "hostile neighbours, D-Bus arguments: idle p99 %.2f ms; under abuse %d calls, p50 %.2f ms, p99 %.2f ms (%.1f× idle p99); RSS baseline %d KiB, peak %d KiB, 10 s after %d KiB",
                 idle.p99, served.count, served.p50, served.p99, served.p99 / idle.p99, baseline, peak, settled))
         // GDBus keeps the buffer it read its largest message into (16 MiB here) for the life of the
-        // connection: the one allocation the broker cannot give back (docs/dbus.md, Limits).
+        // connection: the one allocation the broker cannot give back (docs/reliability.md).
         let readBuffer = 16 * 1024 + 4
         #expect(
             settled <= baseline + 10 * 1024 + readBuffer,
