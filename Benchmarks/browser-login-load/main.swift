@@ -131,12 +131,66 @@ enum Abuser {
             }
             say("connections=\(fds.count) droppedWhileSending=\(dropped)")
             holdUntilStdinCloses()
+        case "unread":
+            unread(path, count)
+        case "hold":
+            // N connections, each with an event subscription (never closed to make room), from this one process.
+            var held: [Int32] = []
+            var busy = 0
+            var failed = 0
+            let subscribe = line(#"{"jsonrpc":"2.0","id":1,"method":"events.subscribe","params":{}}"#)
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            for _ in 0..<count {
+                guard let fd = connectUnix(path) else {
+                    failed += 1
+                    continue
+                }
+                sendAll(fd, subscribe)
+                let n = recv(fd, &buffer, buffer.count, 0)
+                let reply = n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self) : ""
+                if reply.contains(#""subscription""#) {
+                    held.append(fd)
+                } else {
+                    if reply.contains(#""code":"BUSY""#) { busy += 1 } else { failed += 1 }
+                    close(fd)
+                }
+            }
+            say("held=\(held.count) busy=\(busy) failed=\(failed)")
+            holdUntilStdinCloses()
         case "hostile":
             hostile(path, count)
         default:
             say("unknown abuser \(kind)")
             exit(64)
         }
+    }
+
+    /// N connections that never read: each sends 20 requests of an unknown method whose name is
+    /// nearly 1 MiB (answered with an error that once repeated the name whole), then 20,000 pipelined
+    /// `session.get` (≈ 3 MB of replies). Holds them until its standard input closes; reports how
+    /// many connections the broker closed while it was sending (the budget falls on this process).
+    static func unread(_ path: String, _ count: Int) -> Never {
+        let client = ProcessInfo.processInfo.environment["BL_ABUSER_CLIENT"] ?? "com.example.loada"
+        let big = line(#"{"jsonrpc":"2.0","id":1,"method":"\#(String(repeating: "m", count: 1_040_000))"}"#)
+        var gets: [UInt8] = []
+        for i in 0..<20_000 {
+            gets += line(#"{"jsonrpc":"2.0","id":\#(i),"method":"session.get","params":{"client":"\#(client)"}}"#)
+        }
+        var fds: [Int32] = []
+        var cut = 0
+        for _ in 0..<count {
+            guard let fd = connectUnix(path) else {
+                cut += 1
+                continue
+            }
+            fds.append(fd)
+            var ok = true
+            for _ in 0..<20 where ok { ok = sendAll(fd, big) }
+            if ok { ok = sendAll(fd, gets) }
+            if !ok { cut += 1 }
+        }
+        say("connections=\(fds.count) closedWhileSending=\(cut)")
+        holdUntilStdinCloses()
     }
 
     static func holdUntilStdinCloses() -> Never {
@@ -681,6 +735,44 @@ do {
             + String(
                 format: "; RSS at rest %d KiB after vs %d KiB before them (%+.1f %%; %+.1f %% since the start)", afterKiB,
                 beforeHostileKiB, growth * 100, Double(afterKiB - baselineKiB) / Double(baselineKiB) * 100))
+
+    // 6. Issue 30, item 1: 100 connections of one process that never read (20 × a 1 MiB method name,
+    // 20,000 session.get each): the budget falls on that process, memory comes back.
+    let beforeUnreadKiB = restingKiB()
+    let unreadWarnings = brokerLogCount("does not read its replies")
+    let unread = try abuser("unread", 100, tag: "unread")
+    var unreadPeakKiB = beforeUnreadKiB
+    let unreadDeadline = nowNanos() + 180_000_000_000
+    while !unread.text.contains("connections=") && nowNanos() < unreadDeadline {
+        unreadPeakKiB = max(unreadPeakKiB, residentKiB(broker.pid) ?? -1)
+        usleep(50_000)
+    }
+    checkServed("unread replies (issue 30)")
+    unread.finish()
+    usleep(10_000_000)
+    let afterUnreadKiB = residentKiB(broker.pid) ?? -1
+    check(
+        "unread replies (issue 30)",
+        brokerLogCount("does not read its replies") > unreadWarnings && afterUnreadKiB <= beforeUnreadKiB + 10 * 1024,
+        "\(unread.text.trimmingCharacters(in: .whitespacesAndNewlines)); RSS \(beforeUnreadKiB) KiB at rest before, peak \(unreadPeakKiB) KiB, \(afterUnreadKiB) KiB 10 s after the abuser closed"
+    )
+    _ = waitFor(10) { openDescriptors(broker.pid) <= baselineFDs + 4 }
+
+    // 7. Issue 30, item 2: three processes each ask for 600 held connections (128 each), then 40 other
+    // processes connect, one connection each.
+    let holders = try (0..<3).map { try abuser("hold", 600, tag: "hold\($0)") }
+    for holder in holders { _ = waitFor(120) { holder.text.contains("held=") } }
+    let others = try (0..<40).map { try abuser("hold", 1, tag: "other\($0)") }
+    for other in others { _ = waitFor(60) { other.text.contains("held=") } }
+    let heldEach = holders.map { $0.text.trimmingCharacters(in: .whitespacesAndNewlines) }
+    let othersServed = others.filter { $0.text.contains("held=1 ") }.count
+    check(
+        "connections per process (issue 30)",
+        heldEach.allSatisfy { $0.hasPrefix("held=128 ") } && othersServed == 40,
+        heldEach.joined(separator: ", ") + "; \(othersServed) of 40 other processes connected")
+    checkServed("connections per process (issue 30)")
+    for process in holders + others { process.finish() }
+    _ = waitFor(10) { openDescriptors(broker.pid) <= baselineFDs + 4 }
 } catch {
     check("the run", false, "\(error)")
 }

@@ -376,8 +376,13 @@ public enum BrokerDaemon {
             return .milliseconds(BrokerEngine.sleepMilliseconds(until: deadline, now: Timestamp.now()))
         }
         services.append(.init(engineTicks))
-        services.append(.init(TrimService(server: server, activity: activity, logger: logger)))
-        if options.dbus { services.append(.init(SessionBusService(engine: engine, methods: methods, logger: logger))) }
+        let bus = options.dbus ? SessionBusService(engine: engine, methods: methods, logger: logger, activity: activity) : nil
+        services.append(
+            .init(
+                TrimService(
+                    server: server, activity: activity, logger: logger,
+                    otherMessages: { bus?.application.callsArrived ?? 0 })))
+        if let bus { services.append(.init(bus)) }
         services.append(.init(RPCService(server: server, logger: logger), endsGroup: true))
         logger.notice(
             "serving", ["socket": socketDescription, "clients": "\(loaded.clients.count)", "state": stateDirectory])
@@ -452,14 +457,17 @@ struct SessionBusService: Service {
     let api: BusAPI
     let logger: Logger
 
-    init(engine: BrokerEngine, methods: MethodTable, logger: Logger) {
+    /// `activity` is signalled as each API call arrives (the idle trim's wake-up).
+    init(engine: BrokerEngine, methods: MethodTable, logger: Logger, activity: Wakeup? = nil) {
         self.engine = engine
         self.logger = logger
         let input = opened.continuation
         let api = BusAPI(methods: methods, engine: engine, logger: logger)
         self.api = api
+        var service = api.service
+        service.arrived = { activity?.signal() }
         application = DBusApplication(
-            busName: DesktopEntry.applicationId, objectPath: DesktopEntry.objectPath, api: api.service,
+            busName: DesktopEntry.applicationId, objectPath: DesktopEntry.objectPath, api: service,
             open: { uris in input.yield(uris) },
             events: { event in
                 switch event {
@@ -565,16 +573,26 @@ final class RPCEventLog: Sendable {
                 "busy", .warning,
                 "RPC connection limit reached and no connection idle: a new connection was answered BUSY and closed",
                 ["rpc.open": "\(open)", "peer.pid": "\(peer.pid)"])
+        case .connectionRefusedProcessLimit(let peer, let held):
+            limited(
+                "process", .warning,
+                "an RPC peer process holds as many connections as one process may, none idle: its new connection was answered BUSY and closed",
+                ["rpc.per_process": "\(held)", "peer.pid": "\(peer.pid)"])
         case .idleConnectionEvicted(let id, let peer):
             limited(
                 "evicted", .notice, "RPC connection limit reached: closed the connection idle longest to make room",
                 ["rpc.connection": "\(id)", "peer.pid": "\(peer.pid)"])
         case .slowReaderDropped(let id, let peer, let unsent, let total, let reason):
+            let why =
+                switch reason {
+                case .outputBudgetSpent:
+                    "dropped an RPC connection that does not read its replies: the output budget of all connections is spent"
+                case .outputProcessBudgetSpent:
+                    "dropped an RPC connection that does not read its replies: its process is over the output budget of one process"
+                default: "dropped an RPC connection that does not read its replies: over its own output cap"
+                }
             limited(
-                "slow", .warning,
-                reason == .outputBudgetSpent
-                    ? "dropped an RPC connection that does not read its replies: the output budget of all connections is spent"
-                    : "dropped an RPC connection that does not read its replies: over its own output cap",
+                "slow", .warning, why,
                 [
                     "rpc.connection": "\(id)", "peer.pid": "\(peer.pid)", "rpc.unsent.bytes": "\(unsent)",
                     "rpc.unsent.total.bytes": "\(total)",

@@ -24,6 +24,9 @@ public enum RPCCloseReason: Sendable, Hashable {
     /// The peer did not read its replies while the unsent replies of all
     /// connections had spent the server's output budget (a slow reader).
     case outputBudgetSpent
+    /// The peer did not read its replies while the unsent replies of all
+    /// connections of its process had spent what one process may queue (a slow reader).
+    case outputProcessBudgetSpent
     /// The peer closed the connection (both ways) while requests were in
     /// flight or replies unsent: the requests were cancelled.
     case peerHungUp
@@ -496,18 +499,21 @@ final class ConnectionIO: @unchecked Sendable {
             }
         }
         let adding = framed.count - offset
-        switch budget.decide(connectionQueued: unsent, adding: adding) {
+        switch budget.decide(connectionQueued: unsent, pid: peer.pid, adding: adding) {
         case .queue:
             break
         case .overConnectionCap:
             dropSlowReader(.outputOverflow)
+            return
+        case .overProcessCap:
+            dropSlowReader(.outputProcessBudgetSpent)
             return
         case .overBudget:
             dropSlowReader(.outputBudgetSpent)
             return
         }
         output.append(contentsOf: framed[offset...])
-        budget.add(adding)
+        budget.add(adding, pid: peer.pid)
         updateIdle()
         armWriteSource()
     }
@@ -534,7 +540,7 @@ final class ConnectionIO: @unchecked Sendable {
                 return
             }
             outputStart += written
-            budget.remove(written)
+            budget.remove(written, pid: peer.pid)
         }
         output.removeAll(keepingCapacity: output.capacity <= 262_144)
         outputStart = 0
@@ -579,7 +585,7 @@ final class ConnectionIO: @unchecked Sendable {
             self.registration = nil
         }
         cancelHandlers()
-        budget.remove(unsent)
+        budget.remove(unsent, pid: peer.pid)
         output = []
         outputStart = 0
         // Reported before the descriptor goes, so that whoever sees the end

@@ -41,7 +41,7 @@ public struct RPCError: Error, Sendable, Hashable, CustomStringConvertible {
         RPCError(code: .invalidRequest, message: message)
     }
     public static func methodNotFound(_ method: String) -> RPCError {
-        RPCError(code: .methodNotFound, message: "Method not found: \(method)")
+        RPCError(code: .methodNotFound, message: "Method not found: \(InputEcho.quote(method))")
     }
     public static func invalidParams(_ message: String = "Invalid params") -> RPCError {
         RPCError(code: .invalidParams, message: message)
@@ -77,6 +77,71 @@ public struct RPCError: Error, Sendable, Hashable, CustomStringConvertible {
     }
 }
 
+/// How much of a caller's input an error message may repeat: at most
+/// `limit` (64) bytes of any one string, whatever the method that answers.
+/// An unknown 1 MiB method name or client id is quoted by its first bytes
+/// and `…`, so that an error reply stays small (docs/rpc.md, Limits).
+public enum InputEcho {
+    public static let limit = 64
+    /// An error message is never longer than this (a last bound, whatever it quotes).
+    public static let maximumMessage = 1024
+
+    /// `text` whole when it is at most `limit` bytes of UTF-8; else its
+    /// first whole characters within `limit - 3` bytes, then `…`.
+    public static func quote(_ text: String) -> String {
+        guard text.utf8.count > limit else { return text }
+        return prefix(text, bytes: limit - 3) + "…"
+    }
+
+    /// `message` with every string of `input` (names and values, at any
+    /// depth) that is longer than `limit` bytes shortened as `quote` does
+    /// where it appears, and the whole cut to `maximumMessage` bytes.
+    public static func scrub(_ message: String, of input: [JSONValue]) -> String {
+        var message = message
+        var long: [String] = []
+        func collect(_ value: JSONValue) {
+            switch value {
+            case .string(let s) where s.utf8.count > limit: long.append(s)
+            case .array(let items): items.forEach(collect)
+            case .object(let members):
+                for (name, member) in members {
+                    if name.utf8.count > limit { long.append(name) }
+                    collect(member)
+                }
+            default: break
+            }
+        }
+        input.forEach(collect)
+        // Longest first: a string that holds a shorter one is replaced whole.
+        for text in long.sorted(by: { $0.utf8.count > $1.utf8.count })
+        where text.utf8.count <= message.utf8.count && message.contains(text) {
+            message = message.replacing(text, with: quote(text))
+        }
+        guard message.utf8.count > maximumMessage else { return message }
+        return prefix(message, bytes: maximumMessage - 3) + "…"
+    }
+
+    /// `error` with its message scrubbed of the request's long strings (`scrub`).
+    public static func scrub(_ error: RPCError, of request: RPCRequest) -> RPCError {
+        var error = error
+        error.message = scrub(error.message, of: [.string(request.method), request.params ?? .null])
+        return error
+    }
+
+    /// The first whole characters of `text` within `bytes` bytes of UTF-8.
+    private static func prefix(_ text: String, bytes: Int) -> String {
+        var count = 0
+        var end = text.startIndex
+        for character in text {
+            let size = character.utf8.count
+            guard count + size <= bytes else { break }
+            count += size
+            end = text.index(after: end)
+        }
+        return String(text[..<end])
+    }
+}
+
 /// A request id: a string, an integer or null. (JSON-RPC also allows
 /// numbers with a fraction; they are refused as an invalid request here.)
 public enum RPCID: Sendable, Hashable, CustomStringConvertible {
@@ -103,6 +168,11 @@ public enum RPCID: Sendable, Hashable, CustomStringConvertible {
     }
 
     public var description: String { json.jsonText }
+
+    /// A string id longer than `InputEcho.limit` bytes (refused: a reply repeats its id).
+    var isLong: Bool {
+        if case .string(let s) = self { s.utf8.count > InputEcho.limit } else { false }
+    }
 }
 
 /// One valid request or notification.
@@ -231,7 +301,8 @@ public enum RPCCodec {
     package static func plainRequest(_ bytes: [UInt8]) -> PlainRequest? {
         bytes.withUnsafeBufferPointer { buffer -> PlainRequest? in
             guard let members = QuickJSON.requestMembers(buffer, paramsAsMembers: true), let rawID = members.id,
-                let id = RPCID(json: rawID), members.jsonrpc == "2.0", case .string(let method)? = members.method
+                let id = RPCID(json: rawID), !id.isLong, members.jsonrpc == "2.0",
+                case .string(let method)? = members.method
             else { return nil }
             return PlainRequest(id: id, method: method, params: members.paramMembers ?? [])
         }
@@ -301,6 +372,11 @@ public enum RPCCodec {
         if let rawID {
             guard let valid = RPCID(json: rawID) else {
                 return .invalid(id: .null, error: .invalidRequest("Invalid Request: id must be a string, an integer or null"))
+            }
+            guard !valid.isLong else {
+                // Echoed in every reply: a string id is kept as short as any quote of input.
+                return .invalid(
+                    id: .null, error: .invalidRequest("Invalid Request: a string id is at most \(InputEcho.limit) bytes"))
             }
             id = valid
         }

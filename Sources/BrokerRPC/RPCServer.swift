@@ -44,10 +44,17 @@ public struct RPCServerConfiguration: Sendable {
     /// message of any size is always queued on a connection with nothing
     /// pending. Default 4 MiB.
     public var maxQueuedOutput: Int
+    /// The unsent output of all connections of one peer process (pid): a
+    /// connection of a process that has unsent output, whose message would
+    /// take the process over this, is closed (a slow reader); while the
+    /// process has half of it unsent, its new requests are answered `BUSY`.
+    /// A process with nothing unsent always has its reply queued. Default 16 MiB.
+    public var maxQueuedOutputPerProcess: Int = 16 * 1_048_576
     /// The unsent output of all connections together: a message that would
-    /// take it over this closes its connection (a slow reader), and while
-    /// three quarters of it are in use new requests are answered `BUSY`.
-    /// Default 64 MiB.
+    /// take it over this closes its connection (a slow reader) when its
+    /// process has unsent output already, and while three quarters of it are
+    /// in use new requests of processes with unsent output are answered
+    /// `BUSY` (a process that reads its replies is always served). Default 64 MiB.
     public var outputBudget: Int
     /// Connections served at once; at the limit the connection idle longest
     /// is closed to make room (see `reservedConnections`). Default 512.
@@ -56,6 +63,9 @@ public struct RPCServerConfiguration: Sendable {
     /// that have no connection open yet (the CLI, a newly started app).
     /// Everyone else is answered `BUSY` and closed. Default 32.
     public var reservedConnections: Int
+    /// Connections one peer process (pid) may hold; past it a new one closes
+    /// an idle connection of the same process, else gets `BUSY`. Default 128.
+    public var maxConnectionsPerProcess: Int = RPCServerConfiguration.defaultMaxConnectionsPerProcess
     /// How long a connection must have been idle before it may be closed to
     /// make room. Default 0.5 s.
     public var minimumIdleBeforeEviction: Duration = .milliseconds(500)
@@ -95,6 +105,7 @@ public struct RPCServerConfiguration: Sendable {
 
     public static let defaultMaxConnections = 512
     public static let defaultReservedConnections = 32
+    public static let defaultMaxConnectionsPerProcess = 128
 }
 
 /// Why the server could not start. The messages name no path.
@@ -140,11 +151,15 @@ public enum RPCServerEvent: Sendable, Hashable {
     /// At the connection limit with no idle connection to close and no
     /// reserved slot for this peer: answered `BUSY` and closed.
     case connectionRefusedBusy(peer: RPCPeer, open: Int)
+    /// The peer's process holds `maxConnectionsPerProcess` connections, none
+    /// idle: the new one was answered `BUSY` and closed.
+    case connectionRefusedProcessLimit(peer: RPCPeer, held: Int)
     /// At the connection limit: this idle connection was closed to make room.
     case idleConnectionEvicted(connectionID: UInt64, peer: RPCPeer)
     /// A connection that did not read its replies was closed:
     /// `unsentBytes` were queued for it, `totalUnsentBytes` for all
-    /// connections; `reason` is `.outputOverflow` (its own cap) or
+    /// connections; `reason` is `.outputOverflow` (its own cap),
+    /// `.outputProcessBudgetSpent` (its process's budget) or
     /// `.outputBudgetSpent` (the server's budget).
     case slowReaderDropped(
         connectionID: UInt64, peer: RPCPeer, unsentBytes: Int, totalUnsentBytes: Int, reason: RPCCloseReason)
@@ -249,9 +264,12 @@ public final class RPCServer: Sendable {
             throw .socketFailed(error)
         }
         (stopSignal, stopContinuation) = AsyncStream.makeStream(bufferingPolicy: .unbounded)
-        budget = OutputBudget(total: configuration.outputBudget, perConnection: configuration.maxQueuedOutput)
+        budget = OutputBudget(
+            total: configuration.outputBudget, perConnection: configuration.maxQueuedOutput,
+            perProcess: configuration.maxQueuedOutputPerProcess)
         policy = ConnectionPolicy(
             maxConnections: configuration.maxConnections, reservedConnections: configuration.reservedConnections,
+            maxPerProcess: max(1, configuration.maxConnectionsPerProcess),
             minimumIdleNanoseconds: UInt64(configuration.minimumIdleBeforeEviction.components.seconds) * 1_000_000_000
                 + UInt64(configuration.minimumIdleBeforeEviction.components.attoseconds / 1_000_000_000))
         switch configuration.listen {
@@ -529,8 +547,10 @@ public final class RPCServer: Sendable {
             events(.acceptFailed(error))
             return
         }
-        // The new connection's id (nil: refused), the idle connection to close for it, and the open count.
-        let (admitted, victim, open) = state.withLock { state -> (UInt64?, RPCConnection?, Int) in
+        // The new connection's id (nil: refused), the idle connection to close for it, the open count,
+        // and whether a refusal is the process's own cap.
+        let (admitted, victim, open, processLimit) = state.withLock {
+            state -> (UInt64?, RPCConnection?, Int, Bool) in
             let open = state.connections.count - state.evicting.count
             let evicting = state.evicting
             let counts = state.peerConnections
@@ -543,9 +563,9 @@ public final class RPCServer: Sendable {
                 })
             var victim: RPCConnection?
             switch decision {
-            case .refuse:
+            case .refuse, .refuseProcessLimit:
                 state.statistics.refusedBusy += 1
-                return (nil, nil, open)
+                return (nil, nil, open, decision == .refuseProcessLimit)
             case .admitEvicting(let id):
                 victim = state.connections[id]
                 state.evicting.insert(id)
@@ -553,12 +573,17 @@ public final class RPCServer: Sendable {
                 break
             }
             defer { state.nextConnectionID += 1 }
-            return (state.nextConnectionID, victim, open)
+            return (state.nextConnectionID, victim, open, false)
         }
         guard let id = admitted else {
             // Recorded before the answer: whoever has the BUSY answer finds it logged.
-            events(.connectionRefusedBusy(peer: peer, open: open))
-            refuseBusy(fd, open: open)
+            if processLimit {
+                events(.connectionRefusedProcessLimit(peer: peer, held: policy.maxPerProcess))
+                refuseBusy(fd, error: processLimitError())
+            } else {
+                events(.connectionRefusedBusy(peer: peer, open: open))
+                refuseBusy(fd, error: busyError(open: open, evicted: false))
+            }
             return
         }
         if let victim { evict(victim) }
@@ -620,9 +645,18 @@ public final class RPCServer: Sendable {
         return .application(code: "BUSY", message: message)
     }
 
+    /// The error sent to a connection refused because its process holds as many as one process may.
+    private func processLimitError() -> RPCError {
+        .application(
+            code: "BUSY",
+            message:
+                "this process holds \(policy.maxPerProcess) connections to the broker, the most one process may, none of them idle; close unused connections"
+        )
+    }
+
     /// Answers one `BUSY` error (NDJSON, `"id": null`) and closes, without reading requests.
-    private func refuseBusy(_ fd: Int32, open: Int) {
-        let body = RPCCodec.encode(RPCResponse(id: .null, error: busyError(open: open, evicted: false)))
+    private func refuseBusy(_ fd: Int32, error: RPCError) {
+        let body = RPCCodec.encode(RPCResponse(id: .null, error: error))
         _ = try? Syscalls.send(fd, RPCFrameEncoder.encode(body, framing: .ndjson), from: 0)
         // Take what the peer sent already, so that closing does not reset the
         // connection before it reads the error.
@@ -656,7 +690,8 @@ public final class RPCServer: Sendable {
             return connection
         }
         guard let connection else { return .refused }
-        if let fastHandler, !budget.isBusy, let request = RPCCodec.plainRequest(bytes),
+        let refusal = budget.refusal(for: io.peer.pid)
+        if let fastHandler, refusal == nil, let request = RPCCodec.plainRequest(bytes),
             let result = fastHandler(
                 RPCRequestContext(connection: connection, requestID: request.id), request.method, request.params)
         {
@@ -665,13 +700,14 @@ public final class RPCServer: Sendable {
             return .answered(RPCCodec.encode(id: request.id, serializedResult: result))
         }
         let incoming = RPCCodec.decodeIncoming(bytes)
-        if budget.isBusy {
-            // Replies waiting to be read use up most of the output budget: take no new work.
+        if let refusal {
+            // This process does not read its replies, and they use up its budget
+            // (or, with others', most of the total): take no new work from it.
             state.withLock {
                 $0.statistics.inFlight -= 1
                 $0.statistics.requestsRefusedBusy += 1
             }
-            return .answered(Self.busyReply(to: incoming))
+            return .answered(Self.busyReply(to: incoming, refusal))
         }
         if let reply = Self.inlineReply(to: incoming) {
             // Nothing to handle (malformed, or only invalid elements): answered here.
@@ -706,10 +742,15 @@ public final class RPCServer: Sendable {
     }
 
     /// `BUSY` for each request of `incoming` (nil when it has none).
-    static func busyReply(to incoming: RPCIncoming) -> [UInt8]? {
-        let error = RPCError.application(
-            code: "BUSY",
-            message: "the broker's memory budget for unread replies is spent (clients are not reading); try again shortly")
+    static func busyReply(to incoming: RPCIncoming, _ refusal: OutputBudget.Refusal) -> [UInt8]? {
+        let message =
+            switch refusal {
+            case .process(let unsent):
+                "this process has \((unsent + 1_048_575) / 1_048_576) MiB of replies it has not read, half of what one process may have queued; read your replies, then try again"
+            case .total:
+                "the broker's memory budget for unread replies is nearly spent and this process has replies it has not read; read your replies, then try again"
+            }
+        let error = RPCError.application(code: "BUSY", message: message)
         return reply(to: incoming) { request in request.id.map { RPCResponse(id: $0, error: error) } }
     }
 
@@ -780,7 +821,8 @@ public enum RPCDispatcher {
         case .request(let request):
             let outcome = await perform(request)
             guard let id = request.id else { return nil }
-            return RPCResponse(id: id, outcome: outcome)
+            // An error repeats at most 64 bytes of any string the caller sent.
+            return RPCResponse(id: id, outcome: outcome.mapError { InputEcho.scrub($0, of: request) })
         }
     }
 }

@@ -23,6 +23,8 @@ public struct DBusAPI: Sendable {
     public var handle: @Sendable (DBusMethodCall) -> Void
     /// A unique name left the bus, or (nil) the bus itself went away: every caller is gone.
     public var callerLeft: @Sendable (String?) -> Void
+    /// Called on the D-Bus thread as each call arrives, before it is judged (for activity counts).
+    public var arrived: @Sendable () -> Void = {}
 
     public init(
         busName: String, objectPath: String, interfaceName: String, interfaceXML: String, maxCallsPerCaller: Int,
@@ -122,9 +124,11 @@ public final class DBusMethodCall: @unchecked Sendable {
         finished()
     }
 
+    /// Answers with `error`; its message repeats at most 64 bytes of any string argument (`InputEcho`).
     public func fail(_ error: DBusError) {
         guard begin() else { return }
-        g_dbus_method_invocation_return_dbus_error(invocation, error.name, error.message)
+        let message = InputEcho.scrub(error.message, of: arguments)
+        g_dbus_method_invocation_return_dbus_error(invocation, error.name, message)
         finished()
     }
 

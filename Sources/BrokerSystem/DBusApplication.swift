@@ -50,6 +50,8 @@ public final class DBusApplication: @unchecked Sendable {
     public let objectPath: String
     public let api: DBusAPI?
     private let callers = Mutex(DBusCallerTable())
+    /// API calls that arrived, refused ones included (the daemon's idle trim counts them as activity).
+    private let calls = Atomic<Int>(0)
     /// The connection being served (its address), for `emit`.
     private let current = Mutex<UInt?>(nil)
 
@@ -93,6 +95,9 @@ public final class DBusApplication: @unchecked Sendable {
         g_main_loop_unref(loop)
         g_main_context_unref(context)
     }
+
+    /// API calls that arrived so far.
+    public var callsArrived: Int { calls.load(ordering: .relaxed) }
 
     /// Serves the bus until `shutdown()`. Returns at once when there is no session bus.
     public func run() async {
@@ -407,6 +412,13 @@ extension DBusApplication {
         guard let api, let sender else {
             return g_dbus_method_invocation_return_dbus_error(
                 invocation, "org.freedesktop.DBus.Error.Failed", "a call without a sender")
+        }
+        calls.add(1, ordering: .relaxed)
+        api.arrived()
+        // Judged before anything is copied: sizes and counts only, no input quoted.
+        if let parameters, let problem = DBusLimits.problem(parameters) {
+            return g_dbus_method_invocation_return_dbus_error(
+                invocation, "org.freedesktop.DBus.Error.InvalidArgs", problem)
         }
         guard callers.withLock({ $0.begin(sender, perCaller: api.maxCallsPerCaller, total: api.maxCalls) }) else {
             return g_dbus_method_invocation_return_dbus_error(

@@ -5,8 +5,11 @@ import SystemSupport
     import Glibc
 #endif
 
-// Before any thread allocates: see IdleTrim.limitArenas.
+// First of all (it may execute the broker again): see IdleTrim.reexecuteWithGLibSlicesOff.
+IdleTrim.reexecuteWithGLibSlicesOff()
+// Before any thread allocates: see IdleTrim.limitArenas and mapLargeBlocks.
 IdleTrim.limitArenas()
+IdleTrim.mapLargeBlocks()
 
 do {
     guard let options = try DaemonOptions.parse(Array(CommandLine.arguments.dropFirst())) else { exit(0) }

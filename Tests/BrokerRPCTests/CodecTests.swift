@@ -380,3 +380,43 @@ struct PreSerializedResultTests {
                 == RPCCodec.encode(RPCResponse(id: id, result: result)))
     }
 }
+
+/// An error repeats at most 64 bytes of any string of its input.
+@Suite struct InputEchoTests {
+    @Test func aLongStringIsQuotedByItsFirstBytes() {
+        #expect(InputEcho.quote("short") == "short")
+        let long = String(repeating: "é", count: 600_000)
+        let quoted = InputEcho.quote(long)
+        #expect(quoted.utf8.count <= 64)
+        #expect(quoted.hasSuffix("…"))
+        #expect(RPCError.methodNotFound(String(repeating: "m", count: 1_048_000)).message.utf8.count < 100)
+    }
+
+    @Test func anErrorThatRepeatsItsInputIsScrubbed() {
+        let name = String(repeating: "x", count: 8 << 20)
+        let request = RPCRequest(id: .integer(1), method: "session.get", params: ["client": .string(name), name: 1])
+        let error = InputEcho.scrub(.invalidParams("no client '\(name)' is configured"), of: request)
+        #expect(error.message.utf8.count < 64 + 40)
+        #expect(error.message.hasPrefix("no client 'xxx"))
+        #expect(error.message.hasSuffix("…' is configured"))
+        // A message of the broker's own words stays as it was; any message is at most 1 KiB.
+        #expect(InputEcho.scrub("plain", of: [.string(name)]) == "plain")
+        #expect(InputEcho.scrub(String(repeating: "a", count: 5000), of: []).utf8.count <= 1024)
+    }
+}
+
+@Suite struct LongIDTests {
+    @Test func aStringIDOver64BytesIsRefusedWithANullID() {
+        let long = String(repeating: "i", count: 65)
+        let text = #"{"jsonrpc":"2.0","id":"\#(long)","method":"broker.info"}"#
+        #expect(RPCCodec.plainRequest(Array(text.utf8)) == nil)
+        guard case .single(.invalid(let id, let error)) = RPCCodec.decodeIncoming(Array(text.utf8)) else {
+            Issue.record("not refused")
+            return
+        }
+        #expect(id == .null)
+        #expect(error.code == .invalidRequest)
+        let short = #"{"jsonrpc":"2.0","id":"\#(String(repeating: "i", count: 64))","method":"broker.info"}"#
+        #expect(RPCCodec.plainRequest(Array(short.utf8)) != nil)
+    }
+}

@@ -17,7 +17,7 @@ import Testing
     }
 
     @Test func theTotalOfAllConnectionsIsBounded() {
-        let budget = OutputBudget(total: 1000, perConnection: 600)
+        let budget = OutputBudget(total: 1000, perConnection: 600, perProcess: 10_000)
         budget.add(500)
         budget.add(400)
         #expect(budget.current == 900)
@@ -40,6 +40,29 @@ import Testing
         #expect(budget.isBusy)
         budget.remove(750)
         #expect(!budget.isBusy)
+    }
+
+    @Test func theBudgetFallsOnTheProcessThatDoesNotRead() {
+        let budget = OutputBudget(total: 1000, perConnection: 600, perProcess: 400)
+        budget.add(300, pid: 7)
+        #expect(budget.unsent(of: 7) == 300 && budget.unsent(of: 8) == 0)
+        // The spender's next message over its process's budget closes its connection.
+        #expect(budget.decide(connectionQueued: 0, pid: 7, adding: 101) == .overProcessCap)
+        #expect(budget.decide(connectionQueued: 0, pid: 7, adding: 100) == .queue)
+        // Its requests are refused from half its budget; another process's are not.
+        #expect(budget.refusal(for: 7) == .process(unsent: 300))
+        #expect(budget.refusal(for: 8) == nil)
+        // Past the total, a process with nothing unsent still has its reply queued; a spender does not.
+        budget.add(400, pid: 9)
+        budget.add(150, pid: 10)
+        #expect(budget.decide(connectionQueued: 0, pid: 8, adding: 500) == .queue)
+        #expect(budget.decide(connectionQueued: 0, pid: 10, adding: 151) == .overBudget)
+        #expect(budget.refusal(for: 10) == .total)
+        #expect(budget.refusal(for: 8) == nil)
+        budget.remove(300, pid: 7)
+        budget.remove(400, pid: 9)
+        budget.remove(150, pid: 10)
+        #expect(budget.current == 0 && budget.unsent(of: 7) == 0)
     }
 
     @Test func concurrentAccountingBalances() async {
@@ -94,6 +117,17 @@ import Testing
         #expect(policy.decide(open: 3, peerConnections: 5, candidates: candidates, now: 1_400_000_000) == .admitEvicting(1))
     }
 
+    @Test func oneProcessHoldsAtMostItsCapAndMakesRoomOnlyAmongItsOwn() {
+        let capped = ConnectionPolicy(maxConnections: 100, reservedConnections: 2, maxPerProcess: 3)
+        let others = [C(id: 1, idleSince: 100, peerConnections: 1)]
+        // Below the table's limit, yet at its own cap: another process's idle connection is not taken.
+        #expect(capped.decide(open: 3, peerConnections: 3, candidates: others, now: 1_000_000_000) == .refuseProcessLimit)
+        let own = others + [C(id: 2, idleSince: 200, peerConnections: 3, sameProcess: true)]
+        #expect(capped.decide(open: 4, peerConnections: 3, candidates: own, now: 1_000_000_000) == .admitEvicting(2))
+        #expect(capped.decide(open: 4, peerConnections: 2, candidates: own, now: 1_000_000_000) == .admit)
+        #expect(RPCServerConfiguration.defaultMaxConnectionsPerProcess == 128)
+    }
+
     @Test func neverMoreThanTheLimitAndTheReserveWhateverIsBeingClosed() {
         let candidates = [C(id: 1, idleSince: 1)]
         #expect(policy.decide(open: 3, total: 5 + 16, peerConnections: 0, candidates: candidates) == .refuse)
@@ -101,9 +135,9 @@ import Testing
 
     @Test func busyOrHeldConnectionsAreNeverClosed() {
         let candidates = [C(id: 1, idleSince: nil), C(id: 2, idleSince: nil), C(id: 3, idleSince: nil)]
-        // A process with few connections gets a reserved slot; one that has many is refused.
+        // Only a process with no connection yet gets a reserved slot; one that has any is refused.
         #expect(policy.decide(open: 3, peerConnections: 0, candidates: candidates) == .admitReserved)
-        #expect(policy.decide(open: 3, peerConnections: 3, candidates: candidates) == .admitReserved)
+        #expect(policy.decide(open: 3, peerConnections: 1, candidates: candidates) == .refuse)
         #expect(policy.decide(open: 3, peerConnections: 4, candidates: candidates) == .refuse)
         #expect(policy.decide(open: 4, peerConnections: 0, candidates: candidates) == .admitReserved)
         // The reserve is bounded too.

@@ -15,9 +15,15 @@ With --flood N CLIENT it instead makes N WaitSession calls for CLIENT at
 once, from one connection, and prints {"replies": R, "errors": {NAME: COUNT}}
 once all are answered; with --leave, it waits for WaitSession to start
 (a GetSession answered after them) and leaves the bus without waiting.
+
+With --hostile-args CLIENT ROUNDS it instead makes ROUNDS rounds of oversized
+calls (an 8 MiB client name, an options dictionary of 100,000 entries, a
+16 MiB options value, a 1 MiB client name, 5,000 client ids) and prints {"errors": [{"name": NAME, "length": BYTES,
+"quotes": LONGEST_RUN_OF_INPUT}, ...]} (docs/dbus.md, Limits).
 """
 import argparse
 import json
+import re
 import sys
 
 import gi
@@ -27,6 +33,33 @@ from gi.repository import Gio, GLib  # noqa: E402
 
 NAME = "org.browserlogin.Broker1"
 PATH = "/org/browserlogin/Broker1"
+
+
+def hostile_args(bus, client, rounds):
+    """Oversized arguments: each call must be refused without the broker quoting them."""
+    name = "x" * (8 << 20)
+    many = {"k%d" % i: GLib.Variant("s", "y") for i in range(100_000)}
+    huge = {"body": GLib.Variant("s", "z" * (16 << 20))}
+    calls = [
+        ("GetSession", GLib.Variant("(s)", (name,))),
+        ("WaitSession", GLib.Variant("(sa{sv})", (client, many))),
+        ("Request", GLib.Variant("(sssa{sv})", (client, "POST", "/x", huge))),
+        ("Start", GLib.Variant("(sa{sv})", (name[: 1 << 20], {}))),
+        ("Subscribe", GLib.Variant("(a{sv})", ({"clients": GLib.Variant("as", ["c%d" % i for i in range(5000)])},))),
+    ]
+    errors = []
+    for _ in range(rounds):
+        for method, parameters in calls:
+            try:
+                bus.call_sync(NAME, PATH, NAME, method, parameters, None, Gio.DBusCallFlags.NONE, 60000, None)
+                errors.append({"method": method, "name": "none"})
+            except GLib.Error as error:
+                message = Gio.DBusError.get_remote_error(error) and error.message or str(error)
+                longest = max((len(run) for run in re.findall(r"x+|z+", message)), default=0)
+                errors.append({"method": method, "name": Gio.DBusError.get_remote_error(error) or "",
+                               "length": len(message.encode()), "quotes": longest})
+    print(json.dumps({"errors": errors}), flush=True)
+    return 0
 
 
 def main():
@@ -40,10 +73,13 @@ def main():
     parser.add_argument("--flood", nargs=2, metavar=("N", "CLIENT"))
     parser.add_argument("--wait-ms", type=int, default=3000, help="WaitSession's timeoutMs with --flood")
     parser.add_argument("--leave", action="store_true")
+    parser.add_argument("--hostile-args", nargs=2, metavar=("CLIENT", "ROUNDS"))
     args = parser.parse_args()
 
     bus = Gio.bus_get_sync(Gio.BusType.SESSION, None)
     loop = GLib.MainLoop()
+    if args.hostile_args:
+        return hostile_args(bus, args.hostile_args[0], int(args.hostile_args[1]))
     if args.flood:
         return flood(bus, loop, int(args.flood[0]), args.flood[1], args.wait_ms, args.leave)
     outcome = {"status": 0 if args.until_client is None else 3}
