@@ -28,6 +28,8 @@ let program = Command(
     title: "browser-login — talk to the browser-login broker", optionsTitle: "Options:", stopsAtArgument: true)
 
 func main() async -> Int32 {
+    // The command's CLIENT, which error messages name in the commands they suggest.
+    var client: String?
     do {
         guard case .run(let global) = try program.parse(Array(CommandLine.arguments.dropFirst())) else {
             print(program.help)
@@ -57,6 +59,7 @@ func main() async -> Int32 {
             return Exit.ok.rawValue
         }
         if global.has("json") { args.flags.insert("json") }
+        if subcommand.command.arguments.first == "CLIENT" { client = args.positionals.first }
         let broker = BrowserLoginClient(socketPath: global["socket"])
         return try await subcommand.run(args, broker).rawValue
     } catch let error as UsageError {
@@ -66,7 +69,7 @@ func main() async -> Int32 {
         writeError(error)
         return error.exit.rawValue
     } catch let error as BrowserLoginError {
-        let failure = CLIError(error)
+        let failure = CLIError(error, client: client)
         writeError(failure)
         return failure.exit.rawValue
     } catch {
