@@ -27,6 +27,26 @@ let program = Command(
     synopsis: "browser-login [--socket PATH] COMMAND [ARGS]\n       browser-login COMMAND --help",
     title: "browser-login — talk to the browser-login broker", optionsTitle: "Options:", stopsAtArgument: true)
 
+/// `help --troff usage|options [COMMAND]`: the parts of browser-login(1)
+/// made from the declarations `--help` shows (scripts/man puts them in the
+/// page; ManualPageTests checks that the page has them as they are now).
+func manualPart(_ words: [String]) throws(CLIError) -> String {
+    let usage = CLIError("USAGE", "help takes --troff usage|options [COMMAND]", .usage)
+    guard words.count <= 3, words.first == "--troff", words.count >= 2 else { throw usage }
+    var command = program
+    if words.count == 3 {
+        guard let found = subcommands.first(where: { $0.name == words[2] }) else {
+            throw CLIError("USAGE", "unknown command '\(words[2])'; run 'browser-login --help' for the list", .usage)
+        }
+        command = found.command
+    }
+    switch words[1] {
+    case "usage": return command.manualUsage(dropping: "browser-login ")
+    case "options": return command.manualOptions
+    default: throw usage
+    }
+}
+
 func main() async -> Int32 {
     // The command's CLIENT, which error messages name in the commands they suggest.
     var client: String?
@@ -48,7 +68,11 @@ func main() async -> Int32 {
             return Exit.usage.rawValue
         }
         if name == "help" {
-            print(program.help)
+            guard global.rest.count > 1 else {
+                print(program.help)
+                return Exit.ok.rawValue
+            }
+            print(try manualPart(Array(global.rest.dropFirst())))
             return Exit.ok.rawValue
         }
         guard let subcommand = subcommands.first(where: { $0.name == name }) else {
