@@ -258,17 +258,18 @@ extension Command {
         return ".TP\n" + line
     }
 
-    /// The options as an indented list: each one's names (and value) in bold
-    /// (italics), then its `--help` text.
-    public var manualOptions: String {
-        var lines = [".RS"]
+    /// The options as a list: each one's names (and value) in bold
+    /// (italics), then its `--help` text; `nested` (in a command's entry)
+    /// indents it under the entry.
+    public func manualOptions(nested: Bool = false) -> String {
+        var lines = nested ? [".RS"] : []
         for option in options {
             let names = (option.short.map { "-\($0), " } ?? "") + "--" + option.name
             var head = ".B " + Self.troff(names)
             if let value = option.value { head = ".BI \"" + Self.troff(names) + " \" " + Self.troff(value) }
-            lines += [".TP", head, Self.troffText(option.help + (option.repeatable ? " (repeatable)" : ""))]
+            lines += [".TP", head, Self.troffText(option.help)]
         }
-        return (lines + [".RE"]).joined(separator: "\n")
+        return (lines + (nested ? [".RE"] : [])).joined(separator: "\n")
     }
 
     /// A word for troff: hyphens and backslashes escaped.

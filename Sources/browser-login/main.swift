@@ -42,7 +42,7 @@ func manualPart(_ words: [String]) throws(CLIError) -> String {
     }
     switch words[1] {
     case "usage": return command.manualUsage(dropping: "browser-login ")
-    case "options": return command.manualOptions
+    case "options": return command.manualOptions(nested: words.count == 3)
     default: throw usage
     }
 }

@@ -144,13 +144,14 @@ import Testing
             curlish.manualUsage(dropping: "tool ")
                 == ".TP\n.B get \\fIPATH\\fR \\fR[\\fB\\-d \\fIDATA\\fR] \\fR[\\fB\\-H \\fI'NAME: VALUE'\\fR]..."
                 + " \\fR[\\fB\\-v\\fR] \\fR[\\fB\\-\\-json\\fR]")
-        let options = curlish.manualOptions.split(separator: "\n")
+        let options = curlish.manualOptions(nested: true).split(separator: "\n")
         #expect(options.first == ".RS" && options.last == ".RE")
+        #expect(curlish.manualOptions().split(separator: "\n") == options.dropFirst().dropLast())
         #expect(options.contains(#".BI "\-d, \-\-data " DATA"#))
-        #expect(options.contains("a header (repeatable)"))
+        #expect(options.contains("a header"))
         #expect(options.contains(".B \\-v, \\-\\-verbose"))
         // Running text that would read as a request, and backslashes, are escaped.
         let odd = Command("odd", options: [.flag("dot", ".hidden \\n stays text")])
-        #expect(odd.manualOptions.contains("\n\\&.hidden \\en stays text\n"))
+        #expect(odd.manualOptions().hasSuffix("\n\\&.hidden \\en stays text"))
     }
 }

@@ -3,9 +3,9 @@ import BrowserLoginTestTraits
 import Foundation
 import Testing
 
-/// browser-login(1) says what `--help` says (issue 36): its usage lines and
-/// option lists are generated blocks (scripts/man) that the program prints
-/// from the declarations `--help` is made of. A committed page whose blocks
+/// browser-login(1) and browser-login-broker(8) say what `--help` says (issue
+/// 36): their usage lines and option lists are generated blocks (scripts/man)
+/// that the program prints from the declarations `--help` is made of. A committed page whose blocks
 /// differ from the built program's, or a command without its blocks, fails.
 @Suite("Manual pages made from the declarations", .dedicatedThread)
 struct ManualPageTests {
@@ -29,15 +29,16 @@ struct ManualPageTests {
         return found
     }
 
-    @Test func everyGeneratedBlockIsWhatTheProgramPrintsNow() throws {
-        let blocks = try Self.blocks(repositoryRoot + "/man/browser-login.1")
+    @Test(arguments: ["browser-login.1", "browser-login-broker.8"])
+    func everyGeneratedBlockIsWhatTheProgramPrintsNow(page: String) throws {
+        let blocks = try Self.blocks(repositoryRoot + "/man/" + page)
         #expect(!blocks.isEmpty)
         for block in blocks {
             let run = try runProgram(binDirectory + "/" + block.command[0], Array(block.command.dropFirst()))
             #expect(run.status == 0, "\(block.command): \(run.err)")
             #expect(
                 block.text + "\n" == run.out,
-                "man/browser-login.1 is not current for '\(block.command.joined(separator: " "))': run scripts/man")
+                "man/\(page) is not current for '\(block.command.joined(separator: " "))': run scripts/man")
         }
     }
 
@@ -57,6 +58,8 @@ struct ManualPageTests {
             }
         }
         #expect(generated.contains("browser-login help --troff options"), "the program's own options")
+        let broker = try Self.blocks(repositoryRoot + "/man/browser-login-broker.8").map(\.command)
+        #expect(broker == [["browser-login-broker", "help", "--troff", "options"]], "the daemon's options")
     }
 
     @Test func scriptsManFindsThePagesCurrent() throws {
