@@ -80,7 +80,8 @@ public struct DaemonOptions: Sendable {
             ),
             .flag(
                 "check-config",
-                "validate broker.conf and the client files, print each problem once on standard output, and exit (status 78 when a file is refused)"),
+                "validate broker.conf and the client files, print each problem once on standard output, and exit (status 78 when a file is refused)"
+            ),
             .flag(
                 "check-servers",
                 "ask each client's login server whether it speaks the protocol (or read its OAuth provider's metadata), print one line per client, and exit (status 69 when one does not answer); --json for JSON"
