@@ -31,7 +31,10 @@ let program = Command(
 /// made from the declarations `--help` shows (scripts/man puts them in the
 /// page; ManualPageTests checks that the page has them as they are now).
 func manualPart(_ words: [String]) throws(CLIError) -> String {
-    let usage = CLIError("USAGE", "help takes --troff usage|options [COMMAND]", .usage)
+    let usage = CLIError("USAGE", "help takes a command, or --troff usage|options [COMMAND]", .usage)
+    if words.count == 1 && words[0] != "--troff" {
+        throw CLIError("USAGE", "unknown command '\(words[0])'; run 'browser-login --help' for the list", .usage)
+    }
     guard words.count <= 3, words.first == "--troff", words.count >= 2 else { throw usage }
     var command = program
     if words.count == 3 {
@@ -72,7 +75,13 @@ func main() async -> Int32 {
                 print(program.help)
                 return Exit.ok.rawValue
             }
-            print(try manualPart(Array(global.rest.dropFirst())))
+            let words = Array(global.rest.dropFirst())
+            // `help COMMAND` is `COMMAND --help`.
+            if words.count == 1, let named = subcommands.first(where: { $0.name == words[0] }) {
+                print(named.command.help)
+            } else {
+                print(try manualPart(words))
+            }
             return Exit.ok.rawValue
         }
         guard let subcommand = subcommands.first(where: { $0.name == name }) else {
