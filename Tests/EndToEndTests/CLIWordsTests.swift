@@ -12,6 +12,16 @@ import Testing
 struct CLIWordsTests {
     static let notes = "com.example.notes"
 
+    /// The real server and broker, with the notes client signed in.
+    static func signedIn() throws -> Harness {
+        let h = try Harness()
+        try h.startServer()
+        h.writeClient()
+        try h.startBroker()
+        try h.signIn()
+        return h
+    }
+
     @Test func errorsNameTheCommandsAndFlagsToTypeNotTheAPIs() throws {
         let h = try Harness()
         try h.startServer()
@@ -59,11 +69,7 @@ struct CLIWordsTests {
     }
 
     @Test func aBodyEndsItsLineOnATerminalAndStaysExactInAPipe() throws {
-        let h = try Harness()
-        try h.startServer()
-        h.writeClient()
-        try h.startBroker()
-        try h.signIn()
+        let h = try Self.signedIn()
         let cli = binDirectory + "/browser-login"
         let missing = ["--socket", h.socketPath, "request", Self.notes, "GET", "/api/nothing-here"]
 
@@ -87,11 +93,7 @@ struct CLIWordsTests {
     }
 
     @Test func signOutSaysWhoWasSignedOutAndWhatTheServerWasTold() throws {
-        let h = try Harness()
-        try h.startServer()
-        h.writeClient()
-        try h.startBroker()
-        try h.signIn()
+        let h = try Self.signedIn()
         let out = try h.cli(["sign-out", Self.notes])
         #expect(out.status == 0, "\(out)")
         let lines = out.out.split(separator: "\n")

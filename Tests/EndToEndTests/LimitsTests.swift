@@ -93,7 +93,9 @@ extension Harness {
     }
 
     /// Starts the broker through `prlimit` (its descriptor limit set by `limits`, e.g. `--nofile=256:4096`).
-    func startBroker(prlimit limits: String, arguments: [String] = ["--log-level", "debug"]) throws {
+    func startBroker(prlimit limits: String, arguments: [String] = ["--log-level", "debug", "--log-target", "stderr"])
+        throws
+    {
         try startKeyringIfNeeded()
         broker = try Child(
             "/usr/bin/prlimit", [limits, "--", binDirectory + "/browser-login-broker"] + arguments,
