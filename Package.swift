@@ -132,7 +132,7 @@ let package = Package(
             ]
         ),
 
-        .executableTarget(name: "browser-login-broker", dependencies: ["Broker"]),
+        .executableTarget(name: "browser-login-broker", dependencies: ["Broker", "CommandLineKit"]),
         .executableTarget(
             name: "browser-login",
             dependencies: [

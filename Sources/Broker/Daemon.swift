@@ -56,7 +56,7 @@ public struct DaemonOptions: Sendable {
             .value("log-level", "LEVEL", "error, warning, notice, info (default) or debug"),
             .value(
                 "log-target", "TARGET",
-                "journal (structured fields; stderr lines when journald is not running), stderr (lines), or auto (default): the journal when stderr is the journal stream systemd gave the service ($JOURNAL_STREAM)"
+                "journal (structured fields; stderr lines with <N> priorities when journald is not running), stderr (lines with <N> priorities, plain words on a terminal), or auto (default): the journal when stderr is the journal stream systemd gave the service ($JOURNAL_STREAM), else plain lines"
             ),
             .value(
                 "verify-interval", "S",
@@ -80,7 +80,8 @@ public struct DaemonOptions: Sendable {
             ),
             .flag(
                 "check-config",
-                "validate broker.conf and the client files, print the problems, and exit (status 78 when a file is refused)"),
+                "validate broker.conf and the client files, print each problem once on standard output, and exit (status 78 when a file is refused)"
+            ),
             .flag(
                 "check-servers",
                 "ask each client's login server whether it speaks the protocol (or read its OAuth provider's metadata), print one line per client, and exit (status 69 when one does not answer); --json for JSON"
@@ -199,14 +200,15 @@ public enum BrokerDaemon {
         Systemd.notify("STATUS=reading client files")
         let paths = UserPaths(environment: environment)
         let loaded = ClientFiles.load(directories: options.clientDirectories ?? paths.clientDirectories)
-        for problem in loaded.problems {
+        // --check-config prints each problem once, on standard output (below); a daemon logs them.
+        for problem in loaded.problems where !options.checkConfig {
             logger.log(
                 problem.severity == .error ? .error : .warning, "client file problem",
                 ["file": problem.file, "key": problem.key ?? "-", "problem": problem.message])
         }
         let configPath = options.configPath ?? BrokerConfig.defaultPath(paths)
         let (brokerConfig, configProblems) = BrokerConfig.load(path: configPath, required: options.configPath != nil)
-        for problem in configProblems {
+        for problem in configProblems where !options.checkConfig {
             logger.log(
                 problem.severity == .error ? .error : .warning, "broker.conf problem",
                 ["file": problem.file, "key": problem.key ?? "-", "problem": problem.message])

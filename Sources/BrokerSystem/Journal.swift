@@ -7,22 +7,24 @@ import SystemSupport
 /// Where the daemon's log goes: `--log-target`.
 public enum LogTarget: String, Sendable, CaseIterable {
     /// The journal when stderr is the journal stream systemd gave the
-    /// service (`JOURNAL_STREAM`), else stderr lines.
+    /// service (`JOURNAL_STREAM`), else stderr lines in plain words (a
+    /// person at a terminal, or a file, reads them).
     case auto
     /// The journal, whatever stderr is, when journald's socket exists; else
-    /// stderr lines.
+    /// stderr lines with `<N>` priority prefixes (journald is the reader asked for).
     case journal
-    /// Stderr lines with `<N>` priority prefixes.
+    /// Stderr lines for a log reader: with `<N>` priority prefixes, except
+    /// on a terminal, where people read plain words.
     case stderr
 
     /// The handler for this target in a process with `environment`.
     public func handler(environment: [String: String]) -> any LogHandler {
         switch self {
-        case .stderr: StderrLogHandler()
-        case .journal: JournalLogHandler.socketExists ? JournalLogHandler() : StderrLogHandler()
+        case .stderr: StderrLogHandler(prefixes: isatty(2) != 1)
+        case .journal: JournalLogHandler.socketExists ? JournalLogHandler() : StderrLogHandler(prefixes: true)
         case .auto:
             JournalStream.isJournal(fileDescriptor: 2, environment: environment)
-                ? JournalLogHandler() : StderrLogHandler()
+                ? JournalLogHandler() : StderrLogHandler(prefixes: false)
         }
     }
 }
@@ -34,7 +36,8 @@ public enum LogTarget: String, Sendable, CaseIterable {
 /// journald's socket does not take (no journald, or it cannot be sent) is
 /// written to stderr as a line instead, so it is not lost.
 public struct JournalLogHandler: LogHandler {
-    private let fallback = StderrLogHandler()
+    /// Journald is the reader: lines it gets on stderr keep their priority.
+    private let fallback = StderrLogHandler(prefixes: true)
 
     public init() {}
 

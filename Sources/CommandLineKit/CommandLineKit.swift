@@ -237,3 +237,58 @@ public struct Arguments: Sendable {
 
     public func all(_ option: String) -> [String] { values[option] ?? [] }
 }
+
+// MARK: - Manual pages
+
+/// The parts of a manual page (man(7) macros) that come from a command's
+/// declarations, so that the page and `--help` cannot say different things:
+/// the usage line, and the options with the text `--help` shows.
+extension Command {
+    /// `.TP` and the usage in bold, placeholders in italics, without the
+    /// words of `prefix` (`browser-login `): the head of a command's entry.
+    public func manualUsage(dropping prefix: String = "") -> String {
+        let words = name.hasPrefix(prefix) ? String(name.dropFirst(prefix.count)) : name
+        var line = ".B " + Self.troff(words)
+        for argument in arguments { line += " \\fI" + Self.troff(argument) + "\\fR" }
+        for option in options {
+            let flag = option.short.map { "-\($0)" } ?? "--" + option.name
+            let value = option.value.map { " \\fI" + Self.troff($0) } ?? ""
+            line += " \\fR[\\fB" + Self.troff(flag) + value + "\\fR]" + (option.repeatable ? "..." : "")
+        }
+        return ".TP\n" + line
+    }
+
+    /// The options as a list: each one's names (and value) in bold
+    /// (italics), then its `--help` text; `nested` (in a command's entry)
+    /// indents it under the entry.
+    public func manualOptions(nested: Bool = false) -> String {
+        var lines = nested ? [".RS"] : []
+        for option in options {
+            let names = (option.short.map { "-\($0), " } ?? "") + "--" + option.name
+            var head = ".B " + Self.troff(names)
+            if let value = option.value { head = ".BI \"" + Self.troff(names) + " \" " + Self.troff(value) }
+            lines += [".TP", head, Self.troffText(option.help)]
+        }
+        return (lines + (nested ? [".RE"] : [])).joined(separator: "\n")
+    }
+
+    /// A word for troff: hyphens and backslashes escaped.
+    static func troff(_ text: String) -> String {
+        var out = ""
+        for character in text {
+            switch character {
+            case "\\": out += "\\e"
+            case "-": out += "\\-"
+            default: out.append(character)
+            }
+        }
+        return out
+    }
+
+    /// Running text for troff: as `troff`, and a line that would start with
+    /// `.` or `'` (a request) starts with `\&`.
+    static func troffText(_ text: String) -> String {
+        let escaped = troff(text)
+        return escaped.hasPrefix(".") || escaped.hasPrefix("'") ? "\\&" + escaped : escaped
+    }
+}

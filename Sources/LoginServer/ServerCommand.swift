@@ -98,7 +98,9 @@ public enum ServerCommand {
     }
 
     private static func configurationError(_ error: ConfigurationError) -> Int32 {
-        FileHandle.standardError.write(Data("<3>browser-login-server: invalid configuration: \(error)\n".utf8))
+        // One line, with journald's priority prefix only where journald reads it.
+        StderrLogHandler().handle(
+            LogEntry(level: .error, label: "browser-login-server", message: "invalid configuration: \(error)", metadata: [:]))
         return 78
     }
 
@@ -157,7 +159,8 @@ public enum ServerCommand {
         } catch let error as ConfigurationError {
             return configurationError(error)
         } catch {
-            FileHandle.standardError.write(Data("<3>browser-login-server: cannot start: \(error)\n".utf8))
+            StderrLogHandler().handle(
+                LogEntry(level: .error, label: "browser-login-server", message: "cannot start: \(error)", metadata: [:]))
             return 1
         }
         if configuration.testExchangeDelayMillis > 0 {

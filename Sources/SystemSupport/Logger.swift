@@ -138,8 +138,12 @@ public struct LogEntry: Sendable, Equatable {
 
     /// The text line: `<level>label: message key=value…`, keys sorted,
     /// without the journal-only `message.id`.
-    public var line: String {
-        var line = "<\(level.rawValue)>\(label): \(message)"
+    public var line: String { "<\(level.rawValue)>" + plainLine }
+
+    /// The line for people: `label: message key=value…`, without the
+    /// priority prefix that only journald reads.
+    public var plainLine: String {
+        var line = "\(label): \(message)"
         for key in metadata.keys.sorted() where key != Logger.messageIDKey {
             line += " \(key)=\(Logger.quote(metadata[key]!))"
         }
@@ -152,15 +156,28 @@ public protocol LogHandler: Sendable {
     func handle(_ entry: LogEntry)
 }
 
-/// Writes each entry's line to stderr (journald's stream under systemd,
-/// which reads the `<N>` prefix as the priority), one `write` per line.
+/// Writes each entry's line to stderr, one `write` per line: with the
+/// `<N>` priority prefix where journald reads them (it takes the prefix as
+/// the priority), else in plain words (a terminal, a file, a pipe).
 public struct StderrLogHandler: LogHandler {
     private static let lock = Mutex(())
+    /// Whether lines carry journald's `<N>` priority prefix.
+    public let prefixes: Bool
 
-    public init() {}
+    public init(prefixes: Bool) { self.prefixes = prefixes }
+
+    /// Prefixes only when stderr is the journal stream systemd gave the
+    /// process (`JOURNAL_STREAM` is its device and inode, `JournalStream`).
+    public init() { self.init(prefixes: Self.journaldReadsStandardError) }
+
+    /// Whether stderr is journald's stream: `JOURNAL_STREAM` names it.
+    public static var journaldReadsStandardError: Bool {
+        guard let value = getenv("JOURNAL_STREAM") else { return false }
+        return JournalStream.isJournal(fileDescriptor: 2, environment: ["JOURNAL_STREAM": String(cString: value)])
+    }
 
     public func handle(_ entry: LogEntry) {
-        var bytes = Array(entry.line.utf8)
+        var bytes = Array((prefixes ? entry.line : entry.plainLine).utf8)
         bytes.append(0x0A)
         Self.lock.withLock { _ in
             _ = bytes.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }

@@ -39,13 +39,18 @@ struct CLIError: Error {
     }
 
     /// A failed library call: the text says the broker's code where there is one, as it always has.
-    init(_ error: BrowserLoginError) {
+    /// A message that tells an API caller what to call is said in the CLI's
+    /// words (`commandLineMessage`), naming `client` (the command's CLIENT);
+    /// the code and data stay the broker's.
+    init(_ error: BrowserLoginError, client: String? = nil) {
         var data: [String: JSONValue] = [:]
         if let v = error.data.attemptId { data["attemptId"] = .string(v) }
         if let v = error.data.serverCode { data["serverCode"] = .string(v) }
         if let v = error.data.providerError { data["providerError"] = .string(v) }
         if let v = error.data.retryAfterSeconds { data["retryAfterSeconds"] = .integer(Int64(v)) }
         let plain = error.isLocal || error.code == .invalidParams || error.code == .internalError
+        var error = error
+        if let words = commandLineMessage(error, client: client) { error.message = words }
         self.init(error.code.rawValue, error.message, exitCode(error), data: data)
         if !plain { text = error.description }
         if let advice = serverCodeAdvice(error.data.serverCode) { text = (text ?? message) + "\n  " + advice }
@@ -57,6 +62,28 @@ struct CLIError: Error {
         object["code"] = .string(code)
         object["message"] = .string(message)
         return .object(object)
+    }
+}
+
+/// The CLI's words for a broker error whose message is written for API
+/// callers (it names `login.start`, `switchAccount=true`, `openBrowser=false`):
+/// what happened, from the broker's message up to its advice, then the
+/// command and flag to type. Nil when the broker's message does for people.
+func commandLineMessage(_ error: BrowserLoginError, client: String?) -> String? {
+    let happened = error.message.split(separator: ";", maxSplits: 1).first.map(String.init) ?? error.message
+    let name = client ?? "CLIENT"
+    switch error.code.brokerCode {
+    case .alreadySignedIn?:
+        return
+            "\(happened); sign out first ('browser-login sign-out \(name)'), or sign in with another account with 'browser-login start \(name) --switch-account'"
+    case .notSignedIn?:
+        return "\(name) is not signed in; sign in with 'browser-login start \(name)'"
+    case .browserFailed?:
+        let attempt = error.data.attemptId ?? "ATTEMPT_ID"
+        return
+            "\(happened); open the sign-in link yourself ('browser-login resume \(attempt) --no-browser' prints it), or set Browser= in the client file"
+    default:
+        return nil
     }
 }
 

@@ -158,6 +158,26 @@ func describeSession(_ s: SessionView) -> String {
     return text
 }
 
+/// What `sign-out` says: who was signed out, and what the server was told.
+/// The broker answers once the revoke was sent (or found owed, when the
+/// server could not be reached, and sent later); `revokedAtServer` false
+/// means the provider cannot be told at all.
+func describeSignOut(_ s: SessionView) -> String {
+    var text = "signed out of \(s.client)"
+    if let account = s.account { text += " (was signed in as \(account.displayName) <\(account.email)>)" }
+    switch s.revokedAtServer {
+    case false?:
+        text +=
+            "\nthe provider has no revocation endpoint: its tokens are forgotten here but were not revoked there; to end your browser session with the provider too, use the provider's own sign-out page"
+    case true?:
+        text += "\nthe server confirmed the revoke"
+    case nil:
+        text +=
+            "\nthe tokens are forgotten here and the revoke was sent to the server (if it could not be reached, the broker sends it when it can)"
+    }
+    return text
+}
+
 // MARK: - Commands
 
 let subcommands: [Subcommand] = [
@@ -277,7 +297,7 @@ let subcommands: [Subcommand] = [
                         .loginResume, params: encode(LoginResumeParams(attemptId: id, openBrowser: false))),
                     let url = (try? decode(resumed, as: AttemptView.self))?.authorizeUrl
                 else { throw error }
-                writeError(CLIError(error))
+                writeError(CLIError(error, client: params.client))
                 if args.has("json") && !wait {
                     printJSON(resumed)
                 } else if !args.has("json") {
@@ -380,12 +400,7 @@ let subcommands: [Subcommand] = [
                 printJSON(answer)
                 return .ok
             }
-            print(describeSession(try decode(answer)))
-            if answer["revokedAtServer"]?.boolValue == false {
-                print(
-                    "the provider has no revocation endpoint: its tokens are forgotten here but were not revoked there; to end your browser session with the provider too, use the provider's own sign-out page"
-                )
-            }
+            print(describeSignOut(try decode(answer)))
             return .ok
         }),
     requestCommand,

@@ -108,13 +108,20 @@ func doctorFindings(_ client: BrowserLoginClient) async -> [Finding] {
     }
     let startFix =
         underSystemd ? "systemctl --user enable --now browser-login-broker.socket" : "browser-login-broker &"
+    let restartFix = underSystemd ? "systemctl --user restart browser-login-broker.service" : "browser-login-broker &"
     if let path = client.socketPath {
         do {
             let answer: BrokerInfo = try await client.call(.brokerInfo, nil as ClientParams?, timeout: .seconds(10))
             info = answer
             add("socket", .ok, "browser-login-broker \(answer.version) answers at \(path)")
         } catch {
-            add("socket", .problem, "the broker does not answer at \(path): \(error.message)", fix: startFix)
+            // One statement of what is wrong, with the path once, and the fix that goes with it.
+            if error.code == .brokerNotRunning {
+                add("socket", .problem, "the broker is not running: nothing listens at \(path)", fix: startFix)
+            } else {
+                let message = error.message.contains(path) ? error.message : "the broker at \(path): \(error.message)"
+                add("socket", .problem, message + " (a broker that is stuck must be restarted)", fix: restartFix)
+            }
         }
     } else {
         add(

@@ -3,6 +3,10 @@ import BrowserLoginClient
 import CommandLineKit
 import Foundation
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// `browser-login request`: the client's API through `http.request`, for
 /// scripts, in the manner of `curl -f`.
 let requestCommand = Subcommand(
@@ -19,7 +23,8 @@ let requestCommand = Subcommand(
         with its session: the broker adds the token, which never reaches this
         command. PATH is an absolute path; a query (?a=1&b=2) is split off and
         sent as the request's query. The answer's body is written to standard
-        output as it came (bytes), with nothing added.
+        output as it came (bytes), with nothing added; only on a terminal, a
+        body that does not end with a newline gets one.
 
         With -d and no Content-Type header, the body is sent as
         application/json when it is a JSON text, else as
@@ -27,7 +32,8 @@ let requestCommand = Subcommand(
         refused, as are paths with '..' (exit status 64).
 
         Exit status 0 for a 2xx answer; 22 for any other HTTP status (as curl -f;
-        the body is still written, and "HTTP_ERROR" reported on stderr); 1 when
+        the body is still written, and "HTTP_ERROR: the API answered HTTP
+        STATUS" reported on stderr); 1 when
         the client is not signed in (NOT_SIGNED_IN); else as the other commands.
         """,
     run: { args, broker in
@@ -51,17 +57,27 @@ let requestCommand = Subcommand(
         if args.has("json") {
             printJSON(raw)
         } else {
-            FileHandle.standardOutput.write(Data(response.body))
+            FileHandle.standardOutput.write(Data(bodyForOutput(response.body, terminal: isatty(1) == 1)))
         }
         guard response.isSuccess else {
-            writeError(
-                CLIError(
-                    "HTTP_ERROR", "the API answered HTTP \(response.status)", .httpError,
-                    data: ["status": .integer(Int64(response.status))]))
+            var failure = CLIError(
+                "HTTP_ERROR", "the API answered HTTP \(response.status)", .httpError,
+                data: ["status": .integer(Int64(response.status))])
+            failure.text = "HTTP_ERROR: " + failure.message
+            writeError(failure)
             return .httpError
         }
         return .ok
     })
+
+/// The body as `request` writes it: to a pipe or a file exactly as it came
+/// (a script or `> file` gets the API's bytes); to a terminal with a newline
+/// after a non-empty body that does not end with one, so the prompt or the
+/// next line (HTTP_ERROR on standard error) starts on a line of its own.
+func bodyForOutput(_ body: [UInt8], terminal: Bool) -> [UInt8] {
+    guard terminal, let last = body.last, last != 0x0A else { return body }
+    return body + [0x0A]
+}
 
 /// `/a/b?x=1&y=2` as `/a/b` and `["x": "1", "y": "2"]` (percent-decoded: the broker encodes them again).
 func splitQuery(_ target: String) throws -> (path: String, query: [String: String]?) {

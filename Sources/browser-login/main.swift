@@ -27,7 +27,32 @@ let program = Command(
     synopsis: "browser-login [--socket PATH] COMMAND [ARGS]\n       browser-login COMMAND --help",
     title: "browser-login — talk to the browser-login broker", optionsTitle: "Options:", stopsAtArgument: true)
 
+/// `help --troff usage|options [COMMAND]`: the parts of browser-login(1)
+/// made from the declarations `--help` shows (scripts/man puts them in the
+/// page; ManualPageTests checks that the page has them as they are now).
+func manualPart(_ words: [String]) throws(CLIError) -> String {
+    let usage = CLIError("USAGE", "help takes a command, or --troff usage|options [COMMAND]", .usage)
+    if words.count == 1 && words[0] != "--troff" {
+        throw CLIError("USAGE", "unknown command '\(words[0])'; run 'browser-login --help' for the list", .usage)
+    }
+    guard words.count <= 3, words.first == "--troff", words.count >= 2 else { throw usage }
+    var command = program
+    if words.count == 3 {
+        guard let found = subcommands.first(where: { $0.name == words[2] }) else {
+            throw CLIError("USAGE", "unknown command '\(words[2])'; run 'browser-login --help' for the list", .usage)
+        }
+        command = found.command
+    }
+    switch words[1] {
+    case "usage": return command.manualUsage(dropping: "browser-login ")
+    case "options": return command.manualOptions(nested: words.count == 3)
+    default: throw usage
+    }
+}
+
 func main() async -> Int32 {
+    // The command's CLIENT, which error messages name in the commands they suggest.
+    var client: String?
     do {
         guard case .run(let global) = try program.parse(Array(CommandLine.arguments.dropFirst())) else {
             print(program.help)
@@ -46,7 +71,17 @@ func main() async -> Int32 {
             return Exit.usage.rawValue
         }
         if name == "help" {
-            print(program.help)
+            guard global.rest.count > 1 else {
+                print(program.help)
+                return Exit.ok.rawValue
+            }
+            let words = Array(global.rest.dropFirst())
+            // `help COMMAND` is `COMMAND --help`.
+            if words.count == 1, let named = subcommands.first(where: { $0.name == words[0] }) {
+                print(named.command.help)
+            } else {
+                print(try manualPart(words))
+            }
             return Exit.ok.rawValue
         }
         guard let subcommand = subcommands.first(where: { $0.name == name }) else {
@@ -57,6 +92,7 @@ func main() async -> Int32 {
             return Exit.ok.rawValue
         }
         if global.has("json") { args.flags.insert("json") }
+        if subcommand.command.arguments.first == "CLIENT" { client = args.positionals.first }
         let broker = BrowserLoginClient(socketPath: global["socket"])
         return try await subcommand.run(args, broker).rawValue
     } catch let error as UsageError {
@@ -66,7 +102,7 @@ func main() async -> Int32 {
         writeError(error)
         return error.exit.rawValue
     } catch let error as BrowserLoginError {
-        let failure = CLIError(error)
+        let failure = CLIError(error, client: client)
         writeError(failure)
         return failure.exit.rawValue
     } catch {

@@ -138,4 +138,20 @@ import Testing
         #expect(curlish.help.contains("\n  --json                      print JSON\n"))
         #expect(curlish.help.hasSuffix("\n  -h, --help                  this help"))
     }
+
+    @Test func theManualPartsComeFromTheSameDeclarations() {
+        #expect(
+            curlish.manualUsage(dropping: "tool ")
+                == ".TP\n.B get \\fIPATH\\fR \\fR[\\fB\\-d \\fIDATA\\fR] \\fR[\\fB\\-H \\fI'NAME: VALUE'\\fR]..."
+                + " \\fR[\\fB\\-v\\fR] \\fR[\\fB\\-\\-json\\fR]")
+        let options = curlish.manualOptions(nested: true).split(separator: "\n")
+        #expect(options.first == ".RS" && options.last == ".RE")
+        #expect(curlish.manualOptions().split(separator: "\n") == options.dropFirst().dropLast())
+        #expect(options.contains(#".BI "\-d, \-\-data " DATA"#))
+        #expect(options.contains("a header"))
+        #expect(options.contains(".B \\-v, \\-\\-verbose"))
+        // Running text that would read as a request, and backslashes, are escaped.
+        let odd = Command("odd", options: [.flag("dot", ".hidden \\n stays text")])
+        #expect(odd.manualOptions().hasSuffix("\n\\&.hidden \\en stays text"))
+    }
 }

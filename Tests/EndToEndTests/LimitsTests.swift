@@ -93,7 +93,9 @@ extension Harness {
     }
 
     /// Starts the broker through `prlimit` (its descriptor limit set by `limits`, e.g. `--nofile=256:4096`).
-    func startBroker(prlimit limits: String, arguments: [String] = ["--log-level", "debug"]) throws {
+    func startBroker(prlimit limits: String, arguments: [String] = ["--log-level", "debug", "--log-target", "stderr"])
+        throws
+    {
         try startKeyringIfNeeded()
         broker = try Child(
             "/usr/bin/prlimit", [limits, "--", binDirectory + "/browser-login-broker"] + arguments,
@@ -105,7 +107,7 @@ extension Harness {
         }
     }
 
-    /// The broker's log lines at `priority` (journald prefix, `<4>` warning) containing `text`.
+    /// The broker's log lines at `priority` (journald prefix, `<4>` warning; `--log-target stderr`) containing `text`.
     func brokerLogLines(priority: Int, containing text: String) -> [Substring] {
         (broker?.output ?? "").split(separator: "\n").filter { $0.hasPrefix("<\(priority)>") && $0.contains(text) }
     }
@@ -126,7 +128,7 @@ struct LimitsTests {
         defer { h.removeAll() }
         try h.startServer()
         h.writeClient()
-        try h.startBroker(arguments: ["--log-level", "debug", "--max-connections", "8"])
+        try h.startBroker(arguments: ["--log-level", "debug", "--log-target", "stderr", "--max-connections", "8"])
         let raw = RawSockets()
         // Eight connections with an event subscription each: held, never closed to make room.
         for _ in 0..<8 {
@@ -198,7 +200,7 @@ struct LimitsTests {
         defer { h.removeAll() }
         try h.startServer()
         h.writeClient()
-        try h.startBroker()
+        try h.startBroker(arguments: ["--log-level", "debug", "--log-target", "stderr"])
         let pid = h.broker!.pid
         _ = try h.rpc().call("broker.info")
         let baselineRSS = residentKiB(pid) ?? -1
@@ -231,7 +233,7 @@ struct LimitsTests {
         defer { h.removeAll() }
         try h.startServer()
         h.writeClient()
-        try h.startBroker()
+        try h.startBroker(arguments: ["--log-level", "debug", "--log-target", "stderr"])
         let pid = h.broker!.pid
         // Leave the broker only a few descriptors, as if something else had used them up.
         let limit = openDescriptors(pid) + 10

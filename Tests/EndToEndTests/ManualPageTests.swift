@@ -1,0 +1,69 @@
+import BrowserLoginTestSupport
+import BrowserLoginTestTraits
+import Foundation
+import Testing
+
+/// browser-login(1) and browser-login-broker(8) say what `--help` says (issue
+/// 36): their usage lines and option lists are generated blocks (scripts/man)
+/// that the program prints from the declarations `--help` is made of. A committed page whose blocks
+/// differ from the built program's, or a command without its blocks, fails.
+@Suite("Manual pages made from the declarations", .dedicatedThread)
+struct ManualPageTests {
+    static let begin = ".\\\" BEGIN generated: "
+    static let end = ".\\\" END generated"
+
+    /// Each generated block of `page`: the command line in its marker, and the text in the page.
+    static func blocks(_ page: String) throws -> [(command: [String], text: String)] {
+        var found: [(command: [String], text: String)] = []
+        var current: (command: [String], lines: [Substring])?
+        for line in try String(contentsOfFile: page, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false) {
+            if line.hasPrefix(begin) {
+                current = (line.dropFirst(begin.count).split(separator: " ").map(String.init), [])
+            } else if line == end, let block = current {
+                found.append((block.command, block.lines.joined(separator: "\n")))
+                current = nil
+            } else if current != nil {
+                current!.lines.append(line)
+            }
+        }
+        return found
+    }
+
+    @Test(arguments: ["browser-login.1", "browser-login-broker.8"])
+    func everyGeneratedBlockIsWhatTheProgramPrintsNow(page: String) throws {
+        let blocks = try Self.blocks(repositoryRoot + "/man/" + page)
+        #expect(!blocks.isEmpty)
+        for block in blocks {
+            let run = try runProgram(binDirectory + "/" + block.command[0], Array(block.command.dropFirst()))
+            #expect(run.status == 0, "\(block.command): \(run.err)")
+            #expect(
+                block.text + "\n" == run.out,
+                "man/\(page) is not current for '\(block.command.joined(separator: " "))': run scripts/man")
+        }
+    }
+
+    @Test func everyCommandAndTheProgramHaveTheirUsageAndOptions() throws {
+        let help = try runProgram(binDirectory + "/browser-login", ["--help"]).out
+        let table = help.components(separatedBy: "Commands:\n").last?.components(separatedBy: "\n\n").first ?? ""
+        let commands = table.split(separator: "\n").compactMap { line -> String? in
+            line.hasPrefix("  ") && !line.hasPrefix("   ") ? line.split(separator: " ").first.map(String.init) : nil
+        }
+        #expect(commands.count >= 13 && commands.contains("sign-out"), "\(commands)")
+        let generated = Set(try Self.blocks(repositoryRoot + "/man/browser-login.1").map { $0.command.joined(separator: " ") })
+        for command in commands {
+            for part in ["usage", "options"] {
+                #expect(
+                    generated.contains("browser-login help --troff \(part) \(command)"),
+                    "browser-login(1) has no generated \(part) of '\(command)'")
+            }
+        }
+        #expect(generated.contains("browser-login help --troff options"), "the program's own options")
+        let broker = try Self.blocks(repositoryRoot + "/man/browser-login-broker.8").map(\.command)
+        #expect(broker == [["browser-login-broker", "help", "--troff", "options"]], "the daemon's options")
+    }
+
+    @Test func scriptsManFindsThePagesCurrent() throws {
+        let check = try runProgram(repositoryRoot + "/scripts/man", ["--check", binDirectory])
+        #expect(check.status == 0, "\(check.err)")
+    }
+}
