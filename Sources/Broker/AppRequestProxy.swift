@@ -120,7 +120,8 @@ struct AppRequestProxy: Sendable {
         if let code = serverCode(response), response.status == 401 || response.status == 403 {
             if code == .sessionRevoked || code == .sessionExpired || code == .authUserDisabled {
                 try await engine.sessions.end(
-                    client.id, status: code == .sessionExpired ? .expired : .revoked, reason: code.rawValue)
+                    client.id, status: code == .sessionExpired ? .expired : .revoked, reason: code.rawValue,
+                    generation: secrets.generation)
             }
         }
         response.headers.removeAll { $0.name.lowercased() == "set-cookie" }

@@ -416,15 +416,11 @@ extension BrokerEngine {
             throw vaultProblem.brokerError.with(attemptId: record.id)
         }
         do {
-            try await vault.storeJSON(
-                SessionSecrets(session: issued, attemptId: record.id),
-                label: VaultKeys.sessionLabel(appName: client.appName, email: issued.account.email),
-                attributes: VaultKeys.session(client: record.client))
-        } catch {
+            try await sessions.adopt(client: record.client, session: issued, attemptId: record.id)
+        } catch let error as VaultError {
             try notKept()
             throw error.brokerError.with(attemptId: record.id)
         }
-        try sessions.signedIn(client: record.client, session: issued, attemptId: record.id)
         try attempts.commit(&record, .exchangeSucceeded) {
             $0.receiptIssuedAt = issuedAt
             $0.receiptSessionExpiresAt = issued.expiresAt

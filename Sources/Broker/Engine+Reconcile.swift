@@ -154,20 +154,17 @@ extension BrokerEngine {
     }
 
     private func adopt(_ record: inout AttemptRecord, session: IssuedSession, receipt: Receipt) async throws {
-        let client = try client(record.client)
+        record = try attempt(record.id)
+        guard record.state == .uncertain else { return }
         do {
-            try await vault.storeJSON(
-                SessionSecrets(session: session, attemptId: record.id),
-                label: VaultKeys.sessionLabel(appName: client.appName, email: session.account.email),
-                attributes: VaultKeys.session(client: record.client))
-        } catch {
+            try await sessions.adopt(client: record.client, session: session, attemptId: record.id)
+        } catch let error as VaultError {
             record = try attempt(record.id)
             try backoff(&record, "keyring: \(error)")
             return
         }
         record = try attempt(record.id)
         guard record.state == .uncertain else { return }
-        try sessions.signedIn(client: record.client, session: session, attemptId: record.id)
         try attempts.commit(&record, .adopted) {
             $0.resolution = .adopted
             $0.followUp = .acknowledge

@@ -215,7 +215,7 @@ public actor BrokerEngine {
             // Runs on this actor up to the suspension: the waiter is registered
             // before anything else (the cancellation's removal included) can run here.
             await withCheckedContinuation { continuation in
-                sessions.waiters[clientId, default: [:]][id] = continuation
+                sessions.addWaiter(client: clientId, id: id, continuation)
             }
         } onCancel: {
             timer.cancel()
@@ -244,10 +244,10 @@ public actor BrokerEngine {
 
     /// Rotates the session's tokens (§5.7). Concurrent callers share one refresh.
     func refreshSession(_ clientId: String, current: SessionSecrets) async throws -> SessionSecrets {
-        if let running = sessions.refreshing[clientId] { return try await running.value }
+        if let running = sessions.refreshInFlight(clientId) { return try await running.value }
         let task = Task { try await self.sessions.refreshNow(clientId, current: current) }
-        sessions.refreshing[clientId] = task
-        defer { sessions.refreshing[clientId] = nil }
+        sessions.refreshStarted(clientId, task)
+        defer { sessions.refreshEnded(clientId) }
         return try await task.value
     }
 

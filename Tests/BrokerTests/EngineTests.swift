@@ -21,6 +21,9 @@ final class FakeServer: SignInProtocol, ServerAttemptControl {
         var exchangeGate: (@Sendable () async -> Void)?
         var revokeByToken: [Result<RevokeResponse, LoginServerError>] = []
         var revokeGate: (@Sendable () async -> Void)?
+        var refreshGate: (@Sendable () async -> Void)?
+        /// The access tokens of the sessions revoked by token, in order.
+        var revokedTokens: [String] = []
         var acknowledge: [Result<Void, LoginServerError>] = []
     }
     let state = Mutex(State())
@@ -70,6 +73,7 @@ final class FakeServer: SignInProtocol, ServerAttemptControl {
     }
     func revoke(_ session: IssuedSession) async throws(LoginServerError) -> RevokeResponse {
         called("revokeByToken")
+        state.withLock { $0.revokedTokens.append(session.accessToken) }
         if let gate = state.withLock({ $0.revokeGate }) { await gate() }
         let next = state.withLock { $0.revokeByToken.isEmpty ? nil : $0.revokeByToken.removeFirst() }
         switch next ?? .success(RevokeResponse(revoked: true)) {
@@ -85,6 +89,7 @@ final class FakeServer: SignInProtocol, ServerAttemptControl {
     }
     func refresh(_ session: IssuedSession) async throws(LoginServerError) -> IssuedSession {
         called("refresh")
+        if let gate = state.withLock({ $0.refreshGate }) { await gate() }
         let next = state.withLock { $0.refresh.isEmpty ? nil : $0.refresh.removeFirst() }
         switch next ?? .failure(.noAnswer("unscripted")) {
         case .success(let r): return Self.refreshed(session, by: r)
@@ -333,6 +338,65 @@ final class ScratchDirectory: Sendable {
             try await engine.refreshSession("com.example.notes", current: next)
         }
         #expect(server.count("refresh") == 4)
+    }
+
+    /// Issue 29: a sign-out while a refresh's answer is on its way signs out at
+    /// once; the answer, when it comes, is revoked and none of it is kept.
+    @Test func aRefreshAnsweredAfterASignOutIsRevokedAndNothingOfItKept() async throws {
+        try await signedIn()
+        let current = try await engine.currentSession("com.example.notes")
+        let successor = RefreshResponse(
+            accessToken: "access-2", accessTokenExpiresAt: Timestamp.now().adding(milliseconds: 600_000),
+            refreshToken: "refresh-2", expiresAt: current.session.expiresAt!)
+        let release = Mutex<CheckedContinuation<Void, Never>?>(nil)
+        server.state.withLock {
+            $0.refresh = [.success(successor)]
+            $0.refreshGate = { await withCheckedContinuation { c in release.withLock { $0 = c } } }
+        }
+        let engine = self.engine
+        let refresh = Task { try await engine.refreshSession("com.example.notes", current: current) }
+        try await waitFor { release.withLock { $0 != nil } }
+        #expect(try await engine.signOut(client: "com.example.notes").status == .signedOut)
+        #expect(server.state.withLock { $0.revokedTokens } == ["access-1"])
+        server.state.withLock { $0.refreshGate = nil }
+        release.withLock { $0?.resume() }
+        await #expect(throws: BrokerError.self) { try await refresh.value }
+        for _ in 0..<3 { await engine.tick() }
+        #expect(server.state.withLock { $0.revokedTokens } == ["access-1", "access-2"])
+        #expect(try await vault.lookup(attributes: ["kind": "session", "client": "com.example.notes"]) == nil)
+        #expect(try await vault.lookup(attributes: ["kind": "revoke", "client": "com.example.notes"]) == nil)
+        #expect(try await engine.session(client: "com.example.notes").status == .signedOut)
+    }
+
+    /// … and one answered after the user signed in again leaves the new session alone.
+    @Test func aRefreshAnsweredAfterANewSignInLeavesTheNewSessionAlone() async throws {
+        try await signedIn()
+        let current = try await engine.currentSession("com.example.notes")
+        let successor = RefreshResponse(
+            accessToken: "access-2", accessTokenExpiresAt: Timestamp.now().adding(milliseconds: 600_000),
+            refreshToken: "refresh-2", expiresAt: current.session.expiresAt!)
+        let release = Mutex<CheckedContinuation<Void, Never>?>(nil)
+        server.state.withLock {
+            $0.refresh = [.success(successor)]
+            $0.refreshGate = { await withCheckedContinuation { c in release.withLock { $0 = c } } }
+        }
+        let engine = self.engine
+        let refresh = Task { try await engine.refreshSession("com.example.notes", current: current) }
+        try await waitFor { release.withLock { $0 != nil } }
+        _ = try await engine.signOut(client: "com.example.notes")
+        let (_, serverId) = try await started()
+        server.state.withLock { $0.exchange = [.success(server.issued(for: serverId, accessToken: "access-3"))] }
+        _ = try await engine.finish(url: callback("c2", attempt: serverId))
+        server.state.withLock { $0.refreshGate = nil }
+        release.withLock { $0?.resume() }
+        await #expect(throws: BrokerError.self) { try await refresh.value }
+        for _ in 0..<3 { await engine.tick() }
+        #expect(server.state.withLock { $0.revokedTokens } == ["access-1", "access-2"])
+        #expect(try await engine.session(client: "com.example.notes").status == .signedIn)
+        #expect(try await engine.currentSession("com.example.notes").session.accessToken == "access-3")
+        let stored = try #require(
+            try await vault.lookup(attributes: ["kind": "session", "client": "com.example.notes"]))
+        #expect(String(decoding: stored, as: UTF8.self).contains("access-3"))
     }
 
     @Test func reconciliationAdoptsOnlyTheSessionWhoseDigestMatches() async throws {
