@@ -72,14 +72,12 @@ extension BrokerEngine {
         var record = AttemptRecord(
             id: id, client: client.id, state: .starting, returnURL: client.redirectText,
             issuer: client.server.serialized, ephemeral: ephemeral, createdAt: createdAt)
-        try store.insert(record)
-        sessions.refreshBoard(client.id)
+        try attempts.insert(record)
         do {
             try await vault.storeJSON(secrets, label: VaultKeys.attemptLabel(appName: client.appName), attributes: keys)
         } catch {
             // Nothing was sent: the attempt never existed for anyone.
-            try store.delete(attemptId: id)
-            sessions.refreshBoard(client.id)
+            try attempts.discard(record)
             throw error.brokerError
         }
         logger.info("attempt created", ["attempt.id": id, "client": client.id])
@@ -312,16 +310,13 @@ extension BrokerEngine {
     private func keepUntilSettled(_ record: inout AttemptRecord, callback: Callback, code: String) async throws
         -> AttemptView
     {
-        attempts.keptCounter += 1
-        let token = attempts.keptCounter
-        attempts.keptCallbacks[record.id] = KeptCallback(callback: callback, token: token)
+        let token = attempts.keep(callback, for: record.id)
         let attemptId = record.id
         repeat {
             await attempts.waitForExchange(attemptId) { id in Task { await self.releaseExchangeWaiter(attemptId, id) } }
             record = try attempt(attemptId)
-        } while record.state == .exchanging && attempts.exchangesInFlight.contains(attemptId) && !Task.isCancelled
-        if attempts.keptCallbacks[record.id]?.token == token {
-            attempts.keptCallbacks[record.id] = nil
+        } while record.state == .exchanging && attempts.isExchanging(attemptId) && !Task.isCancelled
+        if attempts.takeKept(record.id, token: token) {
             if record.state == .waiting && !Task.isCancelled {
                 return try await finishCode(&record, callback: callback, code: code)
             }
@@ -343,7 +338,7 @@ extension BrokerEngine {
             if let digest { $0.callbackDigest = digest }
             $0.error = nil
         }
-        attempts.exchangesInFlight.insert(record.id)
+        attempts.exchangeStarted(record.id)
         TestFaults.hit("after-exchanging-commit")
     }
 
@@ -427,7 +422,7 @@ extension BrokerEngine {
             $0.followUp = .acknowledge
             $0.error = nil
         }
-        attempts.keptCallbacks[record.id] = nil
+        attempts.dropKept(record.id)
         scheduleFollowUp(record.id)
         var result = AttemptView(record)
         result.session = try sessions.view(record.client)
@@ -457,7 +452,7 @@ extension BrokerEngine {
             }
             if record.state.isTerminal { scheduleFollowUp(record.id) }
             // Only an INVALID_GRANT lets a kept callback be tried (§7).
-            if code != .invalidGrant { attempts.keptCallbacks[record.id] = nil }
+            if code != .invalidGrant { attempts.dropKept(record.id) }
             throw brokerError
         case .notSent:
             try attempts.commit(
@@ -509,7 +504,7 @@ extension BrokerEngine {
                 &record, .cancel,
                 error: AttemptError(code: "CANCELLED", message: "the sign-in was cancelled")
             ) { $0.followUp = .cancel }
-            attempts.keptCallbacks[record.id] = nil
+            attempts.dropKept(record.id)
             await runFollowUp(record.id)
             return AttemptView(try attempt(attemptId))
         default:

@@ -70,8 +70,7 @@ extension BrokerEngine {
         var record = AttemptRecord(
             id: id, client: client.id, state: .starting, returnURL: redirectURI, issuer: settings.issuer,
             ephemeral: ephemeral, createdAt: now())
-        try store.insert(record)
-        sessions.refreshBoard(client.id)
+        try attempts.insert(record)
         let secrets = AttemptSecrets(
             codeVerifier: verifier.value, recoveryKey: "", authorizeUrl: authorizeUrl, state: state, nonce: nonce,
             redirectURI: redirectURI)
@@ -81,8 +80,7 @@ extension BrokerEngine {
                 attributes: VaultKeys.attempt(client: client.id, attemptId: id))
         } catch {
             listener?.close()
-            try store.delete(attemptId: id)
-            sessions.refreshBoard(client.id)
+            try attempts.discard(record)
             throw error.brokerError
         }
         try attempts.commit(&record, .created) {
@@ -306,7 +304,7 @@ extension BrokerEngine {
             if record.state == .exchanging {
                 // Answer once the exchange in flight is settled, with the attempt as it then is.
                 let attemptId = record.id
-                while record.state == .exchanging && attempts.exchangesInFlight.contains(attemptId) && !Task.isCancelled {
+                while record.state == .exchanging && attempts.isExchanging(attemptId) && !Task.isCancelled {
                     await attempts.waitForExchange(attemptId) { id in
                         Task { await self.releaseExchangeWaiter(attemptId, id) }
                     }
@@ -430,8 +428,7 @@ extension BrokerEngine {
         var record = AttemptRecord(
             id: id, client: client.id, state: .starting, returnURL: "", issuer: signIn.settings.issuer,
             ephemeral: false, createdAt: now())
-        try store.insert(record)
-        sessions.refreshBoard(client.id)
+        try attempts.insert(record)
         let authorization: DeviceAuthorization
         do {
             authorization = try await signIn.provider.deviceAuthorization()

@@ -40,9 +40,8 @@ extension BrokerEngine {
     /// Runs one attempt's server work, once at a time per attempt; a failure
     /// is logged and the timer tries again.
     private func exclusively(_ attemptId: String, failure: String, _ steps: () async throws -> Void) async {
-        guard !attempts.busy.contains(attemptId) else { return }
-        attempts.busy.insert(attemptId)
-        defer { attempts.busy.remove(attemptId) }
+        guard attempts.claim(attemptId) else { return }
+        defer { attempts.unclaim(attemptId) }
         do { try await steps() } catch {
             logger.warning(failure, ["attempt.id": attemptId, "error": "\(error)"])
             timer.scheduled(now())

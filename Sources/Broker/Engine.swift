@@ -305,7 +305,7 @@ public actor BrokerEngine {
             return now
         }
         for var record in records {
-            if record.state == .exchanging && !attempts.exchangesInFlight.contains(record.id) {
+            if record.state == .exchanging && !attempts.isExchanging(record.id) {
                 // Its exchange ended without its answer being committed (the
                 // state file could not be written): reconcile it, as after a crash.
                 do {
@@ -324,7 +324,7 @@ public actor BrokerEngine {
                 continue
             }
             // Work in flight schedules what it leaves owed when it ends.
-            guard !attempts.busy.contains(record.id) else { continue }
+            guard !attempts.isClaimed(record.id) else { continue }
             let workDue = record.nextReconcileAt.map { now >= $0 } ?? true
             if workDue && (record.state == .uncertain || record.followUp != .none) {
                 scheduleFollowUp(record.id)
@@ -372,11 +372,8 @@ public actor BrokerEngine {
         // At least twice per retention time, so a short one (a test's) is kept to.
         var pause = min(Self.pruneIntervalMilliseconds, max(Self.pruneBatchPauseMilliseconds, retentionMilliseconds / 2))
         do {
-            let deleted = try store.prune(endedBefore: cutoff, limit: BrokerStore.pruneBatch)
-            if deleted > 0 {
-                try store.compact(pages: 4 * BrokerStore.pruneBatch)
-                logger.debug("pruned ended attempts", ["count": "\(deleted)"])
-            }
+            let deleted = try attempts.prune(endedBefore: cutoff)
+            if deleted > 0 { logger.debug("pruned ended attempts", ["count": "\(deleted)"]) }
             if deleted == BrokerStore.pruneBatch { pause = Self.pruneBatchPauseMilliseconds }
         } catch {
             // Cannot write the state file now (full disk, read-only): try
