@@ -375,6 +375,8 @@ public enum BrokerDaemon {
             let deadline = await engine.tick()
             return .milliseconds(BrokerEngine.sleepMilliseconds(until: deadline, now: Timestamp.now()))
         }
+        // The engine's work items stop after the timer that schedules most of them.
+        services.append(.init(engine.work))
         services.append(.init(engineTicks))
         services.append(.init(TrimService(server: server, activity: activity, logger: logger)))
         if options.dbus { services.append(.init(SessionBusService(engine: engine, methods: methods, logger: logger))) }

@@ -313,7 +313,9 @@ extension BrokerEngine {
         let token = attempts.keep(callback, for: record.id)
         let attemptId = record.id
         repeat {
-            await attempts.waitForExchange(attemptId) { id in Task { await self.releaseExchangeWaiter(attemptId, id) } }
+            await attempts.waitForExchange(attemptId) { id in
+                self.work.submit { await self.releaseExchangeWaiter(attemptId, id) }
+            }
             record = try attempt(attemptId)
         } while record.state == .exchanging && attempts.isExchanging(attemptId) && !Task.isCancelled
         if attempts.takeKept(record.id, token: token) {

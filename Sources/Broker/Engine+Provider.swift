@@ -177,7 +177,7 @@ extension BrokerEngine {
         guard let waiting = try? store.list(states: [.waiting]) else { return }
         for var record in waiting {
             guard let client = clients[record.client], client.provider != nil, loopbacks[record.id] == nil,
-                devicePolls[record.id] == nil
+                !devicePolls.contains(record.id)
             else { continue }
             if let loopback = client.loopback, let parts = URLParts(splitting: record.returnURL),
                 let portText = parts.portText, let port = UInt16(portText)
@@ -306,7 +306,7 @@ extension BrokerEngine {
                 let attemptId = record.id
                 while record.state == .exchanging && attempts.isExchanging(attemptId) && !Task.isCancelled {
                     await attempts.waitForExchange(attemptId) { id in
-                        Task { await self.releaseExchangeWaiter(attemptId, id) }
+                        self.work.submit { await self.releaseExchangeWaiter(attemptId, id) }
                     }
                     record = try attempt(attemptId)
                 }
@@ -469,14 +469,16 @@ extension BrokerEngine {
     }
 
     func startDevicePolling(_ attemptId: String, interval: Int) {
-        guard devicePolls[attemptId] == nil else { return }
-        devicePolls[attemptId] = Task { await self.pollDevice(attemptId, interval: interval) }
+        guard !devicePolls.contains(attemptId),
+            work.submit({ await self.pollDevice(attemptId, interval: interval) })
+        else { return }
+        devicePolls.insert(attemptId)
     }
 
     /// RFC 8628 §3.4–3.5: polls at `interval`, 5 s more after `slow_down`;
     /// the attempt ends `denied`, `expired` or, with tokens, as an exchange does.
     private func pollDevice(_ attemptId: String, interval start: Int) async {
-        defer { devicePolls[attemptId] = nil }
+        defer { devicePolls.remove(attemptId) }
         var interval = start
         var failures = 0
         while !Task.isCancelled {

@@ -3,9 +3,10 @@ import BrokerStore
 import BrowserLoginProtocol
 
 extension BrokerEngine {
-    /// Runs the pending work of an attempt soon, off the caller's call.
+    /// Runs the pending work of an attempt soon, off the caller's call (a
+    /// work item; when none can be queued now, the timer tries again).
     func scheduleFollowUp(_ attemptId: String) {
-        Task { await self.work(on: attemptId) }
+        work.submit { await self.work(on: attemptId) }
     }
 
     /// Reconciles an uncertain attempt or runs its server follow-up, once at a time per attempt.

@@ -47,8 +47,10 @@ public actor BrokerEngine {
     nonisolated let timer = TimerSignal()
     /// The loopback listener of each waiting provider attempt that has one (docs/providers.md).
     var loopbacks: [String: LoopbackListener] = [:]
-    /// The poll of each waiting device sign-in.
-    var devicePolls: [String: Task<Void, Never>] = [:]
+    /// The waiting device sign-ins being polled.
+    var devicePolls: Set<String> = []
+    /// The engine's background work (the daemon runs it in its `ServiceGroup`).
+    public nonisolated let work: WorkService
     /// Serialized answers of the read-only methods, kept while what they show is unchanged.
     struct CachedAnswers {
         var info: (health: VaultHealth, bytes: [UInt8])?
@@ -64,8 +66,10 @@ public actor BrokerEngine {
         storePath: String, clients: [ClientConfig], vault: any SecretVault,
         makeServer: (ClientConfig) -> any SignInProtocol, launcher: any BrowserLauncher, transport: any HTTPTransport,
         clock: any BrokerCore.Clock = SystemClock(), logger: Logger, socketPath: String,
-        verifyIntervalMilliseconds: Int64 = 300_000, retentionMilliseconds: Int64 = BrokerEngine.defaultRetentionMilliseconds
+        verifyIntervalMilliseconds: Int64 = 300_000, retentionMilliseconds: Int64 = BrokerEngine.defaultRetentionMilliseconds,
+        work: WorkService = WorkService()
     ) throws {
+        self.work = work
         self.retentionMilliseconds = retentionMilliseconds
         let store = try BrokerStore(path: storePath)
         self.store = store
@@ -219,7 +223,7 @@ public actor BrokerEngine {
             }
         } onCancel: {
             timer.cancel()
-            Task { await self.timeOutWaiter(client: clientId, id: id) }
+            self.work.submit { await self.timeOutWaiter(client: clientId, id: id) }
         }
     }
 
@@ -242,13 +246,30 @@ public actor BrokerEngine {
         try await sessions.current(clientId)
     }
 
-    /// Rotates the session's tokens (§5.7). Concurrent callers share one refresh.
+    /// Rotates the session's tokens (§5.7), as a work item that runs to its
+    /// end whoever waits for it. Concurrent callers share one refresh.
     func refreshSession(_ clientId: String, current: SessionSecrets) async throws -> SessionSecrets {
-        if let running = sessions.refreshInFlight(clientId) { return try await running.value }
-        let task = Task { try await self.sessions.refreshNow(clientId, current: current) }
-        sessions.refreshStarted(clientId, task)
-        defer { sessions.refreshEnded(clientId) }
-        return try await task.value
+        try await withCheckedThrowingContinuation { continuation in
+            guard sessions.awaitRefresh(clientId, continuation) else { return }
+            let queued = work.submit { await self.runRefresh(clientId, current: current) }
+            if !queued {
+                sessions.refreshEnded(
+                    clientId, .failure(BrokerError(.serverUnreachable, "the broker is stopping or busy; try again")))
+            }
+        }
+    }
+
+    private func runRefresh(_ clientId: String, current: SessionSecrets) async {
+        let result: Result<SessionSecrets, any Error>
+        do { result = .success(try await sessions.refreshNow(clientId, current: current)) } catch {
+            result = .failure(error)
+        }
+        sessions.refreshEnded(clientId, result)
+    }
+
+    /// Checks the client's session; one whose access token expired at the server is refreshed.
+    private func verifySession(_ clientId: String) async {
+        if let expired = await sessions.verify(clientId) { _ = try? await refreshSession(clientId, current: expired) }
     }
 
     // MARK: - http.request
@@ -332,21 +353,17 @@ public actor BrokerEngine {
             }
             consider(AttemptLedger.due(record, now: now))
         }
-        let work = await sessions.maintain()
-        for client in work.refresh {
-            Task {
+        let sessionWork = await sessions.maintain()
+        for client in sessionWork.refresh {
+            work.submit {
                 guard let current = try? await self.currentSession(client) else { return }
                 _ = try? await self.refreshSession(client, current: current)
             }
         }
-        for client in work.verify {
-            Task {
-                if let expired = await self.sessions.verify(client) {
-                    _ = try? await self.refreshSession(client, current: expired)
-                }
-            }
+        for client in sessionWork.verify {
+            work.submit { await self.verifySession(client) }
         }
-        consider(work.due)
+        consider(sessionWork.due)
         // Not a deadline of its own: the timer ticks at least every
         // `maximumSleepMilliseconds`, soon enough for a prune, and an idle
         // engine has nothing scheduled.

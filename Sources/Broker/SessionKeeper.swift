@@ -35,8 +35,8 @@ final class SessionKeeper {
 
     /// Each signed-in client's session secrets, read once from the vault.
     private var cache: [String: SessionSecrets] = [:]
-    /// Refreshes in flight per client: concurrent callers share one.
-    private var refreshing: [String: Task<SessionSecrets, any Error>] = [:]
+    /// The callers of each client's refresh in flight: concurrent callers share one.
+    private var refreshing: [String: [CheckedContinuation<SessionSecrets, any Error>]] = [:]
     /// Clients whose sign-out revoke is being sent now: at most one request per session in flight.
     private var revokesInFlight: Set<String> = []
     /// `session.signOut` calls waiting for the revoke in flight (the timer's retry) to settle.
@@ -201,12 +201,17 @@ final class SessionKeeper {
         }
     }
 
-    /// The refresh of the client's session in flight, which a caller shares.
-    func refreshInFlight(_ clientId: String) -> Task<SessionSecrets, any Error>? { refreshing[clientId] }
+    /// Adds a caller of the client's refresh; true when none is in flight
+    /// (the caller starts it), false when it joined the one in flight.
+    func awaitRefresh(_ clientId: String, _ continuation: CheckedContinuation<SessionSecrets, any Error>) -> Bool {
+        refreshing[clientId, default: []].append(continuation)
+        return refreshing[clientId]!.count == 1
+    }
 
-    func refreshStarted(_ clientId: String, _ task: Task<SessionSecrets, any Error>) { refreshing[clientId] = task }
-
-    func refreshEnded(_ clientId: String) { refreshing[clientId] = nil }
+    /// The client's refresh ended: every caller gets its result.
+    func refreshEnded(_ clientId: String, _ result: Result<SessionSecrets, any Error>) {
+        for continuation in refreshing.removeValue(forKey: clientId) ?? [] { continuation.resume(with: result) }
+    }
 
     /// Rotates the session's tokens (§5.7), for `BrokerEngine.refreshSession`,
     /// which shares one run among concurrent callers. A lost answer is

@@ -62,7 +62,7 @@ extension BrokerDaemon {
         }
         await engine.vaultItemsLost(report.lost)
         vault.onLost { items in
-            Task { await engine.vaultItemsLost(items) }
+            engine.work.submit { await engine.vaultItemsLost(items) }
         }
         logger.notice(
             "using the file vault",

@@ -120,6 +120,17 @@ struct NoTransport: HTTPTransport {
     }
 }
 
+/// Runs an engine's work items for one test, as the daemon's `ServiceGroup`
+/// does; stopped (what runs cancelled and awaited) with its last reference.
+final class RunningWork: Sendable {
+    let work: WorkService
+    init(_ work: WorkService) {
+        self.work = work
+        Task { await work.run() }
+    }
+    deinit { work.shutdown() }
+}
+
 /// A directory in `$TMPDIR`, removed with its last reference (after each
 /// test: a suite's instance lives for one test), whether the test passed or not.
 final class ScratchDirectory: Sendable {
@@ -136,6 +147,7 @@ final class ScratchDirectory: Sendable {
     let vault = InMemoryVault()
     let engine: BrokerEngine
     let scratch: ScratchDirectory
+    let running: RunningWork
 
     init() throws {
         scratch = try ScratchDirectory("blengine")
@@ -148,6 +160,7 @@ final class ScratchDirectory: Sendable {
             storePath: dir.appendingPathComponent("state.sqlite").path, clients: [client], vault: vault,
             makeServer: { _ in server }, launcher: NoBrowser(), transport: NoTransport(),
             logger: Logger(label: "test", sink: { _ in }), socketPath: "/nonexistent")
+        running = RunningWork(engine.work)
     }
 
     func callback(_ code: String, attempt: String) -> String {
@@ -495,6 +508,8 @@ final class ScriptedTransport: HTTPTransport {
             storePath: dir.appendingPathComponent("state.sqlite").path, clients: [client], vault: InMemoryVault(),
             makeServer: { _ in server }, launcher: NoBrowser(), transport: transport,
             logger: Logger(label: "test", sink: { _ in }), socketPath: "/nonexistent")
+        let running = RunningWork(engine.work)
+        defer { withExtendedLifetime(running) {} }
         _ = try await engine.start(client: "com.example.notes", ephemeral: false, openBrowser: false, switchAccount: false)
         let serverId = try #require(server.state.withLock { $0.created.last })
         server.state.withLock { $0.exchange = [.success(server.issued(for: serverId))] }

@@ -163,6 +163,7 @@ final class Owners {
     let server = FakeServer()
     let scratch: ScratchDirectory
     let engine: BrokerEngine
+    let running: RunningWork
 
     init() throws {
         scratch = try ScratchDirectory("bldeadline")
@@ -171,6 +172,7 @@ final class Owners {
             storePath: scratch.url.appendingPathComponent("state.sqlite").path, clients: [notesClient],
             vault: InMemoryVault(), makeServer: { _ in server }, launcher: NoBrowser(), transport: NoTransport(),
             logger: quietLogger(), socketPath: "/nonexistent", verifyIntervalMilliseconds: 36_000_000)
+        running = RunningWork(engine.work)
     }
 
     @Test func anIdleEngineHasNothingScheduled() async {
