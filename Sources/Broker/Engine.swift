@@ -209,21 +209,22 @@ public actor BrokerEngine {
         if current.status == .signedIn { return current }
         if Task.isCancelled { return nil }
         let id = sessions.newWaiterId()
-        // The timeout: one sleeping task, ended as soon as the wait ends in any way.
-        let timer = Task {
-            try await Task.sleep(nanoseconds: UInt64(timeoutMilliseconds) * 1_000_000)
-            self.timeOutWaiter(client: clientId, id: id)
-        }
-        defer { timer.cancel() }
-        return await withTaskCancellationHandler {
-            // Runs on this actor up to the suspension: the waiter is registered
-            // before anything else (the cancellation's removal included) can run here.
-            await withCheckedContinuation { continuation in
-                sessions.addWaiter(client: clientId, id: id, continuation)
+        // The timeout: one sleeping child task, ended as soon as the wait ends in any way.
+        return await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                try? await Task.sleep(nanoseconds: UInt64(timeoutMilliseconds) * 1_000_000)
+                if !Task.isCancelled { await self.timeOutWaiter(client: clientId, id: id) }
             }
-        } onCancel: {
-            timer.cancel()
-            self.work.submit { await self.timeOutWaiter(client: clientId, id: id) }
+            defer { group.cancelAll() }
+            return await withTaskCancellationHandler {
+                // Runs on this actor up to the suspension: the waiter is registered
+                // before anything else (the cancellation's removal included) can run here.
+                await withCheckedContinuation { continuation in
+                    sessions.addWaiter(client: clientId, id: id, continuation)
+                }
+            } onCancel: {
+                self.work.submit { await self.timeOutWaiter(client: clientId, id: id) }
+            }
         }
     }
 
