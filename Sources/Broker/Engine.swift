@@ -1,6 +1,5 @@
 import BrokerCore
 import BrokerLoopback
-import BrokerRPC
 import BrokerStore
 import BrowserLoginProtocol
 import Synchronization
@@ -51,12 +50,8 @@ public actor BrokerEngine {
     var devicePolls: Set<String> = []
     /// The engine's background work (the daemon runs it in its `ServiceGroup`).
     public nonisolated let work: WorkService
-    /// Serialized answers of the read-only methods, kept while what they show is unchanged.
-    struct CachedAnswers {
-        var info: (health: VaultHealth, bytes: [UInt8])?
-        var clientLists: [[Int]: [UInt8]] = [:]
-    }
-    nonisolated let answers = Mutex(CachedAnswers())
+    /// The RPC side's serialized answers of the read-only methods (Methods/BrokerMethods.swift).
+    nonisolated let answers = CachedAnswers()
     /// How long ended attempts are kept (docs/operations.md, retention); 0 keeps them forever.
     let retentionMilliseconds: Int64
     /// When the timer next prunes ended attempts (nil: at its first tick).
@@ -116,31 +111,6 @@ public actor BrokerEngine {
 
     /// Nonisolated: apps poll it; it needs nothing of the engine's state.
     public nonisolated func info() async -> BrokerInfo { info(await vault.health()) }
-
-    /// `broker.info` serialized without waiting, while the vault's health is
-    /// known; made once per change of that health (apps poll `broker.info`).
-    nonisolated func knownInfoBytes() -> [UInt8]? {
-        guard let health = vault.knownHealth() else { return nil }
-        if let cached = answers.withLock({ $0.info }), cached.health == health { return cached.bytes }
-        guard let bytes = try? JSONValue(encoding: info(health)).serialized() else { return nil }
-        answers.withLock { $0.info = (health, bytes) }
-        return bytes
-    }
-
-    /// `clients.list` serialized for a caller who may use the clients
-    /// `mayUse` lets through; made once per distinct set of clients.
-    nonisolated func clientListBytes(mayUse: (ClientConfig) -> Bool) -> [UInt8]? {
-        // The positions of the clients let through (in `sortedClients`) name the answer.
-        let key = sortedClients.indices.filter { mayUse(sortedClients[$0]) }
-        if let bytes = answers.withLock({ $0.clientLists[key] }) { return bytes }
-        guard let bytes = try? JSONValue(encoding: clientList(mayUse: mayUse)).serialized() else { return nil }
-        answers.withLock {
-            // As many sets as there are distinct Peers= outcomes: few; bounded all the same.
-            if $0.clientLists.count >= 64 { $0.clientLists.removeAll() }
-            $0.clientLists[key] = bytes
-        }
-        return bytes
-    }
 
     nonisolated func info(_ health: VaultHealth) -> BrokerInfo {
         BrokerInfo(
