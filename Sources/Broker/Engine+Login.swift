@@ -519,8 +519,8 @@ extension BrokerEngine {
     public func status(attemptId: String, reconcile: Bool) async throws -> AttemptView {
         var record = try attempt(attemptId)
         try expireIfDue(&record)
-        // A standard provider keeps no attempt to ask about (docs/providers.md).
-        guard reconcile, clients[record.client]?.provider == nil else { return AttemptView(record) }
+        // A server that keeps no attempt (a standard provider) has nothing to ask about (docs/providers.md).
+        guard reconcile, server(record.client).attemptControl != nil else { return AttemptView(record) }
         switch record.state {
         case .uncertain where record.resolution == .none:
             await reconcileNow(record.id)

@@ -323,8 +323,8 @@ extension BrokerEngine {
     /// stopped, or its answer could not be committed) is uncertain, due for
     /// reconciliation now.
     func markUncertain(_ record: inout AttemptRecord, _ message: String) throws {
-        if clients[record.client]?.provider != nil {
-            // A standard provider keeps no attempt to ask about, and the code is spent (docs/providers.md).
+        if server(record.client).attemptControl == nil {
+            // The server keeps no attempt to ask about (a standard provider), and the code is spent (docs/providers.md).
             try attempts.commit(
                 &record, .providerFailed,
                 error: AttemptError(

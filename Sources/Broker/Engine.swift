@@ -206,7 +206,7 @@ public actor BrokerEngine {
     /// `session.signOut` (`SessionKeeper.signOut`).
     public func signOut(client clientId: String) async throws -> SessionView {
         var view = try await sessions.signOut(client: clientId)
-        if let signIn = oauth(clientId), await !signIn.canRevoke {
+        if await !server(clientId).canRevoke {
             // docs/providers.md: the provider cannot revoke; its own sign-out page ends the browser session.
             view.revokedAtServer = false
         }
@@ -270,7 +270,7 @@ public actor BrokerEngine {
             default:
                 break
             }
-            if clients[record.client]?.provider != nil { continue }
+            if server(record.client).attemptControl == nil { continue }
             if record.followUp != .none && record.reconcileTries == 0 {
                 // The broker may have stopped with that request in flight.
                 record.reconcileTries = 1

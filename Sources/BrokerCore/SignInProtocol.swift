@@ -121,6 +121,9 @@ public protocol SignInProtocol: Sendable {
     /// False for a protocol without a session check (standard providers):
     /// their sessions are not verified on the slow interval.
     var checksSessions: Bool { get }
+    /// False when the server cannot be told of a sign-out (a provider without
+    /// a revocation endpoint): the `session.signOut` reply says so.
+    var canRevoke: Bool { get async }
     /// The public error for a failed call, in this protocol's words (a
     /// standard provider is not "the login server").
     func brokerError(_ failure: LoginServerError) -> BrokerError
@@ -138,6 +141,7 @@ extension SignInProtocol {
     }
     public var repeatsLostRefresh: Bool { true }
     public var checksSessions: Bool { true }
+    public var canRevoke: Bool { get async { true } }
     public func brokerError(_ failure: LoginServerError) -> BrokerError { failure.brokerError() }
 }
 

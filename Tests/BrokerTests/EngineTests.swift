@@ -22,6 +22,7 @@ final class FakeServer: SignInProtocol, ServerAttemptControl {
         var revokeByToken: [Result<RevokeResponse, LoginServerError>] = []
         var revokeGate: (@Sendable () async -> Void)?
         var refreshGate: (@Sendable () async -> Void)?
+        var cannotRevoke = false
         /// The access tokens of the sessions revoked by token, in order.
         var revokedTokens: [String] = []
         var acknowledge: [Result<Void, LoginServerError>] = []
@@ -58,6 +59,7 @@ final class FakeServer: SignInProtocol, ServerAttemptControl {
         }
     }
     var attemptControl: (any ServerAttemptControl)? { self }
+    var canRevoke: Bool { get async { !state.withLock { $0.cannotRevoke } } }
     func cancel(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> ServerAttemptState {
         called("cancel")
         return .cancelled
@@ -351,6 +353,16 @@ final class ScratchDirectory: Sendable {
             try await engine.refreshSession("com.example.notes", current: next)
         }
         #expect(server.count("refresh") == 4)
+    }
+
+    /// The seam says whether its server can be told of a sign-out; the
+    /// `session.signOut` reply says so when it cannot (docs/providers.md).
+    @Test func aSignOutAtAServerThatCannotRevokeSaysSo() async throws {
+        try await signedIn()
+        #expect(try await engine.signOut(client: "com.example.notes").revokedAtServer == nil)
+        try await signedIn()
+        server.state.withLock { $0.cannotRevoke = true }
+        #expect(try await engine.signOut(client: "com.example.notes").revokedAtServer == false)
     }
 
     /// Issue 29: a sign-out while a refresh's answer is on its way signs out at
