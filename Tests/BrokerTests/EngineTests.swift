@@ -365,26 +365,39 @@ final class ScratchDirectory: Sendable {
         #expect(try await engine.signOut(client: "com.example.notes").revokedAtServer == false)
     }
 
-    /// Issue 29: a sign-out while a refresh's answer is on its way signs out at
-    /// once; the answer, when it comes, is revoked and none of it is kept.
-    @Test func aRefreshAnsweredAfterASignOutIsRevokedAndNothingOfItKept() async throws {
+    /// A signed-in session whose refresh is sent and its answer (`access-2`)
+    /// held back until `release` is called.
+    func refreshHeldBack() async throws -> (refresh: Task<SessionSecrets, any Error>, release: @Sendable () -> Void) {
         try await signedIn()
         let current = try await engine.currentSession("com.example.notes")
         let successor = RefreshResponse(
             accessToken: "access-2", accessTokenExpiresAt: Timestamp.now().adding(milliseconds: 600_000),
             refreshToken: "refresh-2", expiresAt: current.session.expiresAt!)
-        let release = Mutex<CheckedContinuation<Void, Never>?>(nil)
+        let gate = Mutex<CheckedContinuation<Void, Never>?>(nil)
         server.state.withLock {
             $0.refresh = [.success(successor)]
-            $0.refreshGate = { await withCheckedContinuation { c in release.withLock { $0 = c } } }
+            $0.refreshGate = { await withCheckedContinuation { c in gate.withLock { $0 = c } } }
         }
         let engine = self.engine
         let refresh = Task { try await engine.refreshSession("com.example.notes", current: current) }
-        try await waitFor { release.withLock { $0 != nil } }
+        try await waitFor { gate.withLock { $0 != nil } }
+        let server = self.server
+        return (
+            refresh,
+            {
+                server.state.withLock { $0.refreshGate = nil }
+                gate.withLock { $0?.resume() }
+            }
+        )
+    }
+
+    /// Issue 29: a sign-out while a refresh's answer is on its way signs out at
+    /// once; the answer, when it comes, is revoked and none of it is kept.
+    @Test func aRefreshAnsweredAfterASignOutIsRevokedAndNothingOfItKept() async throws {
+        let (refresh, release) = try await refreshHeldBack()
         #expect(try await engine.signOut(client: "com.example.notes").status == .signedOut)
         #expect(server.state.withLock { $0.revokedTokens } == ["access-1"])
-        server.state.withLock { $0.refreshGate = nil }
-        release.withLock { $0?.resume() }
+        release()
         await #expect(throws: BrokerError.self) { try await refresh.value }
         for _ in 0..<3 { await engine.tick() }
         #expect(server.state.withLock { $0.revokedTokens } == ["access-1", "access-2"])
@@ -395,25 +408,12 @@ final class ScratchDirectory: Sendable {
 
     /// … and one answered after the user signed in again leaves the new session alone.
     @Test func aRefreshAnsweredAfterANewSignInLeavesTheNewSessionAlone() async throws {
-        try await signedIn()
-        let current = try await engine.currentSession("com.example.notes")
-        let successor = RefreshResponse(
-            accessToken: "access-2", accessTokenExpiresAt: Timestamp.now().adding(milliseconds: 600_000),
-            refreshToken: "refresh-2", expiresAt: current.session.expiresAt!)
-        let release = Mutex<CheckedContinuation<Void, Never>?>(nil)
-        server.state.withLock {
-            $0.refresh = [.success(successor)]
-            $0.refreshGate = { await withCheckedContinuation { c in release.withLock { $0 = c } } }
-        }
-        let engine = self.engine
-        let refresh = Task { try await engine.refreshSession("com.example.notes", current: current) }
-        try await waitFor { release.withLock { $0 != nil } }
+        let (refresh, release) = try await refreshHeldBack()
         _ = try await engine.signOut(client: "com.example.notes")
         let (_, serverId) = try await started()
         server.state.withLock { $0.exchange = [.success(server.issued(for: serverId, accessToken: "access-3"))] }
         _ = try await engine.finish(url: callback("c2", attempt: serverId))
-        server.state.withLock { $0.refreshGate = nil }
-        release.withLock { $0?.resume() }
+        release()
         await #expect(throws: BrokerError.self) { try await refresh.value }
         for _ in 0..<3 { await engine.tick() }
         #expect(server.state.withLock { $0.revokedTokens } == ["access-1", "access-2"])
