@@ -24,17 +24,35 @@ extension BrokerEngine {
                 "this client's browser cannot open a private session; set PrivateBrowser= in its client file (for example 'firefox --private-window %u')"
             )
         }
-        if let running = starting[clientId] {
-            return try await running.value
+        // One start per client runs, as a work item; concurrent callers share it.
+        return try await withCheckedThrowingContinuation { continuation in
+            starting[clientId, default: []].append(continuation)
+            guard starting[clientId]!.count == 1 else { return }
+            let queued = work.submit {
+                await self.runStart(
+                    client, ephemeral: ephemeral, openBrowser: openBrowser, switchAccount: switchAccount, flow: flow,
+                    activationToken: activationToken)
+            }
+            if !queued { startEnded(clientId, .failure(BrokerError.workRefused)) }
         }
-        let task = Task {
-            try await self.startNow(
-                client, ephemeral: ephemeral, openBrowser: openBrowser, switchAccount: switchAccount, flow: flow,
-                activationToken: activationToken)
-        }
-        starting[clientId] = task
-        defer { starting[clientId] = nil }
-        return try await task.value
+    }
+
+    private func runStart(
+        _ client: ClientConfig, ephemeral: Bool, openBrowser: Bool, switchAccount: Bool, flow: SignInFlow?,
+        activationToken: String?
+    ) async {
+        let result: Result<AttemptView, any Error>
+        do {
+            result = .success(
+                try await startNow(
+                    client, ephemeral: ephemeral, openBrowser: openBrowser, switchAccount: switchAccount, flow: flow,
+                    activationToken: activationToken))
+        } catch { result = .failure(error) }
+        startEnded(client.id, result)
+    }
+
+    private func startEnded(_ clientId: String, _ result: Result<AttemptView, any Error>) {
+        for continuation in starting.removeValue(forKey: clientId) ?? [] { continuation.resume(with: result) }
     }
 
     private func startNow(

@@ -37,8 +37,8 @@ public actor BrokerEngine {
     let attempts: AttemptLedger
     let sessions: SessionKeeper
     let proxy: AppRequestProxy
-    /// `login.start` calls in flight per client (one live attempt per client).
-    var starting: [String: Task<AttemptView, any Error>] = [:]
+    /// The callers of each client's `login.start` in flight (one live attempt per client).
+    var starting: [String: [CheckedContinuation<AttemptView, any Error>]] = [:]
     /// Every client's public session view: `session.get` reads it without a
     /// query, also off the actor (the RPC fast path).
     public nonisolated let sessionBoard = SessionBoard()
@@ -223,10 +223,7 @@ public actor BrokerEngine {
         try await withCheckedThrowingContinuation { continuation in
             guard sessions.awaitRefresh(clientId, continuation) else { return }
             let queued = work.submit { await self.runRefresh(clientId, current: current) }
-            if !queued {
-                sessions.refreshEnded(
-                    clientId, .failure(BrokerError(.serverUnreachable, "the broker is stopping or busy; try again")))
-            }
+            if !queued { sessions.refreshEnded(clientId, .failure(BrokerError.workRefused)) }
         }
     }
 

@@ -1,3 +1,4 @@
+import BrokerCore
 import Synchronization
 import SystemSupport
 
@@ -76,4 +77,9 @@ public final class WorkService: Service {
         state.withLock { $0.stopped = true }
         wakeup.signal()
     }
+}
+
+extension BrokerError {
+    /// A work item the engine's `WorkService` could not take: it is full or stopping.
+    static let workRefused = BrokerError(.busy, "the broker's background work is full or it is stopping; try again shortly")
 }
