@@ -97,6 +97,7 @@ struct FaultingLoginServer: SignInProtocol, ServerAttemptControl {
     var repeatsLostRefresh: Bool { base.repeatsLostRefresh }
     var checksSessions: Bool { base.checksSessions }
     var canRevoke: Bool { get async { await base.canRevoke } }
+    func rejectsAccessToken(_ response: HTTPResponse) -> Bool { base.rejectsAccessToken(response) }
     func brokerError(_ failure: LoginServerError) -> BrokerError { base.brokerError(failure) }
     private var control: any ServerAttemptControl { base.attemptControl! }
 
