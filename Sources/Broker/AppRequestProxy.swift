@@ -1,5 +1,4 @@
 import BrokerCore
-import BrokerOAuth
 import BrowserLoginProtocol
 
 /// An `http.request` call after its params were checked.
@@ -110,9 +109,7 @@ struct AppRequestProxy: Sendable {
             secrets = try await engine.refreshSession(client.id, current: secrets)
         }
         var response = try await send(request, client: client, url: url, token: secrets.session.accessToken)
-        if response.status == 401,
-            client.provider == nil ? serverCode(response) == .tokenExpired : Self.saysInvalidToken(response)
-        {
+        if engine.server(client.id).rejectsAccessToken(response) {
             // The request was not processed: refresh and send it once more.
             secrets = try await engine.refreshSession(client.id, current: secrets)
             response = try await send(request, client: client, url: url, token: secrets.session.accessToken)
@@ -120,7 +117,8 @@ struct AppRequestProxy: Sendable {
         if let code = serverCode(response), response.status == 401 || response.status == 403 {
             if code == .sessionRevoked || code == .sessionExpired || code == .authUserDisabled {
                 try await engine.sessions.end(
-                    client.id, status: code == .sessionExpired ? .expired : .revoked, reason: code.rawValue)
+                    client.id, status: code == .sessionExpired ? .expired : .revoked, reason: code.rawValue,
+                    generation: secrets.generation)
             }
         }
         response.headers.removeAll { $0.name.lowercased() == "set-cookie" }
@@ -160,10 +158,6 @@ struct AppRequestProxy: Sendable {
 
     /// RFC 6750 §3: a `401` whose `Bearer` challenge says `error="invalid_token"`
     /// (an expired or revoked access token at a standard provider's API).
-    static func saysInvalidToken(_ response: HTTPResponse) -> Bool {
-        response.header("WWW-Authenticate").flatMap(OAuthProvider.bearerError) == "invalid_token"
-    }
-
     func serverCode(_ response: HTTPResponse) -> ServerErrorCode? {
         guard response.body.count < 65_536,
             let body = try? JSONValue.parse(response.body).decode(ErrorBody.self)

@@ -2,32 +2,34 @@ import BrokerCore
 import BrokerStore
 import BrowserLoginProtocol
 
-/// The attempts and their commits: every change of an attempt goes through
-/// the state machine (`AttemptMachine`) here, is committed to the store, and
-/// is published to subscribers in commit order. Also holds the attempt work
-/// in flight (exchanges, the callbacks kept meanwhile, reconciliations).
+/// The attempts and their commits: the only code that inserts, changes or
+/// deletes attempt rows. Every change of an attempt goes through the state
+/// machine (`AttemptMachine`) here, is committed to the store, and is
+/// published to subscribers in commit order. Also holds the attempt work in
+/// flight (exchanges, the callbacks kept meanwhile, reconciliations), each
+/// behind a method that says what it does.
 ///
 /// Owned by the engine actor and used only from it, synchronously: a commit
 /// never suspends, so a step that decided on a state commits it before any
 /// other call runs (docs/protocol.md §7 durability order).
 final class AttemptLedger {
-    let store: BrokerStore
-    let clock: any BrokerCore.Clock
-    let logger: Logger
-    let hub: EventHub
-    let sessions: SessionKeeper
-    let timer: TimerSignal
+    private let store: BrokerStore
+    private let clock: any BrokerCore.Clock
+    private let logger: Logger
+    private let hub: EventHub
+    private let sessions: SessionKeeper
+    private let timer: TimerSignal
 
     /// The latest callback that arrived while its attempt was exchanging (memory only: it holds a code).
-    var keptCallbacks: [String: KeptCallback] = [:]
-    var keptCounter: UInt64 = 0
+    private var keptCallbacks: [String: KeptCallback] = [:]
+    private var keptCounter: UInt64 = 0
     /// Attempts whose exchange request is in flight now.
-    var exchangesInFlight: Set<String> = []
+    private var exchangesInFlight: Set<String> = []
     /// `login.finish` calls waiting for an attempt's exchange to settle.
-    var exchangeWaiters: [String: [UInt64: CheckedContinuation<Void, Never>]] = [:]
-    var waiterCounter: UInt64 = 0
+    private var exchangeWaiters: [String: [UInt64: CheckedContinuation<Void, Never>]] = [:]
+    private var waiterCounter: UInt64 = 0
     /// Attempts whose reconciliation or follow-up is running now.
-    var busy: Set<String> = []
+    private var busy: Set<String> = []
 
     init(
         store: BrokerStore, clock: any BrokerCore.Clock, logger: Logger, hub: EventHub, sessions: SessionKeeper,
@@ -44,6 +46,25 @@ final class AttemptLedger {
     func attempt(_ id: String) throws -> AttemptRecord {
         guard let record = try store.attempt(id: id) else { throw BrokerError.attemptUnknown() }
         return record
+    }
+
+    /// A new attempt's `starting` row, before anything is sent (§7).
+    func insert(_ record: AttemptRecord) throws {
+        try store.insert(record)
+        sessions.refreshBoard(record.client)
+    }
+
+    /// An attempt nothing was sent for yet: it never existed for anyone.
+    func discard(_ record: AttemptRecord) throws {
+        try store.delete(attemptId: record.id)
+        sessions.refreshBoard(record.client)
+    }
+
+    /// Deletes one batch of attempts that ended before `cutoff`; answers how many.
+    func prune(endedBefore cutoff: Timestamp) throws -> Int {
+        let deleted = try store.prune(endedBefore: cutoff, limit: BrokerStore.pruneBatch)
+        if deleted > 0 { try store.compact(pages: 4 * BrokerStore.pruneBatch) }
+        return deleted
     }
 
     /// Applies `event` to `record` through the state machine, commits it,
@@ -106,7 +127,36 @@ final class AttemptLedger {
         return expiry.map { min($0, work) } ?? work
     }
 
-    // MARK: - Exchanges in flight
+    // MARK: - Work in flight
+
+    /// Claims the attempt's reconciliation or follow-up; false while one runs.
+    func claim(_ attemptId: String) -> Bool { busy.insert(attemptId).inserted }
+
+    func unclaim(_ attemptId: String) { busy.remove(attemptId) }
+
+    func isClaimed(_ attemptId: String) -> Bool { busy.contains(attemptId) }
+
+    /// The exchange of an attempt just committed `exchanging` is in flight until `exchangeSettled`.
+    func exchangeStarted(_ attemptId: String) { exchangesInFlight.insert(attemptId) }
+
+    func isExchanging(_ attemptId: String) -> Bool { exchangesInFlight.contains(attemptId) }
+
+    /// Keeps the latest callback for an attempt that is exchanging; answers its token.
+    func keep(_ callback: Callback, for attemptId: String) -> UInt64 {
+        keptCounter += 1
+        keptCallbacks[attemptId] = KeptCallback(callback: callback, token: keptCounter)
+        return keptCounter
+    }
+
+    /// Takes the kept callback back when it is still the one kept with `token`.
+    func takeKept(_ attemptId: String, token: UInt64) -> Bool {
+        guard keptCallbacks[attemptId]?.token == token else { return false }
+        keptCallbacks[attemptId] = nil
+        return true
+    }
+
+    /// Forgets the attempt's kept callback: its exchange settled it.
+    func dropKept(_ attemptId: String) { keptCallbacks[attemptId] = nil }
 
     /// Suspends until the attempt's exchange in flight settles (or the caller is cancelled).
     nonisolated(nonsending) func waitForExchange(_ attemptId: String, release: @escaping @Sendable (UInt64) -> Void)

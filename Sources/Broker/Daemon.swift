@@ -377,6 +377,8 @@ public enum BrokerDaemon {
             let deadline = await engine.tick()
             return .milliseconds(BrokerEngine.sleepMilliseconds(until: deadline, now: Timestamp.now()))
         }
+        // The engine's work items stop after the timer that schedules most of them.
+        services.append(.init(engine.work))
         services.append(.init(engineTicks))
         let bus = options.dbus ? SessionBusService(engine: engine, methods: methods, logger: logger, activity: activity) : nil
         services.append(

@@ -24,17 +24,35 @@ extension BrokerEngine {
                 "this client's browser cannot open a private session; set PrivateBrowser= in its client file (for example 'firefox --private-window %u')"
             )
         }
-        if let running = starting[clientId] {
-            return try await running.value
+        // One start per client runs, as a work item; concurrent callers share it.
+        return try await withCheckedThrowingContinuation { continuation in
+            starting[clientId, default: []].append(continuation)
+            guard starting[clientId]!.count == 1 else { return }
+            let queued = work.submit {
+                await self.runStart(
+                    client, ephemeral: ephemeral, openBrowser: openBrowser, switchAccount: switchAccount, flow: flow,
+                    activationToken: activationToken)
+            }
+            if !queued { startEnded(clientId, .failure(BrokerError.workRefused)) }
         }
-        let task = Task {
-            try await self.startNow(
-                client, ephemeral: ephemeral, openBrowser: openBrowser, switchAccount: switchAccount, flow: flow,
-                activationToken: activationToken)
-        }
-        starting[clientId] = task
-        defer { starting[clientId] = nil }
-        return try await task.value
+    }
+
+    private func runStart(
+        _ client: ClientConfig, ephemeral: Bool, openBrowser: Bool, switchAccount: Bool, flow: SignInFlow?,
+        activationToken: String?
+    ) async {
+        let result: Result<AttemptView, any Error>
+        do {
+            result = .success(
+                try await startNow(
+                    client, ephemeral: ephemeral, openBrowser: openBrowser, switchAccount: switchAccount, flow: flow,
+                    activationToken: activationToken))
+        } catch { result = .failure(error) }
+        startEnded(client.id, result)
+    }
+
+    private func startEnded(_ clientId: String, _ result: Result<AttemptView, any Error>) {
+        for continuation in starting.removeValue(forKey: clientId) ?? [] { continuation.resume(with: result) }
     }
 
     private func startNow(
@@ -72,14 +90,12 @@ extension BrokerEngine {
         var record = AttemptRecord(
             id: id, client: client.id, state: .starting, returnURL: client.redirectText,
             issuer: client.server.serialized, ephemeral: ephemeral, createdAt: createdAt)
-        try store.insert(record)
-        sessions.refreshBoard(client.id)
+        try attempts.insert(record)
         do {
             try await vault.storeJSON(secrets, label: VaultKeys.attemptLabel(appName: client.appName), attributes: keys)
         } catch {
             // Nothing was sent: the attempt never existed for anyone.
-            try store.delete(attemptId: id)
-            sessions.refreshBoard(client.id)
+            try attempts.discard(record)
             throw error.brokerError
         }
         logger.info("attempt created", ["attempt.id": id, "client": client.id])
@@ -312,16 +328,15 @@ extension BrokerEngine {
     private func keepUntilSettled(_ record: inout AttemptRecord, callback: Callback, code: String) async throws
         -> AttemptView
     {
-        attempts.keptCounter += 1
-        let token = attempts.keptCounter
-        attempts.keptCallbacks[record.id] = KeptCallback(callback: callback, token: token)
+        let token = attempts.keep(callback, for: record.id)
         let attemptId = record.id
         repeat {
-            await attempts.waitForExchange(attemptId) { id in Task { await self.releaseExchangeWaiter(attemptId, id) } }
+            await attempts.waitForExchange(attemptId) { id in
+                self.work.submit { await self.releaseExchangeWaiter(attemptId, id) }
+            }
             record = try attempt(attemptId)
-        } while record.state == .exchanging && attempts.exchangesInFlight.contains(attemptId) && !Task.isCancelled
-        if attempts.keptCallbacks[record.id]?.token == token {
-            attempts.keptCallbacks[record.id] = nil
+        } while record.state == .exchanging && attempts.isExchanging(attemptId) && !Task.isCancelled
+        if attempts.takeKept(record.id, token: token) {
             if record.state == .waiting && !Task.isCancelled {
                 return try await finishCode(&record, callback: callback, code: code)
             }
@@ -343,7 +358,7 @@ extension BrokerEngine {
             if let digest { $0.callbackDigest = digest }
             $0.error = nil
         }
-        attempts.exchangesInFlight.insert(record.id)
+        attempts.exchangeStarted(record.id)
         TestFaults.hit("after-exchanging-commit")
     }
 
@@ -416,22 +431,18 @@ extension BrokerEngine {
             throw vaultProblem.brokerError.with(attemptId: record.id)
         }
         do {
-            try await vault.storeJSON(
-                SessionSecrets(session: issued, attemptId: record.id),
-                label: VaultKeys.sessionLabel(appName: client.appName, email: issued.account.email),
-                attributes: VaultKeys.session(client: record.client))
-        } catch {
+            try await sessions.adopt(client: record.client, session: issued, attemptId: record.id)
+        } catch let error as VaultError {
             try notKept()
             throw error.brokerError.with(attemptId: record.id)
         }
-        try sessions.signedIn(client: record.client, session: issued, attemptId: record.id)
         try attempts.commit(&record, .exchangeSucceeded) {
             $0.receiptIssuedAt = issuedAt
             $0.receiptSessionExpiresAt = issued.expiresAt
             $0.followUp = .acknowledge
             $0.error = nil
         }
-        attempts.keptCallbacks[record.id] = nil
+        attempts.dropKept(record.id)
         scheduleFollowUp(record.id)
         var result = AttemptView(record)
         result.session = try sessions.view(record.client)
@@ -461,7 +472,7 @@ extension BrokerEngine {
             }
             if record.state.isTerminal { scheduleFollowUp(record.id) }
             // Only an INVALID_GRANT lets a kept callback be tried (§7).
-            if code != .invalidGrant { attempts.keptCallbacks[record.id] = nil }
+            if code != .invalidGrant { attempts.dropKept(record.id) }
             throw brokerError
         case .notSent:
             try attempts.commit(
@@ -513,7 +524,7 @@ extension BrokerEngine {
                 &record, .cancel,
                 error: AttemptError(code: "CANCELLED", message: "the sign-in was cancelled")
             ) { $0.followUp = .cancel }
-            attempts.keptCallbacks[record.id] = nil
+            attempts.dropKept(record.id)
             await runFollowUp(record.id)
             return AttemptView(try attempt(attemptId))
         default:
@@ -526,8 +537,8 @@ extension BrokerEngine {
     public func status(attemptId: String, reconcile: Bool) async throws -> AttemptView {
         var record = try attempt(attemptId)
         try expireIfDue(&record)
-        // A standard provider keeps no attempt to ask about (docs/providers.md).
-        guard reconcile, clients[record.client]?.provider == nil else { return AttemptView(record) }
+        // A server that keeps no attempt (a standard provider) has nothing to ask about (docs/providers.md).
+        guard reconcile, server(record.client).attemptControl != nil else { return AttemptView(record) }
         switch record.state {
         case .uncertain where record.resolution == .none:
             await reconcileNow(record.id)

@@ -70,8 +70,7 @@ extension BrokerEngine {
         var record = AttemptRecord(
             id: id, client: client.id, state: .starting, returnURL: redirectURI, issuer: settings.issuer,
             ephemeral: ephemeral, createdAt: now())
-        try store.insert(record)
-        sessions.refreshBoard(client.id)
+        try attempts.insert(record)
         let secrets = AttemptSecrets(
             codeVerifier: verifier.value, recoveryKey: "", authorizeUrl: authorizeUrl, state: state, nonce: nonce,
             redirectURI: redirectURI)
@@ -81,8 +80,7 @@ extension BrokerEngine {
                 attributes: VaultKeys.attempt(client: client.id, attemptId: id))
         } catch {
             listener?.close()
-            try store.delete(attemptId: id)
-            sessions.refreshBoard(client.id)
+            try attempts.discard(record)
             throw error.brokerError
         }
         try attempts.commit(&record, .created) {
@@ -179,7 +177,7 @@ extension BrokerEngine {
         guard let waiting = try? store.list(states: [.waiting]) else { return }
         for var record in waiting {
             guard let client = clients[record.client], client.provider != nil, loopbacks[record.id] == nil,
-                devicePolls[record.id] == nil
+                !devicePolls.contains(record.id)
             else { continue }
             if let loopback = client.loopback, let parts = URLParts(splitting: record.returnURL),
                 let portText = parts.portText, let port = UInt16(portText)
@@ -306,9 +304,9 @@ extension BrokerEngine {
             if record.state == .exchanging {
                 // Answer once the exchange in flight is settled, with the attempt as it then is.
                 let attemptId = record.id
-                while record.state == .exchanging && attempts.exchangesInFlight.contains(attemptId) && !Task.isCancelled {
+                while record.state == .exchanging && attempts.isExchanging(attemptId) && !Task.isCancelled {
                     await attempts.waitForExchange(attemptId) { id in
-                        Task { await self.releaseExchangeWaiter(attemptId, id) }
+                        self.work.submit { await self.releaseExchangeWaiter(attemptId, id) }
                     }
                     record = try attempt(attemptId)
                 }
@@ -430,8 +428,7 @@ extension BrokerEngine {
         var record = AttemptRecord(
             id: id, client: client.id, state: .starting, returnURL: "", issuer: signIn.settings.issuer,
             ephemeral: false, createdAt: now())
-        try store.insert(record)
-        sessions.refreshBoard(client.id)
+        try attempts.insert(record)
         let authorization: DeviceAuthorization
         do {
             authorization = try await signIn.provider.deviceAuthorization()
@@ -472,14 +469,16 @@ extension BrokerEngine {
     }
 
     func startDevicePolling(_ attemptId: String, interval: Int) {
-        guard devicePolls[attemptId] == nil else { return }
-        devicePolls[attemptId] = Task { await self.pollDevice(attemptId, interval: interval) }
+        guard !devicePolls.contains(attemptId),
+            work.submit({ await self.pollDevice(attemptId, interval: interval) })
+        else { return }
+        devicePolls.insert(attemptId)
     }
 
     /// RFC 8628 §3.4–3.5: polls at `interval`, 5 s more after `slow_down`;
     /// the attempt ends `denied`, `expired` or, with tokens, as an exchange does.
     private func pollDevice(_ attemptId: String, interval start: Int) async {
-        defer { devicePolls[attemptId] = nil }
+        defer { devicePolls.remove(attemptId) }
         var interval = start
         var failures = 0
         while !Task.isCancelled {

@@ -3,9 +3,10 @@ import BrokerStore
 import BrowserLoginProtocol
 
 extension BrokerEngine {
-    /// Runs the pending work of an attempt soon, off the caller's call.
+    /// Runs the pending work of an attempt soon, off the caller's call (a
+    /// work item; when none can be queued now, the timer tries again).
     func scheduleFollowUp(_ attemptId: String) {
-        Task { await self.work(on: attemptId) }
+        work.submit { await self.work(on: attemptId) }
     }
 
     /// Reconciles an uncertain attempt or runs its server follow-up, once at a time per attempt.
@@ -40,9 +41,8 @@ extension BrokerEngine {
     /// Runs one attempt's server work, once at a time per attempt; a failure
     /// is logged and the timer tries again.
     private func exclusively(_ attemptId: String, failure: String, _ steps: () async throws -> Void) async {
-        guard !attempts.busy.contains(attemptId) else { return }
-        attempts.busy.insert(attemptId)
-        defer { attempts.busy.remove(attemptId) }
+        guard attempts.claim(attemptId) else { return }
+        defer { attempts.unclaim(attemptId) }
         do { try await steps() } catch {
             logger.warning(failure, ["attempt.id": attemptId, "error": "\(error)"])
             timer.scheduled(now())
@@ -154,20 +154,17 @@ extension BrokerEngine {
     }
 
     private func adopt(_ record: inout AttemptRecord, session: IssuedSession, receipt: Receipt) async throws {
-        let client = try client(record.client)
+        record = try attempt(record.id)
+        guard record.state == .uncertain else { return }
         do {
-            try await vault.storeJSON(
-                SessionSecrets(session: session, attemptId: record.id),
-                label: VaultKeys.sessionLabel(appName: client.appName, email: session.account.email),
-                attributes: VaultKeys.session(client: record.client))
-        } catch {
+            try await sessions.adopt(client: record.client, session: session, attemptId: record.id)
+        } catch let error as VaultError {
             record = try attempt(record.id)
             try backoff(&record, "keyring: \(error)")
             return
         }
         record = try attempt(record.id)
         guard record.state == .uncertain else { return }
-        try sessions.signedIn(client: record.client, session: session, attemptId: record.id)
         try attempts.commit(&record, .adopted) {
             $0.resolution = .adopted
             $0.followUp = .acknowledge
@@ -326,8 +323,8 @@ extension BrokerEngine {
     /// stopped, or its answer could not be committed) is uncertain, due for
     /// reconciliation now.
     func markUncertain(_ record: inout AttemptRecord, _ message: String) throws {
-        if clients[record.client]?.provider != nil {
-            // A standard provider keeps no attempt to ask about, and the code is spent (docs/providers.md).
+        if server(record.client).attemptControl == nil {
+            // The server keeps no attempt to ask about (a standard provider), and the code is spent (docs/providers.md).
             try attempts.commit(
                 &record, .providerFailed,
                 error: AttemptError(

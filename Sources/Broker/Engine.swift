@@ -1,6 +1,5 @@
 import BrokerCore
 import BrokerLoopback
-import BrokerRPC
 import BrokerStore
 import BrowserLoginProtocol
 import Synchronization
@@ -38,8 +37,8 @@ public actor BrokerEngine {
     let attempts: AttemptLedger
     let sessions: SessionKeeper
     let proxy: AppRequestProxy
-    /// `login.start` calls in flight per client (one live attempt per client).
-    var starting: [String: Task<AttemptView, any Error>] = [:]
+    /// The callers of each client's `login.start` in flight (one live attempt per client).
+    var starting: [String: [CheckedContinuation<AttemptView, any Error>]] = [:]
     /// Every client's public session view: `session.get` reads it without a
     /// query, also off the actor (the RPC fast path).
     public nonisolated let sessionBoard = SessionBoard()
@@ -47,14 +46,12 @@ public actor BrokerEngine {
     nonisolated let timer = TimerSignal()
     /// The loopback listener of each waiting provider attempt that has one (docs/providers.md).
     var loopbacks: [String: LoopbackListener] = [:]
-    /// The poll of each waiting device sign-in.
-    var devicePolls: [String: Task<Void, Never>] = [:]
-    /// Serialized answers of the read-only methods, kept while what they show is unchanged.
-    struct CachedAnswers {
-        var info: (health: VaultHealth, bytes: [UInt8])?
-        var clientLists: [[Int]: [UInt8]] = [:]
-    }
-    nonisolated let answers = Mutex(CachedAnswers())
+    /// The waiting device sign-ins being polled.
+    var devicePolls: Set<String> = []
+    /// The engine's background work (the daemon runs it in its `ServiceGroup`).
+    public nonisolated let work: WorkService
+    /// The RPC side's serialized answers of the read-only methods (Methods/BrokerMethods.swift).
+    nonisolated let answers = CachedAnswers()
     /// How long ended attempts are kept (docs/operations.md, retention); 0 keeps them forever.
     let retentionMilliseconds: Int64
     /// When the timer next prunes ended attempts (nil: at its first tick).
@@ -64,8 +61,10 @@ public actor BrokerEngine {
         storePath: String, clients: [ClientConfig], vault: any SecretVault,
         makeServer: (ClientConfig) -> any SignInProtocol, launcher: any BrowserLauncher, transport: any HTTPTransport,
         clock: any BrokerCore.Clock = SystemClock(), logger: Logger, socketPath: String,
-        verifyIntervalMilliseconds: Int64 = 300_000, retentionMilliseconds: Int64 = BrokerEngine.defaultRetentionMilliseconds
+        verifyIntervalMilliseconds: Int64 = 300_000, retentionMilliseconds: Int64 = BrokerEngine.defaultRetentionMilliseconds,
+        work: WorkService = WorkService()
     ) throws {
+        self.work = work
         self.retentionMilliseconds = retentionMilliseconds
         let store = try BrokerStore(path: storePath)
         self.store = store
@@ -112,31 +111,6 @@ public actor BrokerEngine {
 
     /// Nonisolated: apps poll it; it needs nothing of the engine's state.
     public nonisolated func info() async -> BrokerInfo { info(await vault.health()) }
-
-    /// `broker.info` serialized without waiting, while the vault's health is
-    /// known; made once per change of that health (apps poll `broker.info`).
-    nonisolated func knownInfoBytes() -> [UInt8]? {
-        guard let health = vault.knownHealth() else { return nil }
-        if let cached = answers.withLock({ $0.info }), cached.health == health { return cached.bytes }
-        guard let bytes = try? JSONValue(encoding: info(health)).serialized() else { return nil }
-        answers.withLock { $0.info = (health, bytes) }
-        return bytes
-    }
-
-    /// `clients.list` serialized for a caller who may use the clients
-    /// `mayUse` lets through; made once per distinct set of clients.
-    nonisolated func clientListBytes(mayUse: (ClientConfig) -> Bool) -> [UInt8]? {
-        // The positions of the clients let through (in `sortedClients`) name the answer.
-        let key = sortedClients.indices.filter { mayUse(sortedClients[$0]) }
-        if let bytes = answers.withLock({ $0.clientLists[key] }) { return bytes }
-        guard let bytes = try? JSONValue(encoding: clientList(mayUse: mayUse)).serialized() else { return nil }
-        answers.withLock {
-            // As many sets as there are distinct Peers= outcomes: few; bounded all the same.
-            if $0.clientLists.count >= 64 { $0.clientLists.removeAll() }
-            $0.clientLists[key] = bytes
-        }
-        return bytes
-    }
 
     nonisolated func info(_ health: VaultHealth) -> BrokerInfo {
         BrokerInfo(
@@ -205,21 +179,22 @@ public actor BrokerEngine {
         if current.status == .signedIn { return current }
         if Task.isCancelled { return nil }
         let id = sessions.newWaiterId()
-        // The timeout: one sleeping task, ended as soon as the wait ends in any way.
-        let timer = Task {
-            try await Task.sleep(nanoseconds: UInt64(timeoutMilliseconds) * 1_000_000)
-            self.timeOutWaiter(client: clientId, id: id)
-        }
-        defer { timer.cancel() }
-        return await withTaskCancellationHandler {
-            // Runs on this actor up to the suspension: the waiter is registered
-            // before anything else (the cancellation's removal included) can run here.
-            await withCheckedContinuation { continuation in
-                sessions.waiters[clientId, default: [:]][id] = continuation
+        // The timeout: one sleeping child task, ended as soon as the wait ends in any way.
+        return await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                try? await Task.sleep(nanoseconds: UInt64(timeoutMilliseconds) * 1_000_000)
+                if !Task.isCancelled { await self.timeOutWaiter(client: clientId, id: id) }
             }
-        } onCancel: {
-            timer.cancel()
-            Task { await self.timeOutWaiter(client: clientId, id: id) }
+            defer { group.cancelAll() }
+            return await withTaskCancellationHandler {
+                // Runs on this actor up to the suspension: the waiter is registered
+                // before anything else (the cancellation's removal included) can run here.
+                await withCheckedContinuation { continuation in
+                    sessions.addWaiter(client: clientId, id: id, continuation)
+                }
+            } onCancel: {
+                self.work.submit { await self.timeOutWaiter(client: clientId, id: id) }
+            }
         }
     }
 
@@ -231,7 +206,7 @@ public actor BrokerEngine {
     /// `session.signOut` (`SessionKeeper.signOut`).
     public func signOut(client clientId: String) async throws -> SessionView {
         var view = try await sessions.signOut(client: clientId)
-        if let signIn = oauth(clientId), await !signIn.canRevoke {
+        if await !server(clientId).canRevoke {
             // docs/providers.md: the provider cannot revoke; its own sign-out page ends the browser session.
             view.revokedAtServer = false
         }
@@ -242,13 +217,27 @@ public actor BrokerEngine {
         try await sessions.current(clientId)
     }
 
-    /// Rotates the session's tokens (§5.7). Concurrent callers share one refresh.
+    /// Rotates the session's tokens (§5.7), as a work item that runs to its
+    /// end whoever waits for it. Concurrent callers share one refresh.
     func refreshSession(_ clientId: String, current: SessionSecrets) async throws -> SessionSecrets {
-        if let running = sessions.refreshing[clientId] { return try await running.value }
-        let task = Task { try await self.sessions.refreshNow(clientId, current: current) }
-        sessions.refreshing[clientId] = task
-        defer { sessions.refreshing[clientId] = nil }
-        return try await task.value
+        try await withCheckedThrowingContinuation { continuation in
+            guard sessions.awaitRefresh(clientId, continuation) else { return }
+            let queued = work.submit { await self.runRefresh(clientId, current: current) }
+            if !queued { sessions.refreshEnded(clientId, .failure(BrokerError.workRefused)) }
+        }
+    }
+
+    private func runRefresh(_ clientId: String, current: SessionSecrets) async {
+        let result: Result<SessionSecrets, any Error>
+        do { result = .success(try await sessions.refreshNow(clientId, current: current)) } catch {
+            result = .failure(error)
+        }
+        sessions.refreshEnded(clientId, result)
+    }
+
+    /// Checks the client's session; one whose access token expired at the server is refreshed.
+    private func verifySession(_ clientId: String) async {
+        if let expired = await sessions.verify(clientId) { _ = try? await refreshSession(clientId, current: expired) }
     }
 
     // MARK: - http.request
@@ -278,7 +267,7 @@ public actor BrokerEngine {
             default:
                 break
             }
-            if clients[record.client]?.provider != nil { continue }
+            if server(record.client).attemptControl == nil { continue }
             if record.followUp != .none && record.reconcileTries == 0 {
                 // The broker may have stopped with that request in flight.
                 record.reconcileTries = 1
@@ -305,7 +294,7 @@ public actor BrokerEngine {
             return now
         }
         for var record in records {
-            if record.state == .exchanging && !attempts.exchangesInFlight.contains(record.id) {
+            if record.state == .exchanging && !attempts.isExchanging(record.id) {
                 // Its exchange ended without its answer being committed (the
                 // state file could not be written): reconcile it, as after a crash.
                 do {
@@ -324,7 +313,7 @@ public actor BrokerEngine {
                 continue
             }
             // Work in flight schedules what it leaves owed when it ends.
-            guard !attempts.busy.contains(record.id) else { continue }
+            guard !attempts.isClaimed(record.id) else { continue }
             let workDue = record.nextReconcileAt.map { now >= $0 } ?? true
             if workDue && (record.state == .uncertain || record.followUp != .none) {
                 scheduleFollowUp(record.id)
@@ -332,21 +321,17 @@ public actor BrokerEngine {
             }
             consider(AttemptLedger.due(record, now: now))
         }
-        let work = await sessions.maintain()
-        for client in work.refresh {
-            Task {
+        let sessionWork = await sessions.maintain()
+        for client in sessionWork.refresh {
+            work.submit {
                 guard let current = try? await self.currentSession(client) else { return }
                 _ = try? await self.refreshSession(client, current: current)
             }
         }
-        for client in work.verify {
-            Task {
-                if let expired = await self.sessions.verify(client) {
-                    _ = try? await self.refreshSession(client, current: expired)
-                }
-            }
+        for client in sessionWork.verify {
+            work.submit { await self.verifySession(client) }
         }
-        consider(work.due)
+        consider(sessionWork.due)
         // Not a deadline of its own: the timer ticks at least every
         // `maximumSleepMilliseconds`, soon enough for a prune, and an idle
         // engine has nothing scheduled.
@@ -372,11 +357,8 @@ public actor BrokerEngine {
         // At least twice per retention time, so a short one (a test's) is kept to.
         var pause = min(Self.pruneIntervalMilliseconds, max(Self.pruneBatchPauseMilliseconds, retentionMilliseconds / 2))
         do {
-            let deleted = try store.prune(endedBefore: cutoff, limit: BrokerStore.pruneBatch)
-            if deleted > 0 {
-                try store.compact(pages: 4 * BrokerStore.pruneBatch)
-                logger.debug("pruned ended attempts", ["count": "\(deleted)"])
-            }
+            let deleted = try attempts.prune(endedBefore: cutoff)
+            if deleted > 0 { logger.debug("pruned ended attempts", ["count": "\(deleted)"]) }
             if deleted == BrokerStore.pruneBatch { pause = Self.pruneBatchPauseMilliseconds }
         } catch {
             // Cannot write the state file now (full disk, read-only): try

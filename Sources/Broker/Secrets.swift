@@ -25,6 +25,11 @@ struct AttemptSecrets: Codable, Sendable {
 struct SessionSecrets: Codable, Sendable {
     var session: IssuedSession
     var attemptId: String
+    /// The `SessionKeeper` generation these were read in (never stored): a
+    /// change learnt with them applies only while it is current.
+    var generation: UInt64 = 0
+
+    private enum CodingKeys: String, CodingKey { case session, attemptId }
 }
 
 /// Vault attributes and labels. Attributes are unique per client and attempt;

@@ -5,41 +5,55 @@ import BrowserLoginProtocol
 /// The one owner of session state: each signed-in client's secrets (read
 /// once from the vault), the refresh and verification schedules, the
 /// `session.wait` callers, the sign-out revokes in flight, and `SessionBoard`,
-/// the one in-memory projection of the public session views. Every write of
-/// a session record goes through here.
+/// the one in-memory projection of the public session views. It is the only
+/// code that writes session records and session vault items, through methods
+/// that say what happened: `adopt` (a sign-in), `refreshNow` (a rotation),
+/// `signOut`, `end` (ended elsewhere), `verify`, `revokeLost`.
+///
+/// A session's changes are serialised per client (`beginChange`), and each
+/// sign-in and each end starts a new generation of the client's session: a
+/// refresh, a verification or an `http.request` answer applies only to the
+/// generation its secrets were read in. A refresh answered after a sign-out
+/// (or after the session ended or was replaced) revokes what it got and keeps
+/// none of it; no request to a server is made while a change is held.
 ///
 /// Owned by the engine actor and used only from it: its async methods run on
 /// the caller's actor (`nonisolated(nonsending)`), so a step re-reads what it
 /// decides on after each await, as the engine's own steps do.
 final class SessionKeeper {
-    let store: BrokerStore
-    let clients: [String: ClientConfig]
-    let vault: any SecretVault
-    let servers: [String: any SignInProtocol]
-    let clock: any BrokerCore.Clock
-    let logger: Logger
-    let hub: EventHub
-    let board: SessionBoard
-    let timer: TimerSignal
+    private let store: BrokerStore
+    private let clients: [String: ClientConfig]
+    private let vault: any SecretVault
+    private let servers: [String: any SignInProtocol]
+    private let clock: any BrokerCore.Clock
+    private let logger: Logger
+    private let hub: EventHub
+    private let board: SessionBoard
+    private let timer: TimerSignal
     /// How often sessions are checked with `GET session`.
-    let verifyIntervalMilliseconds: Int64
+    private let verifyIntervalMilliseconds: Int64
 
     /// Each signed-in client's session secrets, read once from the vault.
-    var cache: [String: SessionSecrets] = [:]
-    /// Refreshes in flight per client: concurrent callers share one.
-    var refreshing: [String: Task<SessionSecrets, any Error>] = [:]
+    private var cache: [String: SessionSecrets] = [:]
+    /// The callers of each client's refresh in flight: concurrent callers share one.
+    private var refreshing: [String: [CheckedContinuation<SessionSecrets, any Error>]] = [:]
     /// Clients whose sign-out revoke is being sent now: at most one request per session in flight.
-    var revokesInFlight: Set<String> = []
+    private var revokesInFlight: Set<String> = []
     /// `session.signOut` calls waiting for the revoke in flight (the timer's retry) to settle.
-    var revokeWaiters: [String: [CheckedContinuation<Void, Never>]] = [:]
+    private var revokeWaiters: [String: [CheckedContinuation<Void, Never>]] = [:]
     /// When each session is next refreshed and verified.
-    var nextRefresh: [String: Timestamp] = [:]
-    var nextVerify: [String: Timestamp] = [:]
+    private(set) var nextRefresh: [String: Timestamp] = [:]
+    private var nextVerify: [String: Timestamp] = [:]
     /// `session.wait` callers per client.
-    var waiters: [String: [UInt64: CheckedContinuation<SessionView?, Never>]] = [:]
-    var waiterCounter: UInt64 = 0
+    private(set) var waiters: [String: [UInt64: CheckedContinuation<SessionView?, Never>]] = [:]
+    private var waiterCounter: UInt64 = 0
     /// The last session view published per client, to publish changes only.
-    var published: [String: SessionView] = [:]
+    private var published: [String: SessionView] = [:]
+    /// Each client's session generation: a new one at each sign-in and each end.
+    private var generations: [String: UInt64] = [:]
+    /// Clients whose session is being changed now, and the changes waiting their turn.
+    private var changing: Set<String> = []
+    private var queuedChanges: [String: [CheckedContinuation<Void, Never>]] = [:]
 
     /// An owed sign-out revoke is tried again on each timer round this far apart.
     static let revokeRetryMilliseconds: Int64 = 250
@@ -116,6 +130,10 @@ final class SessionKeeper {
         return waiterCounter
     }
 
+    func addWaiter(client: String, id: UInt64, _ continuation: CheckedContinuation<SessionView?, Never>) {
+        waiters[client, default: [:]][id] = continuation
+    }
+
     func timeOutWaiter(client: String, id: UInt64) {
         if let continuation = waiters[client]?.removeValue(forKey: id) {
             continuation.resume(returning: nil)
@@ -127,40 +145,84 @@ final class SessionKeeper {
         waiters.removeAll()
     }
 
+    // MARK: - One change at a time
+
+    /// Waits until no other change of the client's session is in progress;
+    /// changes run in the order they asked. Ended with `endChange`.
+    private nonisolated(nonsending) func beginChange(_ client: String) async {
+        if changing.insert(client).inserted { return }
+        await withCheckedContinuation { queuedChanges[client, default: []].append($0) }
+    }
+
+    /// Hands the client's session to the next change waiting, if any.
+    private func endChange(_ client: String) {
+        guard var queue = queuedChanges[client], !queue.isEmpty else {
+            changing.remove(client)
+            return
+        }
+        let next = queue.removeFirst()
+        queuedChanges[client] = queue.isEmpty ? nil : queue
+        next.resume()
+    }
+
+    private func generation(_ client: String) -> UInt64 { generations[client, default: 0] }
+
+    /// A sign-in or an end: what was read of the session before no longer applies.
+    private func newGeneration(_ client: String) { generations[client, default: 0] += 1 }
+
     // MARK: - Secrets and refresh
 
     /// The signed-in session's secrets, or `NOT_SIGNED_IN`.
     nonisolated(nonsending) func current(_ clientId: String) async throws -> SessionSecrets {
-        guard let record = try store.session(client: clientId), record.status == .signedIn else {
-            throw BrokerError(.notSignedIn, "the client is not signed in; start a sign-in with login.start")
+        while true {
+            guard let record = try store.session(client: clientId), record.status == .signedIn else {
+                throw BrokerError(.notSignedIn, "the client is not signed in; start a sign-in with login.start")
+            }
+            if let cached = cache[clientId] { return cached }
+            let generation = generation(clientId)
+            let found: SessionSecrets?
+            do {
+                found = try await vault.lookupJSON(SessionSecrets.self, attributes: VaultKeys.session(client: clientId))
+            } catch { throw error.brokerError }
+            // Signed out or in again meanwhile: read what is current now.
+            guard generation == self.generation(clientId) else { continue }
+            guard var found else {
+                // Not in the keyring now is not "gone" (a keyring restored from a
+                // backup, another keyring daemon): the session stays signed in and
+                // works again once its item is back; signing out ends it.
+                throw BrokerError(
+                    .vaultUnavailable,
+                    "the session's tokens are not in the keyring now; unlock or restore the login keyring, or sign out and sign in again"
+                )
+            }
+            found.generation = generation
+            if try store.session(client: clientId)?.status == .signedIn { cache[clientId] = found }
+            return found
         }
-        if let cached = cache[clientId] { return cached }
-        let found: SessionSecrets?
-        do {
-            found = try await vault.lookupJSON(SessionSecrets.self, attributes: VaultKeys.session(client: clientId))
-        } catch { throw error.brokerError }
-        guard let found else {
-            // Not in the keyring now is not "gone" (a keyring restored from a
-            // backup, another keyring daemon): the session stays signed in and
-            // works again once its item is back; signing out ends it.
-            throw BrokerError(
-                .vaultUnavailable,
-                "the session's tokens are not in the keyring now; unlock or restore the login keyring, or sign out and sign in again"
-            )
-        }
-        if try store.session(client: clientId)?.status == .signedIn { cache[clientId] = found }
-        return found
+    }
+
+    /// Adds a caller of the client's refresh; true when none is in flight
+    /// (the caller starts it), false when it joined the one in flight.
+    func awaitRefresh(_ clientId: String, _ continuation: CheckedContinuation<SessionSecrets, any Error>) -> Bool {
+        refreshing[clientId, default: []].append(continuation)
+        return refreshing[clientId]!.count == 1
+    }
+
+    /// The client's refresh ended: every caller gets its result.
+    func refreshEnded(_ clientId: String, _ result: Result<SessionSecrets, any Error>) {
+        for continuation in refreshing.removeValue(forKey: clientId) ?? [] { continuation.resume(with: result) }
     }
 
     /// Rotates the session's tokens (§5.7), for `BrokerEngine.refreshSession`,
     /// which shares one run among concurrent callers. A lost answer is
     /// repeated once (inside the grace window the server gives the same
-    /// successor). The new pair is in the vault before either token is used.
+    /// successor). The new pair is in the vault before either token is used;
+    /// an answer for a generation that is no longer current is revoked.
     nonisolated(nonsending) func refreshNow(_ clientId: String, current: SessionSecrets) async throws -> SessionSecrets {
         let server = servers[clientId]!
         guard current.session.refreshToken != nil else {
             // A provider that gave no refresh token: the session ends with its access token.
-            try await end(clientId, status: .expired, reason: "TOKEN_EXPIRED")
+            try await end(clientId, status: .expired, reason: "TOKEN_EXPIRED", generation: current.generation)
             throw BrokerError(.notSignedIn, "the session's access token expired and cannot be refreshed; sign in again")
         }
         var answer: IssuedSession?
@@ -178,7 +240,7 @@ final class SessionKeeper {
         guard let answer else {
             let failure: LoginServerError = lastFailure ?? .noAnswer("no answer")
             if case .providerRefused(_, "invalid_grant", _) = failure {
-                try await end(clientId, status: .expired, reason: "REFRESH_REJECTED")
+                try await end(clientId, status: .expired, reason: "REFRESH_REJECTED", generation: current.generation)
                 throw BrokerError(
                     .notSignedIn, "the identity provider refused the refresh token (invalid_grant); sign in again",
                     providerError: "invalid_grant")
@@ -186,7 +248,9 @@ final class SessionKeeper {
             if case .refused(_, let code, _, _) = failure,
                 code == .sessionRevoked || code == .sessionExpired || code == .authUserDisabled
             {
-                try await end(clientId, status: code == .sessionExpired ? .expired : .revoked, reason: code.rawValue)
+                try await end(
+                    clientId, status: code == .sessionExpired ? .expired : .revoked, reason: code.rawValue,
+                    generation: current.generation)
                 throw BrokerError(
                     .notSignedIn,
                     code == .authUserDisabled
@@ -198,7 +262,31 @@ final class SessionKeeper {
         }
         var next = current
         next.session = answer
+        return try await refreshed(clientId, next)
+    }
+
+    /// Keeps a refresh's answer: the new pair in the vault, then the record.
+    /// When the session it belongs to ended or was replaced meanwhile, the
+    /// pair is revoked and none of it is kept as the session.
+    private nonisolated(nonsending) func refreshed(_ clientId: String, _ next: SessionSecrets) async throws
+        -> SessionSecrets
+    {
         guard let client = clients[clientId] else { throw BrokerError.clientUnknown(clientId) }
+        await beginChange(clientId)
+        let live: Bool
+        do {
+            let record = try store.session(client: clientId)
+            live = next.generation == generation(clientId) && record?.status == .signedIn
+        } catch {
+            endChange(clientId)
+            throw error
+        }
+        guard live else {
+            endChange(clientId)
+            await revokeSuperseded(clientId, next)
+            throw BrokerError(.notSignedIn, "the client was signed out meanwhile")
+        }
+        defer { endChange(clientId) }
         do {
             try await vault.storeJSON(
                 next, label: VaultKeys.sessionLabel(appName: client.appName, email: next.session.account.email),
@@ -207,8 +295,8 @@ final class SessionKeeper {
         guard var record = try store.session(client: clientId), record.status == .signedIn else {
             throw BrokerError(.notSignedIn, "the client was signed out meanwhile")
         }
-        record.accessTokenExpiresAt = answer.accessTokenExpiresAt
-        record.expiresAt = answer.expiresAt
+        record.accessTokenExpiresAt = next.session.accessTokenExpiresAt
+        record.expiresAt = next.session.expiresAt
         record.updatedAt = now()
         try save(record, project: false)
         cache[clientId] = next
@@ -218,6 +306,34 @@ final class SessionKeeper {
         // The next refresh time is worked out by the timer.
         timer.scheduled(now())
         return next
+    }
+
+    /// A refresh answered after its session ended: what it issued is owed a
+    /// revoke, as a signed-out session's tokens are, and sent now.
+    private nonisolated(nonsending) func revokeSuperseded(_ clientId: String, _ secrets: SessionSecrets) async {
+        guard let client = clients[clientId] else { return }
+        logger.notice("a refresh was answered after its session ended: its tokens are revoked, not kept", ["client": clientId])
+        await beginChange(clientId)
+        var owed = false
+        do {
+            try await vault.storeJSON(
+                secrets, label: VaultKeys.revokeLabel(appName: client.appName),
+                attributes: VaultKeys.pendingRevoke(client: clientId))
+            if var record = try store.session(client: clientId) {
+                record.revokePending = true
+                record.updatedAt = now()
+                try store.save(record)
+                owed = true
+            }
+        } catch {
+            logger.notice("cannot keep the owed revoke; it is sent once now", ["client": clientId, "error": "\(error)"])
+        }
+        endChange(clientId)
+        if owed {
+            await revokePending(clientId)
+        } else {
+            _ = try? await servers[clientId]!.revoke(secrets.session)
+        }
     }
 
     /// True for a while after the session got an access token that had
@@ -251,10 +367,19 @@ final class SessionKeeper {
 
     // MARK: - Sign-in and the end of a session
 
-    /// Keeps the session an exchange (or a reconciliation) issued. Published
-    /// with the attempt's commit that follows, in that order.
-    func signedIn(client: String, session: IssuedSession, attemptId: String) throws {
-        cache[client] = SessionSecrets(session: session, attemptId: attemptId)
+    /// Keeps the session an exchange (or a reconciliation) issued: its tokens
+    /// in the vault (a vault failure is thrown as the `VaultError`), then its
+    /// record. Published with the attempt's commit that follows, in that order.
+    nonisolated(nonsending) func adopt(client: String, session: IssuedSession, attemptId: String) async throws {
+        guard let config = clients[client] else { throw BrokerError.clientUnknown(client) }
+        await beginChange(client)
+        defer { endChange(client) }
+        try await vault.storeJSON(
+            SessionSecrets(session: session, attemptId: attemptId),
+            label: VaultKeys.sessionLabel(appName: config.appName, email: session.account.email),
+            attributes: VaultKeys.session(client: client))
+        newGeneration(client)
+        cache[client] = SessionSecrets(session: session, attemptId: attemptId, generation: generation(client))
         nextRefresh[client] = nil
         nextVerify[client] = now().adding(milliseconds: verifyIntervalMilliseconds)
         var record = SessionRecord(
@@ -274,12 +399,20 @@ final class SessionKeeper {
 
     /// Ends a session that ended elsewhere: revoked at the server, expired,
     /// or its tokens lost. Removes its vault item and notifies subscribers.
-    nonisolated(nonsending) func end(_ clientId: String, status: SessionStatus, reason: String?) async throws {
+    /// With a `generation`, only while that generation is current (what was
+    /// learnt with its secrets says nothing of a later session).
+    nonisolated(nonsending) func end(
+        _ clientId: String, status: SessionStatus, reason: String?, generation: UInt64? = nil
+    ) async throws {
+        await beginChange(clientId)
+        defer { endChange(clientId) }
+        if let generation, generation != self.generation(clientId) { return }
         guard var record = try store.session(client: clientId), record.status == .signedIn else { return }
         record.status = status
         record.reason = reason
         record.updatedAt = now()
         try save(record, project: false)
+        newGeneration(clientId)
         forget(clientId)
         try? await vault.remove(attributes: VaultKeys.session(client: clientId))
         logger.notice("session ended", ["client": clientId, "status": status.rawValue, "reason": reason ?? "-"])
@@ -298,41 +431,49 @@ final class SessionKeeper {
     /// server cannot be reached, the revoke is owed and retried later.
     nonisolated(nonsending) func signOut(client clientId: String) async throws -> SessionView {
         guard let client = clients[clientId] else { throw BrokerError.clientUnknown(clientId) }
-        guard var record = try store.session(client: clientId), record.status != .signedOut else {
-            return try view(clientId)
-        }
-        let keys = VaultKeys.session(client: clientId)
-        let secrets: SessionSecrets?
-        do { secrets = try await vault.lookupJSON(SessionSecrets.self, attributes: keys) } catch {
-            throw error.brokerError
-        }
-        // Signed out locally first, with the revoke owed; then the tokens move
-        // to the owed-revoke item. A crash in between leaves them in the
-        // session item, where the owed revoke finds them.
-        record = try store.session(client: clientId) ?? record
-        record.status = .signedOut
-        record.reason = nil
-        record.revokePending = record.revokePending || secrets != nil
-        record.updatedAt = now()
-        try save(record, project: false)
-        forget(clientId)
-        logger.info("signed out", ["client": clientId])
-        project(clientId)
-        if let secrets {
-            do {
-                try await vault.storeJSON(
-                    secrets, label: VaultKeys.revokeLabel(appName: client.appName),
-                    attributes: VaultKeys.pendingRevoke(client: clientId))
-                TestFaults.hit("after-revoke-item")
-                try? await vault.remove(attributes: keys)
-            } catch {
-                logger.notice("the owed revoke keeps the session item", ["client": clientId, "error": "\(error)"])
+        let owed: Bool
+        do {
+            // A refresh in flight is superseded: its answer finds a new generation and is revoked.
+            await beginChange(clientId)
+            defer { endChange(clientId) }
+            guard var record = try store.session(client: clientId), record.status != .signedOut else {
+                return try view(clientId)
             }
+            let keys = VaultKeys.session(client: clientId)
+            let secrets: SessionSecrets?
+            do { secrets = try await vault.lookupJSON(SessionSecrets.self, attributes: keys) } catch {
+                throw error.brokerError
+            }
+            // Signed out locally first, with the revoke owed; then the tokens move
+            // to the owed-revoke item. A crash in between leaves them in the
+            // session item, where the owed revoke finds them.
+            record = try store.session(client: clientId) ?? record
+            record.status = .signedOut
+            record.reason = nil
+            record.revokePending = record.revokePending || secrets != nil
+            record.updatedAt = now()
+            try save(record, project: false)
+            newGeneration(clientId)
+            forget(clientId)
+            logger.info("signed out", ["client": clientId])
+            project(clientId)
+            if let secrets {
+                do {
+                    try await vault.storeJSON(
+                        secrets, label: VaultKeys.revokeLabel(appName: client.appName),
+                        attributes: VaultKeys.pendingRevoke(client: clientId))
+                    TestFaults.hit("after-revoke-item")
+                    try? await vault.remove(attributes: keys)
+                } catch {
+                    logger.notice("the owed revoke keeps the session item", ["client": clientId, "error": "\(error)"])
+                }
+            }
+            owed = record.revokePending
         }
-        if record.revokePending && revokesInFlight.contains(clientId) {
+        if owed && revokesInFlight.contains(clientId) {
             // The timer's retry is sending it now: answer once that is settled.
             await withCheckedContinuation { revokeWaiters[clientId, default: []].append($0) }
-        } else if record.revokePending {
+        } else if owed {
             await revokePending(clientId)
         }
         return try view(clientId)
@@ -392,14 +533,34 @@ final class SessionKeeper {
                 }
             }
         }
+        await beginChange(clientId)
+        defer { endChange(clientId) }
+        // A refresh answered after the sign-out may have put its pair in the
+        // item meanwhile: that revoke is owed still.
+        let owedNow = try? await vault.lookupJSON(SessionSecrets.self, attributes: keys)
+        if let owedNow = owedNow ?? nil, owedNow.session.accessToken != secrets?.session.accessToken {
+            timer.scheduled(now().adding(milliseconds: Self.revokeRetryMilliseconds))
+            return
+        }
         try? await vault.remove(attributes: keys)
-        if signedOut { try? await vault.remove(attributes: VaultKeys.session(client: clientId)) }
+        if signedOut, (try? store.session(client: clientId))?.status != .signedIn {
+            try? await vault.remove(attributes: VaultKeys.session(client: clientId))
+        }
+        revokeSettled(clientId)
+    }
+
+    /// Nothing is owed any more for the client's signed-out session.
+    private func revokeSettled(_ clientId: String) {
         if var record = try? store.session(client: clientId), record.revokePending {
             record.revokePending = false
             record.updatedAt = now()
             try? store.save(record)
         }
     }
+
+    /// An owed revoke whose tokens are gone with the file vault's key: it is
+    /// dropped (the session ends at the server when it expires).
+    func revokeLost(_ clientId: String) { revokeSettled(clientId) }
 
     // MARK: - Timer
 
@@ -468,7 +629,9 @@ final class SessionKeeper {
         let failure: LoginServerError
         do {
             _ = try await servers[clientId]!.session(accessToken: secrets.session.accessToken)
-            if var record = try? store.session(client: clientId), record.status == .signedIn {
+            if secrets.generation == generation(clientId), var record = try? store.session(client: clientId),
+                record.status == .signedIn
+            {
                 record.verifiedAt = now()
                 try? store.save(record)
             }
@@ -481,9 +644,9 @@ final class SessionKeeper {
         case .tokenExpired:
             return secrets
         case .sessionRevoked, .authUserDisabled, .unauthenticated:
-            try? await end(clientId, status: .revoked, reason: code.rawValue)
+            try? await end(clientId, status: .revoked, reason: code.rawValue, generation: secrets.generation)
         case .sessionExpired:
-            try? await end(clientId, status: .expired, reason: code.rawValue)
+            try? await end(clientId, status: .expired, reason: code.rawValue, generation: secrets.generation)
         default:
             break
         }

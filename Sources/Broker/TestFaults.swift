@@ -96,6 +96,8 @@ struct FaultingLoginServer: SignInProtocol, ServerAttemptControl {
     var attemptControl: (any ServerAttemptControl)? { base.attemptControl == nil ? nil : self }
     var repeatsLostRefresh: Bool { base.repeatsLostRefresh }
     var checksSessions: Bool { base.checksSessions }
+    var canRevoke: Bool { get async { await base.canRevoke } }
+    func rejectsAccessToken(_ response: HTTPResponse) -> Bool { base.rejectsAccessToken(response) }
     func brokerError(_ failure: LoginServerError) -> BrokerError { base.brokerError(failure) }
     private var control: any ServerAttemptControl { base.attemptControl! }
 

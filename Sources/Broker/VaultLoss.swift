@@ -27,11 +27,7 @@ extension BrokerEngine {
                 logger.warning(
                     "owed sign-out revoke dropped: its token was in the file vault, whose key is gone from the kernel keyring; the session ends at the server when it expires",
                     ["client": client])
-                if var record = try? store.session(client: client), record.revokePending {
-                    record.revokePending = false
-                    record.updatedAt = now()
-                    try? store.save(record)
-                }
+                sessions.revokeLost(client)
             default:
                 logger.warning(
                     "sign-in attempt's proofs lost with the file vault's key; the attempt cannot finish, start a new sign-in",
@@ -66,7 +62,7 @@ extension BrokerDaemon {
         }
         await engine.vaultItemsLost(report.lost)
         vault.onLost { items in
-            Task { await engine.vaultItemsLost(items) }
+            engine.work.submit { await engine.vaultItemsLost(items) }
         }
         logger.notice(
             "using the file vault",

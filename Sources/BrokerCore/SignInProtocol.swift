@@ -121,6 +121,12 @@ public protocol SignInProtocol: Sendable {
     /// False for a protocol without a session check (standard providers):
     /// their sessions are not verified on the slow interval.
     var checksSessions: Bool { get }
+    /// False when the server cannot be told of a sign-out (a provider without
+    /// a revocation endpoint): the `session.signOut` reply says so.
+    var canRevoke: Bool { get async }
+    /// Whether the app's API answered a `401` because the access token is no
+    /// longer good (the request was not processed): refresh, send once more.
+    func rejectsAccessToken(_ response: HTTPResponse) -> Bool
     /// The public error for a failed call, in this protocol's words (a
     /// standard provider is not "the login server").
     func brokerError(_ failure: LoginServerError) -> BrokerError
@@ -138,6 +144,12 @@ extension SignInProtocol {
     }
     public var repeatsLostRefresh: Bool { true }
     public var checksSessions: Bool { true }
+    public var canRevoke: Bool { get async { true } }
+    /// Browser Login's API says `TOKEN_EXPIRED` in its error body (docs/protocol.md §6).
+    public func rejectsAccessToken(_ response: HTTPResponse) -> Bool {
+        response.status == 401 && response.body.count < 65_536
+            && (try? JSONValue.parse(response.body).decode(ErrorBody.self))?.error.code == .tokenExpired
+    }
     public func brokerError(_ failure: LoginServerError) -> BrokerError { failure.brokerError() }
 }
 

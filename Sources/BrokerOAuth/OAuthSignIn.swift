@@ -93,6 +93,11 @@ public struct OAuthSignIn: SignInProtocol {
     /// Whether sign-out can revoke at the provider (the session view's `revokedAtServer`).
     public var canRevoke: Bool { get async { await provider.hasRevocation } }
 
+    /// RFC 6750 §3.1: `error="invalid_token"` in the `401`'s `WWW-Authenticate`.
+    public func rejectsAccessToken(_ response: HTTPResponse) -> Bool {
+        response.status == 401 && response.header("WWW-Authenticate").flatMap(OAuthProvider.bearerError) == "invalid_token"
+    }
+
     /// A failed refresh or revoke in the provider's words (the engine's
     /// terms name the login server and its `Server=`).
     public func brokerError(_ failure: LoginServerError) -> BrokerError {

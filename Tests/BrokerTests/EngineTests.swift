@@ -21,6 +21,10 @@ final class FakeServer: SignInProtocol, ServerAttemptControl {
         var exchangeGate: (@Sendable () async -> Void)?
         var revokeByToken: [Result<RevokeResponse, LoginServerError>] = []
         var revokeGate: (@Sendable () async -> Void)?
+        var refreshGate: (@Sendable () async -> Void)?
+        var cannotRevoke = false
+        /// The access tokens of the sessions revoked by token, in order.
+        var revokedTokens: [String] = []
         var acknowledge: [Result<Void, LoginServerError>] = []
     }
     let state = Mutex(State())
@@ -55,6 +59,7 @@ final class FakeServer: SignInProtocol, ServerAttemptControl {
         }
     }
     var attemptControl: (any ServerAttemptControl)? { self }
+    var canRevoke: Bool { get async { !state.withLock { $0.cannotRevoke } } }
     func cancel(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> ServerAttemptState {
         called("cancel")
         return .cancelled
@@ -70,6 +75,7 @@ final class FakeServer: SignInProtocol, ServerAttemptControl {
     }
     func revoke(_ session: IssuedSession) async throws(LoginServerError) -> RevokeResponse {
         called("revokeByToken")
+        state.withLock { $0.revokedTokens.append(session.accessToken) }
         if let gate = state.withLock({ $0.revokeGate }) { await gate() }
         let next = state.withLock { $0.revokeByToken.isEmpty ? nil : $0.revokeByToken.removeFirst() }
         switch next ?? .success(RevokeResponse(revoked: true)) {
@@ -85,6 +91,7 @@ final class FakeServer: SignInProtocol, ServerAttemptControl {
     }
     func refresh(_ session: IssuedSession) async throws(LoginServerError) -> IssuedSession {
         called("refresh")
+        if let gate = state.withLock({ $0.refreshGate }) { await gate() }
         let next = state.withLock { $0.refresh.isEmpty ? nil : $0.refresh.removeFirst() }
         switch next ?? .failure(.noAnswer("unscripted")) {
         case .success(let r): return Self.refreshed(session, by: r)
@@ -115,6 +122,17 @@ struct NoTransport: HTTPTransport {
     }
 }
 
+/// Runs an engine's work items for one test, as the daemon's `ServiceGroup`
+/// does; stopped (what runs cancelled and awaited) with its last reference.
+final class RunningWork: Sendable {
+    let work: WorkService
+    init(_ work: WorkService) {
+        self.work = work
+        Task { await work.run() }
+    }
+    deinit { work.shutdown() }
+}
+
 /// A directory in `$TMPDIR`, removed with its last reference (after each
 /// test: a suite's instance lives for one test), whether the test passed or not.
 final class ScratchDirectory: Sendable {
@@ -131,6 +149,7 @@ final class ScratchDirectory: Sendable {
     let vault = InMemoryVault()
     let engine: BrokerEngine
     let scratch: ScratchDirectory
+    let running: RunningWork
 
     init() throws {
         scratch = try ScratchDirectory("blengine")
@@ -143,6 +162,7 @@ final class ScratchDirectory: Sendable {
             storePath: dir.appendingPathComponent("state.sqlite").path, clients: [client], vault: vault,
             makeServer: { _ in server }, launcher: NoBrowser(), transport: NoTransport(),
             logger: Logger(label: "test", sink: { _ in }), socketPath: "/nonexistent")
+        running = RunningWork(engine.work)
     }
 
     func callback(_ code: String, attempt: String) -> String {
@@ -335,6 +355,75 @@ final class ScratchDirectory: Sendable {
         #expect(server.count("refresh") == 4)
     }
 
+    /// The seam says whether its server can be told of a sign-out; the
+    /// `session.signOut` reply says so when it cannot (docs/providers.md).
+    @Test func aSignOutAtAServerThatCannotRevokeSaysSo() async throws {
+        try await signedIn()
+        #expect(try await engine.signOut(client: "com.example.notes").revokedAtServer == nil)
+        try await signedIn()
+        server.state.withLock { $0.cannotRevoke = true }
+        #expect(try await engine.signOut(client: "com.example.notes").revokedAtServer == false)
+    }
+
+    /// A signed-in session whose refresh is sent and its answer (`access-2`)
+    /// held back until `release` is called.
+    func refreshHeldBack() async throws -> (refresh: Task<SessionSecrets, any Error>, release: @Sendable () -> Void) {
+        try await signedIn()
+        let current = try await engine.currentSession("com.example.notes")
+        let successor = RefreshResponse(
+            accessToken: "access-2", accessTokenExpiresAt: Timestamp.now().adding(milliseconds: 600_000),
+            refreshToken: "refresh-2", expiresAt: current.session.expiresAt!)
+        let gate = Mutex<CheckedContinuation<Void, Never>?>(nil)
+        server.state.withLock {
+            $0.refresh = [.success(successor)]
+            $0.refreshGate = { await withCheckedContinuation { c in gate.withLock { $0 = c } } }
+        }
+        let engine = self.engine
+        let refresh = Task { try await engine.refreshSession("com.example.notes", current: current) }
+        try await waitFor { gate.withLock { $0 != nil } }
+        let server = self.server
+        return (
+            refresh,
+            {
+                server.state.withLock { $0.refreshGate = nil }
+                gate.withLock { $0?.resume() }
+            }
+        )
+    }
+
+    /// Issue 29: a sign-out while a refresh's answer is on its way signs out at
+    /// once; the answer, when it comes, is revoked and none of it is kept.
+    @Test func aRefreshAnsweredAfterASignOutIsRevokedAndNothingOfItKept() async throws {
+        let (refresh, release) = try await refreshHeldBack()
+        #expect(try await engine.signOut(client: "com.example.notes").status == .signedOut)
+        #expect(server.state.withLock { $0.revokedTokens } == ["access-1"])
+        release()
+        await #expect(throws: BrokerError.self) { try await refresh.value }
+        for _ in 0..<3 { await engine.tick() }
+        #expect(server.state.withLock { $0.revokedTokens } == ["access-1", "access-2"])
+        #expect(try await vault.lookup(attributes: ["kind": "session", "client": "com.example.notes"]) == nil)
+        #expect(try await vault.lookup(attributes: ["kind": "revoke", "client": "com.example.notes"]) == nil)
+        #expect(try await engine.session(client: "com.example.notes").status == .signedOut)
+    }
+
+    /// … and one answered after the user signed in again leaves the new session alone.
+    @Test func aRefreshAnsweredAfterANewSignInLeavesTheNewSessionAlone() async throws {
+        let (refresh, release) = try await refreshHeldBack()
+        _ = try await engine.signOut(client: "com.example.notes")
+        let (_, serverId) = try await started()
+        server.state.withLock { $0.exchange = [.success(server.issued(for: serverId, accessToken: "access-3"))] }
+        _ = try await engine.finish(url: callback("c2", attempt: serverId))
+        release()
+        await #expect(throws: BrokerError.self) { try await refresh.value }
+        for _ in 0..<3 { await engine.tick() }
+        #expect(server.state.withLock { $0.revokedTokens } == ["access-1", "access-2"])
+        #expect(try await engine.session(client: "com.example.notes").status == .signedIn)
+        #expect(try await engine.currentSession("com.example.notes").session.accessToken == "access-3")
+        let stored = try #require(
+            try await vault.lookup(attributes: ["kind": "session", "client": "com.example.notes"]))
+        #expect(String(decoding: stored, as: UTF8.self).contains("access-3"))
+    }
+
     @Test func reconciliationAdoptsOnlyTheSessionWhoseDigestMatches() async throws {
         let (view, serverId) = try await started()
         // The server will say completed with a receipt whose digest is not of a
@@ -431,6 +520,8 @@ final class ScriptedTransport: HTTPTransport {
             storePath: dir.appendingPathComponent("state.sqlite").path, clients: [client], vault: InMemoryVault(),
             makeServer: { _ in server }, launcher: NoBrowser(), transport: transport,
             logger: Logger(label: "test", sink: { _ in }), socketPath: "/nonexistent")
+        let running = RunningWork(engine.work)
+        defer { withExtendedLifetime(running) {} }
         _ = try await engine.start(client: "com.example.notes", ephemeral: false, openBrowser: false, switchAccount: false)
         let serverId = try #require(server.state.withLock { $0.created.last })
         server.state.withLock { $0.exchange = [.success(server.issued(for: serverId))] }

@@ -98,10 +98,10 @@ final class Owners {
 }
 
 @Suite struct SessionKeeperTests {
-    @Test func aSignInIsOnTheBoardAtOnceAndPublishedOnce() throws {
+    @Test func aSignInIsOnTheBoardAtOnceAndPublishedOnce() async throws {
         let owners = try Owners()
         let session = owners.server.issued(for: "srv").session
-        try owners.sessions.signedIn(client: notesClient.id, session: session, attemptId: "at_1")
+        try await owners.sessions.adopt(client: notesClient.id, session: session, attemptId: "at_1")
         let view = try #require(owners.board.view(notesClient.id))
         #expect(view.status == .signedIn)
         // Published with the attempt's commit that follows, once.
@@ -114,10 +114,10 @@ final class Owners {
     @Test func aWaiterIsAnsweredByTheSignIn() async throws {
         let owners = try Owners()
         let session = owners.server.issued(for: "srv").session
+        // Kept, not yet published: the publication answers the waiter.
+        try await owners.sessions.adopt(client: notesClient.id, session: session, attemptId: "at_1")
         let answered: SessionView? = await withCheckedContinuation { continuation in
-            let id = owners.sessions.newWaiterId()
-            owners.sessions.waiters[notesClient.id, default: [:]][id] = continuation
-            try? owners.sessions.signedIn(client: notesClient.id, session: session, attemptId: "at_1")
+            owners.sessions.addWaiter(client: notesClient.id, id: owners.sessions.newWaiterId(), continuation)
             owners.sessions.project(notesClient.id)
         }
         #expect(answered?.status == .signedIn)
@@ -127,7 +127,7 @@ final class Owners {
     @Test func theNextDeadlineAfterASignInIsItsRefreshTime() async throws {
         let owners = try Owners()
         let session = owners.server.issued(for: "srv").session
-        try owners.sessions.signedIn(client: notesClient.id, session: session, attemptId: "at_1")
+        try await owners.sessions.adopt(client: notesClient.id, session: session, attemptId: "at_1")
         let work = await owners.sessions.maintain()
         #expect(work.refresh.isEmpty && work.verify.isEmpty)
         let due = try #require(work.due)
@@ -143,10 +143,7 @@ final class Owners {
     @Test func anOwedRevokeIsDueOnTheNextTimerRound() async throws {
         let owners = try Owners()
         let session = owners.server.issued(for: "srv").session
-        try owners.sessions.signedIn(client: notesClient.id, session: session, attemptId: "at_1")
-        try await owners.vault.storeJSON(
-            SessionSecrets(session: session, attemptId: "at_1"), label: "s",
-            attributes: VaultKeys.session(client: notesClient.id))
+        try await owners.sessions.adopt(client: notesClient.id, session: session, attemptId: "at_1")
         owners.server.state.withLock { $0.revokeByToken = [.failure(.notSent("down")), .failure(.notSent("down"))] }
         #expect(try await owners.sessions.signOut(client: notesClient.id).status == .signedOut)
         #expect(owners.server.count("revokeByToken") == 1)
@@ -166,6 +163,7 @@ final class Owners {
     let server = FakeServer()
     let scratch: ScratchDirectory
     let engine: BrokerEngine
+    let running: RunningWork
 
     init() throws {
         scratch = try ScratchDirectory("bldeadline")
@@ -174,6 +172,7 @@ final class Owners {
             storePath: scratch.url.appendingPathComponent("state.sqlite").path, clients: [notesClient],
             vault: InMemoryVault(), makeServer: { _ in server }, launcher: NoBrowser(), transport: NoTransport(),
             logger: quietLogger(), socketPath: "/nonexistent", verifyIntervalMilliseconds: 36_000_000)
+        running = RunningWork(engine.work)
     }
 
     @Test func anIdleEngineHasNothingScheduled() async {

@@ -307,6 +307,31 @@ import Testing
         #expect(try world.session()["status"] == "signedOut")
     }
 
+    /// Issue 29: a sign-out while a refresh's answer is held back (sent,
+    /// rotated at the provider, not yet used) signs out at once; the answer,
+    /// when it comes, is revoked and kept nowhere: the provider holds no live
+    /// token of the user, the keyring no session item.
+    @Test func aSignOutWhileARefreshAnswerIsHeldBackLeavesNoLiveTokenBehind() throws {
+        let world = try ProviderWorld(accessTokenTTL: 5, paused: "answer:refresh")
+        try world.signIn()
+        let marker = world.h.dir + "/answer:refresh.paused"
+        try waitUntil(20, "the refresh's answer to be held back") { FileManager.default.fileExists(atPath: marker) }
+        let rpc = try world.h.rpc()
+        #expect(try rpc.call("session.signOut", params: ["client": "com.example.chat"])["status"] == "signedOut")
+        unlink(marker)
+        try waitUntil(15, "the late answer to be dealt with") {
+            (world.h.broker?.output ?? "").contains("a refresh was answered after its session ended")
+                || world.h.keyringLookup(["kind": "session", "client": "com.example.chat"]) != nil
+        }
+        try waitUntil(15, "nothing owed") {
+            world.h.keyringLookup(["kind": "revoke", "client": "com.example.chat"]) == nil
+        }
+        #expect(world.h.keyringLookup(["kind": "session", "client": "com.example.chat"]) == nil)
+        let live = try world.provider.tokenCounts()
+        #expect(live.access == 0 && live.refresh == 0, "\(live)")
+        #expect(try world.session()["status"] == "signedOut")
+    }
+
     // MARK: Restart
 
     /// A waiting loopback sign-in listens on its port again after a restart.

@@ -13,9 +13,10 @@ final class ProviderWorld {
     /// `extraAfterStart`: more lines of the `com.example.chat` client file,
     /// made once the provider runs and before the broker starts (an endpoint
     /// pointing at a proxy in front of the provider).
+    /// `paused`: a fault point (`TestFaults`) where the broker holds still until the test removes its marker.
     init(
         accessTokenTTL: Int = 300, extra: String = "",
-        extraAfterStart: ((Harness, TestProvider) throws -> String)? = nil
+        extraAfterStart: ((Harness, TestProvider) throws -> String)? = nil, paused: String? = nil
     ) throws {
         h = try Harness()
         provider = try TestProvider.start(in: h.dir + "/provider", accessTokenTTL: accessTokenTTL)
@@ -61,6 +62,10 @@ final class ProviderWorld {
             DeviceAuthorizationEndpoint=\(issuer)/device-authorization/
             Flow=device
             """)
+        if let paused {
+            h.brokerEnvironment["BROWSER_LOGIN_TEST_FAULT"] = "pause:" + paused
+            h.brokerEnvironment["BROWSER_LOGIN_TEST_FAULT_DIR"] = h.dir
+        }
         try h.startBroker()
     }
 

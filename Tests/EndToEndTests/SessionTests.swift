@@ -191,6 +191,42 @@ struct SessionTests {
         let answer = try RawGET(h.serverOrigin + "/api/me", bearer: token)
         #expect(answer == 401)
     }
+
+    /// Issue 29: a sign-out while a refresh's answer is held back (sent,
+    /// rotated at the server, not yet used) signs out at once; the answer,
+    /// when it comes, is revoked and kept nowhere: no live session at the
+    /// server, no session item in the keyring.
+    @Test func aSignOutWhileARefreshAnswerIsHeldBackLeavesNoLiveTokenBehind() throws {
+        let h = try Harness()
+        try h.startServer(accessTokenMs: 3000)
+        h.writeClient()
+        h.brokerEnvironment["BROWSER_LOGIN_TEST_FAULT"] = "pause:answer:refresh"
+        h.brokerEnvironment["BROWSER_LOGIN_TEST_FAULT_DIR"] = h.dir
+        try h.startBroker()
+        try h.signIn()
+        let marker = h.dir + "/answer:refresh.paused"
+        try waitUntil(15, "the refresh's answer to be held back") { FileManager.default.fileExists(atPath: marker) }
+        let rpc = try h.rpc()
+        #expect(try rpc.call("session.signOut", params: ["client": "com.example.notes"])["status"] == "signedOut")
+        unlink(marker)
+        try waitUntil(15, "the late answer to be dealt with") {
+            (h.broker?.output ?? "").contains("a refresh was answered after its session ended")
+                || h.keyringLookup(["kind": "session", "client": "com.example.notes"]) != nil
+        }
+        try waitUntil(15, "nothing owed") { h.keyringLookup(["kind": "revoke", "client": "com.example.notes"]) == nil }
+        #expect(h.keyringLookup(["kind": "session", "client": "com.example.notes"]) == nil)
+        #expect(try Self.liveServerSessions(h) == 0)
+        #expect(try rpc.call("session.get", params: ["client": "com.example.notes"])["status"] == "signedOut")
+    }
+
+    /// The reference server's sessions that are not revoked.
+    static func liveServerSessions(_ h: Harness) throws -> Int {
+        let out = try spawnAndWait(
+            ["/usr/bin/sqlite3", h.dir + "/server/server.sqlite", "SELECT count(*) FROM sessions WHERE revoked_at IS NULL"],
+            environment: ProcessInfo.processInfo.environment
+        ).stdout
+        return Int(out.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+    }
 }
 
 /// A tiny HTTP API on loopback (Python) that logs what it receives, redirects

@@ -28,7 +28,7 @@ extension MethodTable {
                 })
             // Held: a subscribed connection is never closed to make room for others.
             connection.hold()
-            connection.onClose { Task { await engine.connectionClosed(connection.id) } }
+            connection.onClose { engine.work.submit { await engine.connectionClosed(connection.id) } }
             return try result(SubscribeResult(subscription: id))
         },
         .eventsUnsubscribe: MethodHandler(["subscription"]) { call in
