@@ -156,7 +156,7 @@ struct HostileNeighbourTests {
         defer { h.removeAll() }
         try h.startServer()
         h.writeClient()
-        try h.startBroker()
+        try h.startBroker(arguments: ["--log-level", "debug", "--log-target", "stderr"])
         _ = try h.signIn()
         let before = try h.stateDigest()
         let probe = Probe(socket: h.socketPath)
@@ -205,7 +205,7 @@ struct HostileNeighbourTests {
         defer { h.removeAll() }
         try h.startServer()
         h.writeClient()
-        try h.startBroker()
+        try h.startBroker(arguments: ["--log-level", "debug", "--log-target", "stderr"])
         let before = try h.stateDigest()
         let probe = Probe(socket: h.socketPath)
         probe.run(minimum: 100) { true }

@@ -6,15 +6,11 @@ import Testing
 
 /// Headless Chromium with a WebAuthn virtual authenticator, driven by
 /// Selenium (`scripts/passkey-agent.py`; `scripts/install-deps --browser`
-/// installs Chromium and a virtual environment with Selenium).
+/// installs Chromium, and Selenium through scripts/selenium).
 enum PasskeyBrowser {
     static let agent = repositoryRoot + "/scripts/passkey-agent.py"
-    /// The virtual environment's Python (`BL_BROWSER_VENV`, default ~/.cache/browser-login/browser-venv).
-    static let python: String = {
-        let environment = ProcessInfo.processInfo.environment
-        let venv = environment["BL_BROWSER_VENV"] ?? (environment["HOME"] ?? "/root") + "/.cache/browser-login/browser-venv"
-        return venv + "/bin/python"
-    }()
+    /// The project's Selenium environment (scripts/selenium).
+    static let python = HeadlessChromium.python
     static var isInstalled: Bool {
         FileManager.default.isExecutableFile(atPath: "/usr/bin/chromium")
             && FileManager.default.isExecutableFile(atPath: "/usr/bin/chromedriver")

@@ -1,13 +1,22 @@
 import Foundation
 
-/// Debian's chromium and chromium-driver, and Selenium for the `python3` on
-/// the PATH (`scripts/install-deps --browser`): the real browser of the
-/// hosted page's tests.
+/// Debian's chromium and chromium-driver, and Selenium in the project's own
+/// virtual environment (`scripts/selenium`, installed by `scripts/install-deps
+/// --browser`): the real browser of the hosted page's tests.
 public enum HeadlessChromium {
+    /// The virtual environment's Python (`BL_SELENIUM_VENV`, default
+    /// ~/.cache/browser-login/selenium-venv, as scripts/selenium makes it).
+    public static let python: String = {
+        let environment = ProcessInfo.processInfo.environment
+        let venv =
+            environment["BL_SELENIUM_VENV"] ?? (environment["HOME"] ?? "/root") + "/.cache/browser-login/selenium-venv"
+        return venv + "/bin/python"
+    }()
+
     public static var isReady: Bool {
         FileManager.default.isExecutableFile(atPath: "/usr/bin/chromium")
             && FileManager.default.isExecutableFile(atPath: "/usr/bin/chromedriver")
-            && ((try? runProgram("/usr/bin/env", ["python3", "-c", "import selenium"]))?.status == 0)
+            && ((try? runProgram(python, ["-c", "import selenium"], timeout: 30))?.status == 0)
     }
 
     /// The head of an agent script: Selenium's imports (`webdriver`, `By`,
@@ -38,6 +47,6 @@ public enum HeadlessChromium {
         var environment = ProcessInfo.processInfo.environment
         environment["TMPDIR"] = directory + "/chromium"
         try FileManager.default.createDirectory(atPath: directory + "/chromium", withIntermediateDirectories: true)
-        return try runProgram("/usr/bin/env", ["python3", path] + arguments, environment: environment, timeout: 120)
+        return try runProgram(python, [path] + arguments, environment: environment, timeout: 120)
     }
 }
