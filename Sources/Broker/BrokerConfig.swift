@@ -44,7 +44,7 @@ public struct BrokerConfig: Sendable, Equatable {
             }
             return (BrokerConfig(), [])
         }
-        switch KeyFileGroups.read(path: path) {
+        switch KeyFileGroups.read(path: path, group: Self.group) {
         case .failure(let problem): return (nil, [problem])
         case .success(let groups): return validate(file: path, groups: groups)
         }

@@ -177,6 +177,9 @@ final class ConnectionIO: @unchecked Sendable {
         case started(Task<Void, Never>)
         /// Answered at once (the fast path, or `BUSY`), with this reply (nil: none due).
         case answered([UInt8]?)
+        /// A large message, decoded away from `queue`; `decoded(token:task:)` follows on `queue`, and
+        /// the connection's next messages wait for it (one large message of a connection at a time).
+        case decoding
     }
 
     struct Limits {
@@ -215,8 +218,13 @@ final class ConnectionIO: @unchecked Sendable {
     private var readPaused = false
     /// Replies wait for the socket to take them.
     private var wantsWrite = false
-    /// A read is queued behind the other connections' events (one full buffer per event).
+    /// A turn is queued behind the other connections' events (`scheduleTurn`).
     private var readRequeued = false
+    /// Messages framed and not yet handled (`pendingStart` on): a turn handles a few of them.
+    private var pending: [RPCFrameEvent] = []
+    private var pendingStart = 0
+    /// A large message of this connection is being decoded (`Submitted.decoding`).
+    private var decodingLarge = false
     private var output: [UInt8] = []
     private var outputStart = 0
     private var inFlight = 0
@@ -262,7 +270,7 @@ final class ConnectionIO: @unchecked Sendable {
 
     /// Publishes whether the connection is idle now (for the connection limit).
     private func updateIdle() {
-        let idle = !closed && inFlight == 0 && unsent == 0
+        let idle = !closed && inFlight == 0 && unsent == 0 && pendingStart >= pending.count
         let current = idleSince.load(ordering: .relaxed)
         if idle {
             if current == 0 { idleSince.store(monotonicNanoseconds(), ordering: .relaxed) }
@@ -302,7 +310,7 @@ final class ConnectionIO: @unchecked Sendable {
     private func arm() {
         guard !closed, let registration else { return }
         var wanted: EventPoller.Interest = []
-        if !readingStopped && !readPaused && !readRequeued { wanted.insert(.readable) }
+        if !readingStopped && !readPaused && !readRequeued && !decodingLarge { wanted.insert(.readable) }
         if wantsWrite { wanted.insert(.writable) }
         // Armed for nothing (read paused or stopped, nothing to write): only a hang-up or an error is reported, once.
         guard wanted != armed else { return }
@@ -310,13 +318,62 @@ final class ConnectionIO: @unchecked Sendable {
         armed = wanted
     }
 
+    /// Messages handled per turn (one event, or one requeued turn) of a connection whose process reads
+    /// its replies; the rest wait, framed, behind the other connections' turns on this queue.
+    static let messagesPerTurn = 16
+    /// Messages handled per turn of a connection whose process has replies it has not read: its
+    /// requests wait behind everyone else's, so that a process that does not read cannot hold the
+    /// queue (and the well-behaved clients on it) with its pipelined requests.
+    static let messagesPerTurnOwing = 2
+
+    /// Handles at most a turn's worth of messages (framed earlier first), reading at most two buffers
+    /// (one full one); more work left goes on after the other connections' turns on this queue.
     private func readAvailable() {
         guard !closed, !readingStopped else { return }
         defer { updateIdle() }
-        // At most one full buffer per event, so that a client that sends without
-        // pause does not starve the others on this queue: after a full read the
-        // rest waits behind their events.
-        for _ in 0..<2 {
+        var quota = budget.unsent(of: peer.pid) > 0 ? Self.messagesPerTurnOwing : Self.messagesPerTurn
+        var reads = 0
+        var lastReadFull = false
+        while true {
+            while pendingStart < pending.count {
+                // Resumed by whoever lifts the pause (`resumeReading`, `decoded`).
+                if closed || readingStopped || readPaused || decodingLarge { return }
+                guard quota > 0 else {
+                    scheduleTurn()
+                    return
+                }
+                quota -= 1
+                let event = pending[pendingStart]
+                pending[pendingStart] = .message([])
+                pendingStart += 1
+                switch event {
+                case .message(let bytes):
+                    inFlight += 1
+                    nextHandler &+= 1
+                    let token = nextHandler
+                    switch submit(self, token, bytes) {
+                    case .refused: inFlight -= 1
+                    case .started(let task): handlers[token] = task
+                    case .answered(let reply): finished(handler: nil, reply: reply)
+                    case .decoding: decodingLarge = true
+                    }
+                case .failure(let error):
+                    frameFailed(error)
+                    return
+                }
+                if !closed, inFlight >= limits.maxInFlight {
+                    pauseReading()
+                    return
+                }
+            }
+            pending.removeAll(keepingCapacity: pending.capacity <= 64)
+            pendingStart = 0
+            if closed || readingStopped || readPaused || decodingLarge { return }
+            // Bounded per turn: more may be waiting; go on after the other connections' turns.
+            if reads == 2 || lastReadFull {
+                scheduleTurn()
+                return
+            }
             let count: Int
             do {
                 count = try Syscalls.read(fd, into: &readBuffer.bytes)
@@ -330,34 +387,18 @@ final class ConnectionIO: @unchecked Sendable {
                 endOfStream()
                 return
             }
-            for event in decoder.feed(readBuffer.bytes[0..<count]) {
-                // An inline reply may have closed it (output over the limit).
-                if closed { return }
-                switch event {
-                case .message(let bytes):
-                    inFlight += 1
-                    nextHandler &+= 1
-                    let token = nextHandler
-                    switch submit(self, token, bytes) {
-                    case .refused: inFlight -= 1
-                    case .started(let task): handlers[token] = task
-                    case .answered(let reply): finished(handler: nil, reply: reply)
-                    }
-                case .failure(let error):
-                    frameFailed(error)
-                    return
-                }
-            }
-            if inFlight >= limits.maxInFlight {
-                pauseReading()
-                return
-            }
-            if count == readBuffer.bytes.count { break }
-            // Read on until EAGAIN after a short read: the source does not report
-            // again an end of stream that came with the last bytes, and a peer
-            // that sends a request and closes must be seen to hang up.
+            reads += 1
+            // After a short read, read on until EAGAIN: the source does not report again an end of
+            // stream that came with the last bytes, and a peer that sends a request and closes must
+            // be seen to hang up.
+            lastReadFull = count == readBuffer.bytes.count
+            pending = decoder.feed(readBuffer.bytes[0..<count])
         }
-        // Bounded per event: more is waiting; go on after the other connections' events.
+    }
+
+    /// Runs another turn of `readAvailable` after the events and turns already queued (once).
+    private func scheduleTurn() {
+        guard !readRequeued, !closed else { return }
         readRequeued = true
         queue.async { [weak self] in
             guard let self else { return }
@@ -365,6 +406,16 @@ final class ConnectionIO: @unchecked Sendable {
             if !self.closed, !self.readingStopped, !self.readPaused { self.readAvailable() }
             self.arm()
         }
+    }
+
+    /// On `queue`: the large message handed over as `.decoding` is decoded; `task` handles it (nil: it
+    /// was answered, or the connection closed meanwhile). The connection's next messages go on.
+    func decoded(token: UInt64, task: Task<Void, Never>?) {
+        decodingLarge = false
+        if let task {
+            if closed { task.cancel() } else { handlers[token] = task }
+        }
+        if !closed, !readingStopped, !readPaused { scheduleTurn() }
     }
 
     /// The peer will send nothing more: it closed, or only shut down its
@@ -437,6 +488,8 @@ final class ConnectionIO: @unchecked Sendable {
     private func resumeReading() {
         guard readPaused, !readingStopped else { return }
         readPaused = false
+        // Messages framed before the pause are not announced by the socket again.
+        if pendingStart < pending.count, !decodingLarge { scheduleTurn() }
         arm()
     }
 
@@ -585,6 +638,8 @@ final class ConnectionIO: @unchecked Sendable {
             self.registration = nil
         }
         cancelHandlers()
+        pending = []
+        pendingStart = 0
         budget.remove(unsent, pid: peer.pid)
         output = []
         outputStart = 0
@@ -598,7 +653,7 @@ final class ConnectionIO: @unchecked Sendable {
     /// On `queue`: closes the connection to make room for another if it is
     /// still idle (sending it one `BUSY` error first); false when it is busy now.
     func evictIfIdle(notice: [UInt8], stillIdle: Bool) -> Bool {
-        guard !closed, stillIdle, inFlight == 0, unsent == 0 else { return false }
+        guard !closed, stillIdle, inFlight == 0, unsent == 0, pendingStart >= pending.count else { return false }
         let framed = RPCFrameEncoder.encode(notice, framing: framing)
         _ = try? Syscalls.send(fd, framed, from: 0)
         close(.evictedIdle)

@@ -213,6 +213,8 @@ public final class RPCServer: Sendable {
     /// The path bound and its inode, to remove exactly that socket at shutdown.
     private let boundPath: (path: String, device: UInt64, inode: UInt64)?
     private let acceptQueue = DispatchQueue(label: "browser-login.rpc.accept")
+    /// Decodes the large messages of every connection, one at a time (`largeMessage`).
+    private let bulkQueue = DispatchQueue(label: "browser-login.rpc.bulk")
     private let ioQueues: [DispatchQueue]
     /// One read buffer per I/O queue, shared by that queue's connections.
     private let readBuffers: [ReadBuffer]
@@ -681,6 +683,11 @@ public final class RPCServer: Sendable {
 
     // MARK: Handling
 
+    /// Messages larger than this are decoded on `bulkQueue`, one at a time, never on an I/O queue: a
+    /// process sending 1 MiB requests then spends one lane of its own, not the queue that answers the
+    /// connections of others. An immediate method's request (`RPCFastHandler`) is far smaller.
+    static let largeMessage = 16_384
+
     /// Called on the connection's queue for each complete message.
     private func submit(io: ConnectionIO, token: UInt64, bytes: [UInt8]) -> ConnectionIO.Submitted {
         let connection = state.withLock { state -> RPCConnection? in
@@ -691,6 +698,24 @@ public final class RPCServer: Sendable {
         }
         guard let connection else { return .refused }
         let refusal = budget.refusal(for: io.peer.pid)
+        if bytes.count > Self.largeMessage {
+            bulkQueue.async { [self] in
+                let incoming = RPCCodec.decodeIncoming(bytes)
+                let answer = immediateReply(to: incoming, refusal)
+                io.queue.async { [self] in
+                    if let answer {
+                        io.decoded(token: token, task: nil)
+                        io.finished(handler: token, reply: answer)
+                    } else if io.closed {
+                        state.withLock { $0.statistics.inFlight -= 1 }
+                        io.decoded(token: token, task: nil)
+                    } else {
+                        io.decoded(token: token, task: handle(incoming, io: io, token: token, connection: connection))
+                    }
+                }
+            }
+            return .decoding
+        }
         if let fastHandler, refusal == nil, let request = RPCCodec.plainRequest(bytes),
             let result = fastHandler(
                 RPCRequestContext(connection: connection, requestID: request.id), request.method, request.params)
@@ -700,6 +725,13 @@ public final class RPCServer: Sendable {
             return .answered(RPCCodec.encode(id: request.id, serializedResult: result))
         }
         let incoming = RPCCodec.decodeIncoming(bytes)
+        if let answer = immediateReply(to: incoming, refusal) { return .answered(answer) }
+        return .started(handle(incoming, io: io, token: token, connection: connection))
+    }
+
+    /// The reply given without handling: `BUSY` while `refusal` holds, or the reply to a message with
+    /// no valid request; nil (not `.some(nil)`) when the message is to be handled. Counts it answered.
+    private func immediateReply(to incoming: RPCIncoming, _ refusal: OutputBudget.Refusal?) -> [UInt8]?? {
         if let refusal {
             // This process does not read its replies, and they use up its budget
             // (or, with others', most of the total): take no new work from it.
@@ -707,15 +739,22 @@ public final class RPCServer: Sendable {
                 $0.statistics.inFlight -= 1
                 $0.statistics.requestsRefusedBusy += 1
             }
-            return .answered(Self.busyReply(to: incoming, refusal))
+            return .some(Self.busyReply(to: incoming, refusal))
         }
         if let reply = Self.inlineReply(to: incoming) {
             // Nothing to handle (malformed, or only invalid elements): answered here.
             state.withLock { $0.statistics.inFlight -= 1 }
-            return .answered(reply)
+            return .some(reply)
         }
+        return nil
+    }
+
+    /// Starts the task that handles `incoming`; its reply goes back to `io` on its queue.
+    private func handle(
+        _ incoming: RPCIncoming, io: ConnectionIO, token: UInt64, connection: RPCConnection
+    ) -> Task<Void, Never> {
         let handler = self.handler
-        let task = Task { [self] in
+        return Task { [self] in
             let reply = await RPCDispatcher.reply(to: incoming) { request in
                 do throws(RPCError) {
                     let context = RPCRequestContext(connection: connection, requestID: request.id)
@@ -727,7 +766,6 @@ public final class RPCServer: Sendable {
             io.queue.async { io.finished(handler: token, reply: reply) }
             self.state.withLock { $0.statistics.inFlight -= 1 }
         }
-        return .started(task)
     }
 
     /// The reply to a message that holds no valid request (a parse error, an

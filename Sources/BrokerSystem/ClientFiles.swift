@@ -60,30 +60,9 @@ public enum ClientFiles {
     /// there, so `Id=a<NUL>b` would be read as `a`), or a second `[Client]` group (GKeyFile merges it into
     /// the first, so the later keys would silently win).
     static func textProblem(_ contents: [UInt8], file: String) -> ConfigProblem? {
-        if let nul = contents.firstIndex(of: 0) {
-            let line = contents[..<nul].count { $0 == UInt8(ascii: "\n") } + 1
-            return ConfigProblem(
-                .error, file: file, key: nil,
-                "has a NUL byte on line \(line); a client file is text — remove it (the file is not read)")
-        }
-        let header = Array("[\(ClientConfigValidator.group)]".utf8)
-        var groupLines: [Int] = []
-        for (index, line) in contents.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).enumerated()
-        where trimmedBlanks(line).elementsEqual(header) {
-            groupLines.append(index + 1)
-        }
-        guard groupLines.count > 1 else { return nil }
-        return ConfigProblem(
-            .error, file: file, key: nil,
-            "has a second [\(ClientConfigValidator.group)] group on line \(groupLines[1]) (the first is on line \(groupLines[0])); a file holds one client — put each client in a file of its own (the file is not read)"
-        )
-    }
-
-    private static func trimmedBlanks(_ line: ArraySlice<UInt8>) -> ArraySlice<UInt8> {
-        let blank: (UInt8) -> Bool = { $0 == 0x20 || $0 == 0x09 || $0 == 0x0D || $0 == 0x0B || $0 == 0x0C }
-        guard let first = line.firstIndex(where: { !blank($0) }), let last = line.lastIndex(where: { !blank($0) })
-        else { return [] }
-        return line[first...last]
+        KeyFileGroups.textProblem(
+            contents, file: file, what: "a client file is text", group: ClientConfigValidator.group,
+            oneGroup: "a file holds one client — put each client in a file of its own")
     }
 
     /// Loads `contents` into `keyFile` (GKeyFile); false with `error` set when they are not a key file.

@@ -6,11 +6,20 @@ import CGIO
 /// client files (a regular file of at most 64 KiB: ConfigFileRead): broker.conf (docs/operations.md).
 public enum KeyFileGroups {
     /// The groups in file order, each with its keys; or why the file cannot be read.
-    public static func read(path: String) -> Result<[(group: String, keys: [(key: String, value: String)])], ConfigProblem> {
+    /// A file with a NUL byte, or with `[group]` twice, is refused (`textProblem`).
+    public static func read(
+        path: String, group: String
+    ) -> Result<[(group: String, keys: [(key: String, value: String)])], ConfigProblem> {
         let contents: [UInt8]
         switch ConfigFileRead.read(path) {
         case .failure(let problem): return .failure(problem)
         case .success(let bytes): contents = bytes
+        }
+        if let problem = textProblem(
+            contents, file: path, what: "the file is text", group: group,
+            oneGroup: "write each setting once, under one [\(group)]")
+        {
+            return .failure(problem)
         }
         let keyFile = g_key_file_new()
         defer { g_key_file_free(keyFile) }
@@ -45,5 +54,36 @@ public enum KeyFileGroups {
             result.append((String(cString: groupPointer), entries))
         }
         return .success(result)
+    }
+
+    /// What GKeyFile would read differently from what the file says: a NUL byte (GKeyFile's strings end
+    /// there, so `Id=a<NUL>b` would be read as `a`), or a second `[group]` (GKeyFile merges it into the
+    /// first, so the later keys would silently win). `what` and `oneGroup` finish the two messages.
+    static func textProblem(
+        _ contents: [UInt8], file: String, what: String, group: String, oneGroup: String
+    ) -> ConfigProblem? {
+        if let nul = contents.firstIndex(of: 0) {
+            let line = contents[..<nul].count { $0 == UInt8(ascii: "\n") } + 1
+            return ConfigProblem(
+                .error, file: file, key: nil, "has a NUL byte on line \(line); \(what) — remove it (the file is not read)")
+        }
+        let header = Array("[\(group)]".utf8)
+        var groupLines: [Int] = []
+        for (index, line) in contents.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).enumerated()
+        where trimmedBlanks(line).elementsEqual(header) {
+            groupLines.append(index + 1)
+        }
+        guard groupLines.count > 1 else { return nil }
+        return ConfigProblem(
+            .error, file: file, key: nil,
+            "has a second [\(group)] group on line \(groupLines[1]) (the first is on line \(groupLines[0])); \(oneGroup) (the file is not read)"
+        )
+    }
+
+    private static func trimmedBlanks(_ line: ArraySlice<UInt8>) -> ArraySlice<UInt8> {
+        let blank: (UInt8) -> Bool = { $0 == 0x20 || $0 == 0x09 || $0 == 0x0D || $0 == 0x0B || $0 == 0x0C }
+        guard let first = line.firstIndex(where: { !blank($0) }), let last = line.lastIndex(where: { !blank($0) })
+        else { return [] }
+        return line[first...last]
     }
 }

@@ -254,6 +254,10 @@ struct FileVaultTests {
         ("[Broker]\nVault=file\nVaultDirectory=relative/path\n", "VaultDirectory"),
         ("[Vault]\nVault=file\n", "[Vault]"),
         ("Vault=file\n", "key file"),
+        // GKeyFile would read `Vault=file` and drop the rest of the line.
+        ("[Broker]\nVault=file\u{0}x\nVaultDirectory=/tmp/x\n", "NUL byte on line 2"),
+        // GKeyFile would merge the groups, the later value winning.
+        ("[Broker]\nVault=file\n\n [Broker]\nVault=secret-service\n", "second [Broker] group on line 4"),
     ])
     func aBrokerConfWithAMistakeStopsTheBroker(conf: String, named: String) throws {
         let (h, bus) = try Self.world(conf)
