@@ -54,8 +54,10 @@ struct LoopbackNeighbourTests {
         let listener = try LoopbackListener.open(host: .ipv4, port: 0, path: "/callback", deliver: deliveries.deliver)
         defer { listener.close() }
         let clock = ContinuousClock()
-        let connection = try RawConnection(host: .ipv4, port: listener.port)
+        // Before connecting: the listener's deadline runs from its accept, which may come before
+        // `RawConnection` returns.
         let started = clock.now
+        let connection = try RawConnection(host: .ipv4, port: listener.port)
         connection.send("GET /callback?code=1 HTTP/1.1\r\nHost: 127.0.0.1:\(listener.port)\r\n")
         var closed = false
         for line in 0..<100 {  // 30 s at most: the idle timeout (10 s) never fires on a connection this busy
