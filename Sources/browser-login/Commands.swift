@@ -171,10 +171,11 @@ func describeSignOut(_ s: SessionView, before: SessionView) -> String {
     }
     var text = "signed out of \(s.client)"
     if let account = s.account ?? before.account {
+        let who = "\(account.displayName) <\(account.email)>"
         switch before.status {
-        case .expired, .revoked:
-            text += " (\(account.displayName) <\(account.email)>, whose session had \(before.status == .expired ? "expired" : "been revoked"))"
-        default: text += " (was signed in as \(account.displayName) <\(account.email)>)"
+        case .expired: text += " (\(who), whose session had expired)"
+        case .revoked: text += " (\(who), whose session had been revoked)"
+        default: text += " (was signed in as \(who))"
         }
     }
     if s.revokedAtServer == false {
