@@ -247,6 +247,12 @@ extension Command {
     /// `.TP` and the usage in bold, placeholders in italics, without the
     /// words of `prefix` (`browser-login `): the head of a command's entry.
     public func manualUsage(dropping prefix: String = "") -> String {
+        ".TP\n" + manualUsageLine(dropping: prefix)
+    }
+
+    /// The usage line alone, in bold and italics (without `.TP`), made
+    /// from the declarations (never from a `synopsis` written for `--help`).
+    public func manualUsageLine(dropping prefix: String = "") -> String {
         let words = name.hasPrefix(prefix) ? String(name.dropFirst(prefix.count)) : name
         var line = ".B " + Self.troff(words)
         for argument in arguments { line += " \\fI" + Self.troff(argument) + "\\fR" }
@@ -255,7 +261,19 @@ extension Command {
             let value = option.value.map { " \\fI" + Self.troff($0) } ?? ""
             line += " \\fR[\\fB" + Self.troff(flag) + value + "\\fR]" + (option.repeatable ? "..." : "")
         }
-        return ".TP\n" + line
+        return line
+    }
+
+    /// The SYNOPSIS of a program with several commands: each one's usage
+    /// line (`manualUsageLine`), a line break between them.
+    public static func manualSynopsis(_ commands: [Command]) -> String {
+        commands.map { $0.manualUsageLine() }.joined(separator: "\n.br\n")
+    }
+
+    /// A command's entry in a list of commands: its usage line (without
+    /// `prefix`), then its summary.
+    public func manualEntry(dropping prefix: String = "") -> String {
+        manualUsage(dropping: prefix) + "\n" + Self.troffText(summary)
     }
 
     /// The options as a list: each one's names (and value) in bold

@@ -9,6 +9,7 @@ import SystemSupport
 /// The `browser-login-server` command line: `serve` (the default) and the
 /// admin subcommands. The executable is `exit(ServerCommand.main(args))`.
 public enum ServerCommand {
+    /// The flags of `serve`, over the configuration file.
     public static let command = Command(
         "browser-login-server",
         options: [
@@ -30,46 +31,112 @@ public enum ServerCommand {
             .value("ready-file", "PATH", "write the listening URL here once ready"),
             .value("test-exchange-delay-ms", "N", "FOR TESTS ONLY: delay exchange answers after commit"),
         ],
-        synopsis: """
-            browser-login-server [serve] [--config FILE] [flags]
-                   browser-login-server users list [--config FILE | --database PATH]
-                   browser-login-server users disable EMAIL [--config FILE | --database PATH]
-                   browser-login-server users enable EMAIL [--config FILE | --database PATH]
-                   browser-login-server attempts list [--config FILE | --database PATH]
-                   browser-login-server members list|add EMAIL|remove EMAIL [--config FILE | --database PATH]
-                   browser-login-server invitations create [EMAIL]|list|revoke ID [--config FILE | --database PATH]
-                   browser-login-server waitlist list|approve EMAIL [--config FILE | --database PATH]
-                   browser-login-server migrate [--config FILE | --database PATH|URL]
-            """, optionsTitle: "flags (override the configuration file):")
+        description: "Commands:\n"
+            + Command.table(
+                commands.map { (([String($0.name.dropFirst(prefix.count))] + $0.arguments).joined(separator: " "), $0.summary) }
+            ),
+        synopsis: commands[0].usage + "\n       " + Command(prefix + "COMMAND", options: commands[1].options).usage,
+        optionsTitle: "flags of serve (override the configuration file):")
+
+    static let prefix = "browser-login-server "
+
+    /// The commands, each with its words, arguments (`[EMAIL]`: optional)
+    /// and options: `--help`'s usage lines and commands, and
+    /// browser-login-server(1)'s, are made of these, and `main` runs the
+    /// commands declared here.
+    public static let commands: [Command] = {
+        let store: [Option] = [
+            .value("config", "FILE", "the configuration file that names the database"),
+            .value("database", "PATH|URL", "the SQLite database file, or a postgresql:// URL"),
+        ]
+        func admin(_ words: String, _ summary: String, _ arguments: [String] = []) -> Command {
+            Command(prefix + words, summary: summary, arguments: arguments, options: store)
+        }
+        return [
+            Command(
+                prefix + "serve",
+                summary:
+                    "serve until SIGTERM (the default command: 'browser-login-server [FLAGS]' serves too); SIGHUP re-reads the configuration, and its testAccounts take effect at once",
+                arguments: ["[FLAGS]"]),
+            admin("users list", "list the accounts"),
+            admin("users disable", "disable an account: its sessions end at once", ["EMAIL"]),
+            admin("users enable", "enable a disabled account again", ["EMAIL"]),
+            admin("attempts list", "list the sign-in attempts and their states"),
+            admin("members list", "list the members: addresses that may sign up in every sign-up mode"),
+            admin("members add", "add a member", ["EMAIL"]),
+            admin("members remove", "remove a member", ["EMAIL"]),
+            admin(
+                "invitations create",
+                "create a single-use invitation (for any address, or only for EMAIL) and print its token once",
+                ["[EMAIL]"]),
+            admin("invitations list", "list the invitations and their states"),
+            admin("invitations revoke", "revoke an unused invitation", ["ID"]),
+            admin("waitlist list", "list the waitlist"),
+            admin("waitlist approve", "approve a waitlist entry: the address becomes a member", ["EMAIL"]),
+            admin("migrate", "bring the database's schema up to date and exit (the server also does it at start-up)"),
+        ]
+    }()
+
+    /// `help --troff synopsis|commands|options`: the parts of
+    /// browser-login-server(1) made from the declarations `--help` shows
+    /// (scripts/man puts them in the page; ManualPageTests checks them).
+    static func manualPart(_ words: [String]) -> String? {
+        switch words {
+        case ["--troff", "synopsis"]: return Command.manualSynopsis(commands)
+        case ["--troff", "commands"]: return commands.map { $0.manualEntry(dropping: prefix) }.joined(separator: "\n")
+        case ["--troff", "options"]: return command.manualOptions()
+        default: return nil
+        }
+    }
+
+    /// The declared command `args` starts with: its words and arguments,
+    /// taken out of `args`. `serve` when `args` names no command.
+    static func take(_ args: inout [String]) throws -> [String] {
+        let declared = commands.map { $0.name.dropFirst(prefix.count).split(separator: " ").map(String.init) }
+        guard let first = args.first, first != "serve" else {
+            if args.first == "serve" { args.removeFirst() }
+            return ["serve"]
+        }
+        let group = declared.filter { $0[0] == first }
+        guard !group.isEmpty else { return ["serve"] }
+        guard let index = declared.firstIndex(where: { $0 == Array(args.prefix($0.count)) }) else {
+            let choices = group.indices.map { commands[declared.firstIndex(of: group[$0])!].usage }
+            throw UsageError(
+                "unknown command '\(args.prefix(2).joined(separator: " "))'; the \(first) commands are:\n  "
+                    + choices.joined(separator: "\n  "))
+        }
+        var words = declared[index]
+        args.removeFirst(words.count)
+        for placeholder in commands[index].arguments {
+            if let next = args.first, !next.hasPrefix("-") {
+                words.append(next)
+                args.removeFirst()
+            } else if !placeholder.hasPrefix("[") {
+                throw UsageError("'\(words.joined(separator: " "))' needs \(placeholder)")
+            }
+        }
+        return words
+    }
 
     /// Runs the command; answers the exit status (0 ok, 64 usage, 78 configuration, 1 other).
     public static func main(_ arguments: [String]) -> Int32 {
         var args = Array(arguments.dropFirst())
         if args.first == "help" {
-            print(command.help)
+            guard args.count > 1 else {
+                print(command.help)
+                return 0
+            }
+            guard let part = manualPart(Array(args.dropFirst())) else {
+                return usageError("help takes no arguments, or --troff synopsis|commands|options")
+            }
+            print(part)
             return 0
-        }
-        var words = ["serve"]
-        switch args.first {
-        case "users", "attempts":
-            let count = args.count >= 2 && (args[1] == "disable" || args[1] == "enable") ? 3 : 2
-            guard args.count >= count else { return usageError("missing arguments") }
-            words = Array(args.prefix(count))
-            args.removeFirst(count)
-        case "serve": args.removeFirst()
-        case let group? where SignupAdmin.groups.contains(group):
-            let count = SignupAdmin.wordCount(args)
-            guard args.count >= count else { return usageError("missing arguments") }
-            words = Array(args.prefix(count))
-            args.removeFirst(count)
-        case "migrate":
-            words = ["migrate"]
-            args.removeFirst()
-        default: break
         }
         let configuration: ServerConfiguration
         let parsed: Arguments
+        let words: [String]
         do {
+            words = try take(&args)
             guard case .run(let p) = try command.parse(args) else {
                 print(command.help)
                 return 0
@@ -92,8 +159,10 @@ public enum ServerCommand {
         return admin(words, databasePath: configuration.databasePath)
     }
 
+    /// One line (the commands of a group after it): the mistake, and where the usage is.
     private static func usageError(_ message: String) -> Int32 {
-        FileHandle.standardError.write(Data("browser-login-server: \(message)\n\(command.help)\n".utf8))
+        let line = message.contains("--help") || message.contains("\n") ? message : message + "; see --help"
+        FileHandle.standardError.write(Data("browser-login-server: \(line)\n".utf8))
         return UsageError.exitStatus
     }
 

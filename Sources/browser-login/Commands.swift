@@ -158,24 +158,32 @@ func describeSession(_ s: SessionView) -> String {
     return text
 }
 
-/// What `sign-out` says: who was signed out, and what the server was told.
-/// The broker answers once the revoke was sent (or found owed, when the
-/// server could not be reached, and sent later); `revokedAtServer` false
-/// means the provider cannot be told at all.
-func describeSignOut(_ s: SessionView) -> String {
+/// What `sign-out` says: who was signed out (`before`, the session as it
+/// was), and what becomes of the revoke. The broker's answer does not say
+/// whether the server confirmed it (docs/rpc.md: the sign-out is local at
+/// once; the revoke is the broker's to send, and stays owed while the
+/// server cannot be reached), so neither does this: it says the broker
+/// sends it and where its outcome is logged. `revokedAtServer` false: the
+/// provider cannot be told at all.
+func describeSignOut(_ s: SessionView, before: SessionView) -> String {
+    if before.status == .signedOut || before.status == .signingIn {
+        return "\(s.client) was not signed in: nothing to sign out"
+    }
     var text = "signed out of \(s.client)"
-    if let account = s.account { text += " (was signed in as \(account.displayName) <\(account.email)>)" }
-    switch s.revokedAtServer {
-    case false?:
-        text +=
-            "\nthe provider has no revocation endpoint: its tokens are forgotten here but were not revoked there; to end your browser session with the provider too, use the provider's own sign-out page"
-    case true?:
-        text += "\nthe server confirmed the revoke"
-    case nil:
-        text +=
-            "\nthe tokens are forgotten here and the revoke was sent to the server (if it could not be reached, the broker sends it when it can)"
+    if let account = s.account ?? before.account {
+        let who = "\(account.displayName) <\(account.email)>"
+        switch before.status {
+        case .expired: text += " (\(who), whose session had expired)"
+        case .revoked: text += " (\(who), whose session had been revoked)"
+        default: text += " (was signed in as \(who))"
+        }
+    }
+    if s.revokedAtServer == false {
+        return text
+            + "\nthe provider has no revocation endpoint: its tokens are forgotten here but were not revoked there; to end your browser session with the provider too, use the provider's own sign-out page"
     }
     return text
+        + "\nthe tokens are forgotten here; the broker revokes the session at the server, and while the server cannot be reached the revoke stays owed and is retried (its log says 'sign-out revoke owed' then)"
 }
 
 // MARK: - Commands
@@ -389,18 +397,23 @@ let subcommands: [Subcommand] = [
     Subcommand(
         "sign-out", summary: "sign a client out", arguments: ["CLIENT"], options: [json],
         help: """
-            Signs CLIENT out: the session is removed at once and revoked at the server
-            (later, if the server is down). A provider without a revocation endpoint
+            Signs CLIENT out: the session is removed at once, and the broker revokes
+            it at the server (later, while the server is down: the revoke stays
+            owed and is retried; the broker's log says so). It says who was signed
+            out; whether the server confirmed the revoke is in the broker's log,
+            not in this answer. A provider without a revocation endpoint
             (GitHub, Entra) cannot be told: the tokens are forgotten here, and the
             provider's own sign-out page ends the browser session there.
             """,
         run: { args, broker in
-            let answer = try await broker.call(.sessionSignOut, params: encode(ClientParams(client: args.positionals[0])))
+            let params = try encode(ClientParams(client: args.positionals[0]))
             if args.has("json") {
-                printJSON(answer)
+                printJSON(try await broker.call(.sessionSignOut, params: params))
                 return .ok
             }
-            print(describeSignOut(try decode(answer)))
+            // The session as it was: who is signed out, or that nobody was.
+            let before: SessionView = try decode(try await broker.call(.sessionGet, params: params))
+            print(describeSignOut(try decode(try await broker.call(.sessionSignOut, params: params)), before: before))
             return .ok
         }),
     requestCommand,

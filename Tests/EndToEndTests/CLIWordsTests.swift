@@ -100,6 +100,16 @@ struct CLIWordsTests {
         #expect(lines.first?.hasPrefix("signed out of com.example.notes (was signed in as ") == true, "\(out.out)")
         #expect(lines.first?.contains("<\(h.testEmail)>") == true, "\(out.out)")
         #expect(!out.out.contains("until") && !out.out.contains("signedOut as"), "no longer reads as a live session")
-        #expect(lines.count == 2 && lines[1].contains("the revoke was sent to the server"), "\(out.out)")
+        // The answer carries no revoke outcome: the CLI claims none, and says where it is.
+        #expect(!out.out.contains("confirmed"), "\(out.out)")
+        #expect(lines.count == 2 && lines[1].contains("the broker revokes the session at the server"), "\(out.out)")
+        #expect(lines[1].contains("'sign-out revoke owed'"), "\(out.out)")
+        // Again: nobody is signed in, and it says so instead of naming the last account.
+        let again = try h.cli(["sign-out", Self.notes])
+        #expect(again.status == 0)
+        #expect(again.out == "com.example.notes was not signed in: nothing to sign out\n", "\(again.out)")
+        // --json prints the broker's answer as it is, nothing added.
+        let json = try JSONValue.parse(try h.cli(["sign-out", Self.notes, "--json"]).out)
+        #expect(json["status"] == "signedOut" && json["revokedAtServer"] == nil, "\(json)")
     }
 }

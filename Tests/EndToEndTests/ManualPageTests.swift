@@ -3,8 +3,9 @@ import BrowserLoginTestTraits
 import Foundation
 import Testing
 
-/// browser-login(1) and browser-login-broker(8) say what `--help` says (issue
-/// 36): their usage lines and option lists are generated blocks (scripts/man)
+/// browser-login(1), browser-login-broker(8) and browser-login-server(1) say
+/// what `--help` says (issue 36): their synopses, usage lines, commands and
+/// option lists are generated blocks (scripts/man)
 /// that the program prints from the declarations `--help` is made of. A committed page whose blocks
 /// differ from the built program's, or a command without its blocks, fails.
 @Suite("Manual pages made from the declarations", .dedicatedThread)
@@ -29,7 +30,7 @@ struct ManualPageTests {
         return found
     }
 
-    @Test(arguments: ["browser-login.1", "browser-login-broker.8"])
+    @Test(arguments: ["browser-login.1", "browser-login-broker.8", "browser-login-server.1"])
     func everyGeneratedBlockIsWhatTheProgramPrintsNow(page: String) throws {
         let blocks = try Self.blocks(repositoryRoot + "/man/" + page)
         #expect(!blocks.isEmpty)
@@ -60,6 +61,44 @@ struct ManualPageTests {
         #expect(generated.contains("browser-login help --troff options"), "the program's own options")
         let broker = try Self.blocks(repositoryRoot + "/man/browser-login-broker.8").map(\.command)
         #expect(broker == [["browser-login-broker", "help", "--troff", "options"]], "the daemon's options")
+    }
+
+    /// The server's page: its synopsis, commands and options are the
+    /// declarations; every command `--help` lists is one the program runs.
+    @Test func theServersPageIsItsDeclarationsAndEveryCommandRuns() throws {
+        let server = binDirectory + "/browser-login-server"
+        let blocks = try Self.blocks(repositoryRoot + "/man/browser-login-server.1")
+        #expect(
+            blocks.map(\.command) == ["synopsis", "commands", "options"].map { ["browser-login-server", "help", "--troff", $0] })
+        let page = blocks.map(\.text).joined(separator: "\n")
+        let help = try runProgram(server, ["--help"])
+        #expect(help.status == 0)
+        let table = help.out.components(separatedBy: "Commands:\n").last?.components(separatedBy: "\n\n").first ?? ""
+        // The left column of each entry, without its placeholders (EMAIL, [EMAIL], [FLAGS]).
+        let commands = table.split(separator: "\n").filter { $0.hasPrefix("  ") && !$0.hasPrefix("   ") }.map {
+            ($0.dropFirst(2).components(separatedBy: "  ").first ?? "").split(separator: " ")
+                .filter { !$0.hasPrefix("[") && $0.uppercased() != $0 }.joined(separator: " ")
+        }
+        #expect(commands.count == 14 && commands.contains("invitations create"), "\(commands)")
+        for option in ["--listen", "--secret-key", "--test-account", "--ready-file"] {
+            #expect(page.contains(".BI \"" + option.replacingOccurrences(of: "-", with: "\\-")), "\(option)")
+        }
+        // Each command the page and --help name runs (the database is made by migrate): none is a usage error.
+        let directory = try TemporaryDirectory("man")
+        let database = ["--database", directory.path + "/login.sqlite"]
+        let sample = ["EMAIL": "ada@example.com", "[EMAIL]": "ada@example.com", "ID": "inv_unknown"]
+        for command in ["migrate"] + commands.filter({ $0 != "serve" && $0 != "migrate" }) {
+            #expect(page.contains(".B " + command + " ") || page.contains(".B browser\\-login\\-server " + command + " "))
+            let line = table.split(separator: "\n").first { $0.hasPrefix("  " + command + " ") } ?? ""
+            let arguments = line.split(separator: " ").compactMap { sample[String($0)] }
+            let run = try runProgram(server, command.split(separator: " ").map(String.init) + arguments + database)
+            #expect(run.status == 0 || run.status == 1, "\(command): \(run)")
+            #expect(run.status == 0 || !run.err.contains("see --help"), "\(command): \(run.err)")
+        }
+        let wrong = try runProgram(server, ["users", "frob"] + database)
+        #expect(wrong.status == 64)
+        #expect(wrong.err.hasPrefix("browser-login-server: unknown command 'users frob'; the users commands are:\n"))
+        #expect(!wrong.err.contains("flags of serve"), "a mistake is told in a few lines, not with the whole help")
     }
 
     @Test func scriptsManFindsThePagesCurrent() throws {
