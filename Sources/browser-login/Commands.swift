@@ -453,4 +453,5 @@ let subcommands: [Subcommand] = [
         }),
     installHandlerCommand,
     doctorCommand,
+    vaultCommand,
 ]
