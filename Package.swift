@@ -54,6 +54,8 @@ let package = Package(
         cLibrary("CKeyutils", pkgConfig: "libkeyutils", apt: ["libkeyutils-dev"]),
         // CBOR (RFC 8949): the reference server's passkeys read attestation objects and COSE keys with it.
         cLibrary("CCbor", pkgConfig: "libcbor", apt: ["libcbor-dev"]),
+        // Argon2id (RFC 9106): the file vault's passphrase-sealed key (docs/vault.md).
+        cLibrary("CArgon2", pkgConfig: "libargon2", apt: ["libargon2-dev"]),
 
         // Shared by the broker and the reference server.
         .target(name: "BrowserLoginProtocol", dependencies: ["CCryptoLoader", "CGLib", "CJansson"]),
@@ -104,7 +106,11 @@ let package = Package(
         .executableTarget(name: "browser-login-http", dependencies: ["BrokerCurl", "BrokerHTTP", "BrokerCore", "CurlSupport"]),
         .target(
             name: "BrokerVault",
-            dependencies: ["BrokerCore", "CSecret", "BrowserLoginProtocol", "CCryptoLoader", "CKeyutils", "SystemSupport"]),
+            dependencies: ["BrokerCore", "CSecret", "BrowserLoginProtocol", "VaultKey", "SystemSupport"]),
+        // The file vault's key: the kernel keyring, AES-256-GCM, and its passphrase seal (Argon2id); shared by
+        // the broker and `browser-login vault`, without libsecret.
+        .target(
+            name: "VaultKey", dependencies: ["BrowserLoginProtocol", "CCryptoLoader", "CKeyutils", "CArgon2", "SystemSupport"]),
         // The OAuth 2.0 / OpenID Connect provider's wire (docs/providers.md), over BrokerCore's HTTPTransport.
         .target(name: "BrokerOAuth", dependencies: ["BrokerCore", "BrokerJOSE", "BrowserLoginProtocol"]),
         // ID token (JWS) validation with libcrypto (docs/providers.md): no BrokerCore, so it stays a pure check.
@@ -137,6 +143,8 @@ let package = Package(
             name: "browser-login",
             dependencies: [
                 "BrokerRPC", "BrowserLoginClient", "CommandLineKit", "CQRencode", "DesktopEntry", "SystemSupport",
+                // `browser-login vault`: the file vault's passphrase-sealed key.
+                "VaultKey",
             ]),
 
         // Shared by the tests and the benchmarks: temporary directories, processes, private keyrings, and the

@@ -17,7 +17,7 @@ _browser_login_ids() {
 
 _browser_login() {
     local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD - 1]}
-    local commands="status start finish cancel resume acknowledge session sign-out request clients watch install-handler doctor help"
+    local commands="status start finish cancel resume acknowledge session sign-out request clients watch install-handler doctor vault help"
     local i word command="" position=0
     _browser_login_prog=${COMP_WORDS[0]}
     _browser_login_socket=""
@@ -35,7 +35,7 @@ _browser_login() {
             esac
         else
             case $word in
-                --client | --scheme | --timeout | --activation-token | -d | --data | -H | --header) ((i++)) ;;
+                --client | --scheme | --timeout | --activation-token | -d | --data | -H | --header | --passphrase-file | --new-passphrase-file | --directory) ((i++)) ;;
                 -*) ;;
                 *) ((position++)) ;;
             esac
@@ -57,6 +57,7 @@ _browser_login() {
     case $prev in
         --client) COMPREPLY=($(compgen -W "$(_browser_login_ids client)" -- "$cur")); return ;;
         --scheme | --timeout | --activation-token) return ;;
+        --passphrase-file | --new-passphrase-file | --directory) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         -H | --header)
             COMPREPLY=($(compgen -W "'Content-Type: application/json' 'Accept: application/json'" -- "$cur"))
             return ;;
@@ -75,6 +76,7 @@ _browser_login() {
         request) options+=" -d --data -H --header --timeout" ;;
         watch) options+=" --client" ;;
         install-handler) options+=" --scheme --uninstall" ;;
+        vault) options+=" --passphrase-file --new-passphrase-file --directory" ;;
     esac
     if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W "$options" -- "$cur"))
@@ -87,6 +89,7 @@ _browser_login() {
         request:1) COMPREPLY=($(compgen -W "GET HEAD POST PUT PATCH DELETE" -- "$cur")) ;;
         cancel:0 | resume:0) COMPREPLY=($(compgen -W "$(_browser_login_ids attempt)" -- "$cur")) ;;
         acknowledge:0) COMPREPLY=($(compgen -W "$(_browser_login_ids attempt --all)" -- "$cur")) ;;
+        vault:0) COMPREPLY=($(compgen -W "status passphrase unlock lock" -- "$cur")) ;;
     esac
 }
 

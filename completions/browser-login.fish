@@ -2,7 +2,7 @@
 # `browser-login clients --json`) and attempt ids (from `browser-login status
 # --json`). Installed as share/fish/vendor_completions.d/browser-login.fish.
 
-set -l commands status start finish cancel resume acknowledge session sign-out request clients watch install-handler doctor help
+set -l commands status start finish cancel resume acknowledge session sign-out request clients watch install-handler doctor vault help
 
 # The broker's client ids, or attempt ids ($argv[1]: client, attempt or all-attempts).
 function __browser_login_ids
@@ -61,6 +61,7 @@ complete -c browser-login -n "not __fish_seen_subcommand_from $commands" -a clie
 complete -c browser-login -n "not __fish_seen_subcommand_from $commands" -a watch -d 'stream session and attempt changes'
 complete -c browser-login -n "not __fish_seen_subcommand_from $commands" -a install-handler -d 'register the URL handler'
 complete -c browser-login -n "not __fish_seen_subcommand_from $commands" -a doctor -d 'check the broker, the desktop and the servers'
+complete -c browser-login -n "not __fish_seen_subcommand_from $commands" -a vault -d "seal the file vault's key, unlock it"
 complete -c browser-login -n "not __fish_seen_subcommand_from $commands" -a help -d 'the list of commands'
 
 complete -c browser-login -n "__fish_seen_subcommand_from status" -l all -d 'every attempt'
@@ -82,3 +83,7 @@ complete -c browser-login -n "__fish_seen_subcommand_from start session sign-out
 complete -c browser-login -n "__fish_seen_subcommand_from request; and test (__browser_login_position) = 1" -a 'GET HEAD POST PUT PATCH DELETE'
 complete -c browser-login -n "__fish_seen_subcommand_from cancel resume; and test (__browser_login_position) = 0" -a '(__browser_login_ids attempt)'
 complete -c browser-login -n "__fish_seen_subcommand_from acknowledge; and test (__browser_login_position) = 0" -a '(__browser_login_ids all-attempts)'
+complete -c browser-login -n "__fish_seen_subcommand_from vault; and not __fish_seen_subcommand_from status passphrase unlock lock" -x -a 'status passphrase unlock lock'
+complete -c browser-login -n "__fish_seen_subcommand_from vault" -l passphrase-file -r -d 'read the passphrase from a file'
+complete -c browser-login -n "__fish_seen_subcommand_from vault" -l new-passphrase-file -r -d 'read the new passphrase from a file'
+complete -c browser-login -n "__fish_seen_subcommand_from vault" -l directory -r -d "the file vault's directory"

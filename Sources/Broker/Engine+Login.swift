@@ -165,12 +165,18 @@ extension BrokerEngine {
         return nil
     }
 
+    /// `wait`: until it is known whether the browser started (the caller falls back to a device sign-in).
     func launch(
-        _ url: String, client: ClientConfig, ephemeral: Bool, attemptId: String, activationToken: String?
+        _ url: String, client: ClientConfig, ephemeral: Bool, attemptId: String, activationToken: String?,
+        wait: Bool = false
     ) async throws {
         let command = ephemeral ? client.privateBrowserCommand : client.browserCommand
-        do {
-            try await launcher.open(url, command: command, activationToken: activationToken)
+        do throws(BrokerError) {
+            // Answers once the browser is started; a failure found later reaches the attempt (Launcher.swift).
+            if let watch = try await launcher.launch(url, command: command, activationToken: activationToken) {
+                if wait, let failure = await watch() { throw failure }
+                if !wait { watchLaunch(watch, attemptId: attemptId) }
+            }
         } catch {
             throw error.with(attemptId: attemptId)
         }

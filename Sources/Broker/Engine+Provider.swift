@@ -95,7 +95,7 @@ extension BrokerEngine {
             do {
                 try await launch(
                     authorizeUrl, client: client, ephemeral: ephemeral, attemptId: id,
-                    activationToken: activationToken)
+                    activationToken: activationToken, wait: flow == nil && metadata.deviceAuthorizationEndpoint != nil)
             } catch let failure as BrokerError
                 where failure.code == .browserFailed && flow == nil && metadata.deviceAuthorizationEndpoint != nil
             {

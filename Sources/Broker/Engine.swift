@@ -113,10 +113,12 @@ public actor BrokerEngine {
     public nonisolated func info() async -> BrokerInfo { info(await vault.health()) }
 
     nonisolated func info(_ health: VaultHealth) -> BrokerInfo {
-        BrokerInfo(
+        var info = BrokerInfo(
             version: BrokerVersion.string, socket: socketPath, vault: health.vault,
             vaultAvailable: health.available && !health.locked,
             vaultLocked: health.locked, vaultDetail: health.detail)
+        (info.vaultDirectory, info.vaultSealed) = (health.directory, health.sealed)
+        return info
     }
 
     /// The Secret Service announced a change (the session bus's signals): `info` asks it afresh.

@@ -14,12 +14,31 @@ public protocol BrowserLauncher: Sendable {
     /// As `open(_:command:)`, handing the browser the app's focus token
     /// (xdg-activation on Wayland, startup notification on X11), when one is given.
     func open(_ url: String, command: String?, activationToken: String?) async throws(BrokerError)
+
+    /// Starts the browser and answers as soon as it is started, leaving what
+    /// cannot be known yet (whether the command fails a moment later) to the
+    /// watch it answers (nil: nothing left to watch).
+    func launch(_ url: String, command: String?, activationToken: String?) async throws(BrokerError) -> LaunchWatch?
 }
+
+/// What is left of a launch after `launch` answered: watching the browser
+/// command until it is known to have started, trying the next command when
+/// it fails. Answers the failure when every command failed, nil otherwise.
+/// The engine runs it as a work item (`BrokerEngine.watchLaunch`).
+public typealias LaunchWatch = @Sendable () async -> BrokerError?
 
 extension BrowserLauncher {
     /// A launcher that cannot pass focus on opens the browser without it.
     public func open(_ url: String, command: String?, activationToken: String?) async throws(BrokerError) {
         try await open(url, command: command)
+    }
+
+    /// A launcher without a watch of its own opens the browser as `open` does.
+    public func launch(_ url: String, command: String?, activationToken: String?) async throws(BrokerError)
+        -> LaunchWatch?
+    {
+        try await open(url, command: command, activationToken: activationToken)
+        return nil
     }
 }
 
@@ -137,49 +156,168 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
         try await open(url, command: command, activationToken: nil)
     }
 
+    /// Opens the browser and waits until it is known whether it started.
     public func open(_ url: String, command: String?, activationToken: String?) async throws(BrokerError) {
-        var lastProblem = "no browser command"
-        let environment = launchEnvironment(activationToken: activationToken)
-        for argv in plans(url: url, command: command, activationToken: activationToken) {
-            guard let program = argv.first else { continue }
-            // Logged by name only: the argv holds the authorize URL (and, for the portal, the focus token).
-            let name =
-                program == "systemd-run"
-                ? "systemd-run " + (argv.firstIndex(of: "--").flatMap { argv.dropFirst($0 + 1).first } ?? "") : program
-            guard let problem = await Self.run(argv, environment: environment) else {
-                logger.info("browser opened", ["browser.program": name])
-                return
-            }
-            lastProblem = "\(name): \(problem)"
-            logger.warning("browser failed to open", ["browser.program": name, "error": problem])
+        if let watch = try await launch(url, command: command, activationToken: activationToken),
+            let failure = await watch()
+        {
+            throw failure
         }
-        throw BrokerError(
+    }
+
+    /// How long `launch` watches a command before it answers: a command that
+    /// is not found or fails at once is caught here, and the next one tried.
+    static let quickWindow: Duration = .milliseconds(40)
+    /// How long a command is watched in all: one that exits non-zero within
+    /// it is a failure; one still running then (a browser in the foreground)
+    /// is success.
+    static let failureWindow: Duration = .seconds(2)
+
+    /// Starts the first command that does not fail at once, and answers
+    /// within `quickWindow` of its start: the rest of its watch (and the
+    /// commands after it, should it fail) is the `LaunchWatch` answered,
+    /// which the engine runs in the background, so that `login.start` never
+    /// waits for the browser (issue 33: a foreground browser command made it
+    /// answer two seconds late). Throws `BROWSER_FAILED` when every command
+    /// failed at once.
+    public func launch(_ url: String, command: String?, activationToken: String?) async throws(BrokerError)
+        -> LaunchWatch?
+    {
+        let environment = launchEnvironment(activationToken: activationToken)
+        let plans = plans(url: url, command: command, activationToken: activationToken)
+        var lastProblem = "no browser command"
+        for (index, argv) in plans.enumerated() {
+            guard !argv.isEmpty else { continue }
+            let name = Self.displayName(argv)
+            switch await Self.start(argv, environment: environment, watching: Self.quickWindow) {
+            case .started:
+                logger.info("browser opened", ["browser.program": name])
+                return nil
+            case .failed(let problem):
+                lastProblem = "\(name): \(problem)"
+                logger.warning("browser failed to open", ["browser.program": name, "error": problem])
+            case .running(let child, let since):
+                let rest = Array(plans.dropFirst(index + 1))
+                let logger = logger
+                return {
+                    await Self.watch(
+                        child, since: since, name: name, rest: rest, environment: environment, logger: logger)
+                }
+            }
+        }
+        throw Self.failure(lastProblem)
+    }
+
+    /// The rest of a launch: `child` (started at `since`) until the failure
+    /// window ends, then, if it failed, each command of `rest` in turn.
+    static func watch(
+        _ child: Subprocess, since: ContinuousClock.Instant, name: String, rest: [[String]],
+        environment: [String: String], logger: Logger
+    ) async -> BrokerError? {
+        var outcome = await follow(child, until: since + failureWindow)
+        var name = name
+        var plans = rest[...]
+        while true {
+            switch outcome {
+            case .started, .running:
+                if case .running(let child, _) = outcome { child.reapInBackground() }
+                logger.info("browser opened", ["browser.program": name])
+                return nil
+            case .failed(let problem):
+                logger.warning("browser failed to open", ["browser.program": name, "error": problem])
+                guard let next = plans.popFirst(), !next.isEmpty else { return failure("\(name): \(problem)") }
+                name = displayName(next)
+                outcome = await start(next, environment: environment, watching: failureWindow)
+            }
+        }
+    }
+
+    static func failure(_ lastProblem: String) -> BrokerError {
+        BrokerError(
             .browserFailed,
             "the browser could not be opened (\(lastProblem)); open the attempt's authorizeUrl yourself (login.resume with openBrowser=false), or set Browser= in the client file"
         )
     }
 
-    /// Starts `argv`: nil on success, else what went wrong.
-    static func run(_ argv: [String], environment: [String: String]) async -> String? {
-        // A program name is looked up on the environment's PATH by env(1), which exits 127 when it is not there.
-        let program = argv[0].hasPrefix("/") ? argv[0] : "/usr/bin/env"
-        let arguments = argv[0].hasPrefix("/") ? Array(argv.dropFirst()) : argv
+    /// A command logged by name only: the argv holds the authorize URL (and, for the portal, the focus token).
+    static func displayName(_ argv: [String]) -> String {
+        guard let program = argv.first else { return "" }
+        return program == "systemd-run"
+            ? "systemd-run " + (argv.firstIndex(of: "--").flatMap { argv.dropFirst($0 + 1).first } ?? "") : program
+    }
+
+    /// What became of a command started by `start`.
+    enum Outcome {
+        /// Exited 0, or still running at the end of the failure window (and reaped whenever it ends).
+        case started
+        /// Could not be started, was not found, or exited non-zero.
+        case failed(String)
+        /// Still running at the end of the watch asked for; not reaped yet.
+        case running(Subprocess, since: ContinuousClock.Instant)
+    }
+
+    /// Starts `argv` and watches it for `watching`.
+    static func start(_ argv: [String], environment: [String: String], watching: Duration) async -> Outcome {
+        // A program name is looked up on the environment's PATH here, so that one not installed fails at once.
+        guard let program = Subprocess.findProgram(argv[0], environment: environment) else { return .failed("not found") }
+        let arguments = Array(argv.dropFirst())
+        let since = ContinuousClock.now
         guard let child = Subprocess.spawn(program: program, arguments: arguments, environment: environment) else {
-            return "cannot start"
+            return .failed("cannot start")
         }
-        let deadline = ContinuousClock.now + .seconds(2)
+        let outcome = await follow(child, until: since + watching)
+        if case .running = outcome, watching >= failureWindow {
+            child.reapInBackground()
+            return .started
+        }
+        if case .running = outcome { return .running(child, since: since) }
+        return outcome
+    }
+
+    /// Polls `child` until it exits or `deadline` passes.
+    static func follow(_ child: Subprocess, until deadline: ContinuousClock.Instant) async -> Outcome {
         var status = child.poll()
+        // Short steps at first: a command that is not found exits within milliseconds.
+        var step = Duration.milliseconds(2)
         while status == nil && ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(20))
+            try? await Task.sleep(for: min(step, deadline - ContinuousClock.now))
+            step = min(step * 2, .milliseconds(50))
             status = child.poll()
         }
         switch status {
-        case nil:
-            child.reapInBackground()
-            return nil
-        case 127?: return "not found"
-        case 0?: return nil
-        case let code?: return "exit status \(code)"
+        case nil: return .running(child, since: deadline)
+        case 127?: return .failed("not found")
+        case 0?: return .started
+        case let code?: return .failed("exit status \(code)")
+        }
+    }
+}
+
+extension BrokerEngine {
+    /// Runs a launch's watch as a work item: a browser command that fails
+    /// after `login.start` (or `login.resume`) answered is reported through
+    /// the attempt — its `lastError` becomes `BROWSER_FAILED` while it stays
+    /// waiting (its authorizeUrl can still be opened by hand), with a
+    /// `login.changed` notification — and the log.
+    nonisolated func watchLaunch(_ watch: @escaping LaunchWatch, attemptId: String) {
+        let submitted = work.submit { [self] in
+            guard let failure = await watch() else { return }
+            await self.browserFailed(attemptId: attemptId, failure)
+        }
+        if !submitted {
+            logger.warning(
+                "the browser launch cannot be watched (the broker is stopping or busy)", ["attempt.id": attemptId])
+        }
+    }
+
+    func browserFailed(attemptId: String, _ failure: BrokerError) {
+        logger.warning(
+            "the browser failed to open after the sign-in started; open the attempt's authorizeUrl yourself (login.resume with openBrowser=false)",
+            ["attempt.id": attemptId, "code": failure.code.rawValue, "error": failure.message])
+        guard var record = try? attempt(attemptId), record.state == .waiting else { return }
+        record.error = AttemptError(code: failure.code.rawValue, message: failure.message)
+        do { try attempts.save(&record, publish: true) } catch {
+            logger.error("cannot record the browser's failure", ["attempt.id": attemptId, "error": "\(error)"])
         }
     }
 }

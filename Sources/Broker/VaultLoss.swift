@@ -43,7 +43,11 @@ extension BrokerDaemon {
     /// finds such an item (the key cleared while the broker runs) does the same.
     static func openFileVault(_ vault: FileVault, engine: BrokerEngine, logger: Logger) async {
         let report = vault.sweep()
-        if let problem = report.problem {
+        if report.locked {
+            logger.warning(
+                "the file vault is locked: its key is sealed with a passphrase and is not in the kernel keyring (the machine restarted); nothing was deleted, and sessions answer VAULT_LOCKED until `browser-login vault unlock` is run",
+                ["vault.directory": vault.directory, "code": "VAULT_LOCKED"])
+        } else if let problem = report.problem {
             logger.warning(
                 "the file vault's key cannot be read now; nothing was deleted, and sessions answer VAULT_UNAVAILABLE until it can",
                 ["vault.directory": vault.directory, "error": problem])
@@ -68,7 +72,7 @@ extension BrokerDaemon {
             "using the file vault",
             [
                 "vault": "file", "vault.directory": vault.directory, "vault.key": vault.keyring.description,
-                "vault.key.present": report.keyPresent ? "yes" : "no",
+                "vault.key.present": report.keyPresent ? "yes" : "no", "vault.sealed": vault.isSealed ? "yes" : "no",
             ])
     }
 }

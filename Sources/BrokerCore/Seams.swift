@@ -32,6 +32,9 @@ public struct VaultHealth: Sendable, Equatable {
     public var vault: String
     /// The file vault: whether its key is in the kernel keyring now (nil for the Secret Service).
     public var keyPresent: Bool?
+    /// The file vault: its directory, and whether its key is sealed with a passphrase (docs/vault.md).
+    public var directory: String?
+    public var sealed: Bool?
     public init(
         available: Bool, locked: Bool, detail: String, vault: String = "secret-service", keyPresent: Bool? = nil
     ) {

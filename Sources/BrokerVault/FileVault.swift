@@ -3,6 +3,7 @@ import BrowserLoginProtocol
 import Dispatch
 import Synchronization
 import SystemSupport
+import VaultKey
 
 #if canImport(Glibc)
     import Glibc
@@ -78,7 +79,7 @@ public final class FileVault: SecretVault {
     }
 
     /// The description of the key of the vault in `directory`.
-    public static func keyDescription(directory: String) -> String { "browser-login:vault:" + directory }
+    public static func keyDescription(directory: String) -> String { VaultKeyId.description(directory: directory) }
 
     /// Called with the attributes of items found sealed with a key that is
     /// gone (and deleted) by a lookup; `sweep` answers them instead.
@@ -156,26 +157,32 @@ public final class FileVault: SecretVault {
     }
 
     public func health() async -> VaultHealth {
-        let lookup = lock.withLock { _ in keyring.find() }
+        let state = lock.withLock { _ in keyState() }
+        let sealed = isSealed
+        let kind = sealed ? "passphrase-sealed file vault" : "file vault"
         var health: VaultHealth
-        switch lookup {
+        switch state {
         case .present:
             health = VaultHealth(
                 available: true, locked: false,
                 detail:
-                    "The file vault \(directory) is in use; its key is in the kernel user keyring (\"\(keyring.description)\")."
+                    "The \(kind) \(directory) is in use; its key is in the kernel user keyring (\"\(keyring.description)\")."
             )
         case .absent:
             health = VaultHealth(
                 available: true, locked: false,
                 detail:
-                    "The file vault \(directory) is in use; its key is not in the kernel user keyring (none yet, or lost at a restart): a new one is made at the next sign-in."
+                    "The file vault \(directory) is in use; its key is not in the kernel user keyring (none yet, or lost at a restart): a new one is made at the next sign-in. `browser-login vault passphrase` seals it so that it survives a restart."
             )
+        case .locked:
+            health = VaultHealth(available: true, locked: true, detail: VaultMessages.fileLocked(directory))
         case .failed(let problem):
-            health = VaultHealth(available: false, locked: false, detail: "The file vault \(directory): \(problem).")
+            health = VaultHealth(available: false, locked: false, detail: "The \(kind) \(directory): \(problem).")
         }
         health.vault = "file"
-        health.keyPresent = { if case .present = lookup { true } else { false } }()
+        health.keyPresent = { if case .present = state { true } else { false } }()
+        health.directory = directory
+        health.sealed = sealed
         return health
     }
 
@@ -191,6 +198,8 @@ public final class FileVault: SecretVault {
         public var damaged: [String]
         /// The keyring could not be asked: nothing was concluded or deleted.
         public var problem: String?
+        /// The key is sealed with a passphrase and not in the keyring: nothing was deleted.
+        public var locked = false
     }
 
     /// Run once at start-up: deletes the items sealed with a key that is gone
@@ -202,9 +211,12 @@ public final class FileVault: SecretVault {
             let names = FileSystem.directoryEntries(directory) ?? []
             for name in names where name.hasPrefix(".tmp-") { unlink(directory + "/" + name) }
             let currentId: String?
-            switch keyring.find() {
+            switch keyState() {
             case .failed(let problem):
                 report.problem = problem
+                return report
+            case .locked:
+                report.locked = true
                 return report
             case .absent:
                 currentId = nil
@@ -255,9 +267,7 @@ public final class FileVault: SecretVault {
 
     /// The key's id, kept in each file: an HMAC of a fixed text under the key
     /// (it says which key sealed a file, and nothing about the key).
-    static func keyId(_ key: [UInt8]) -> String {
-        Hex.encode(Crypto.hmacSHA256(key: key, message: Array("browser-login vault key id".utf8)).prefix(16))
-    }
+    static func keyId(_ key: [UInt8]) -> String { VaultKeyId.of(key) }
 
     /// One item file.
     struct SealedItem: Codable, Equatable {
@@ -282,12 +292,50 @@ public final class FileVault: SecretVault {
         case lost
     }
 
+    /// Where the vault's key is now.
+    enum KeyState {
+        /// In the kernel keyring (and, for a sealed vault, the sealed one).
+        case present([UInt8])
+        /// Not in the keyring, and not sealed with a passphrase: items sealed with an earlier key are lost.
+        case absent
+        /// Sealed with a passphrase (`vault.key`) and not in the keyring: nothing is lost, `vault unlock` opens it.
+        case locked
+        /// The keyring or `vault.key` cannot be read now: nothing can be concluded.
+        case failed(String)
+    }
+
+    /// The key's state: the keyring, and `vault.key` when the keyring has
+    /// none or a key that is not the sealed one (that key is not used:
+    /// `vault unlock` replaces it).
+    func keyState() -> KeyState {
+        let found = keyring.find()
+        if case .failed(let problem) = found { return .failed(problem) }
+        switch SealedKey.read(directory: directory) {
+        case .unreadable(let problem):
+            return .failed("the vault's sealed key cannot be read: \(problem)")
+        case .none:
+            if case .present(let key) = found { return .present(key) }
+            return .absent
+        case .sealed(let sealed):
+            if case .present(let key) = found, Self.keyId(key) == sealed.key { return .present(key) }
+            return .locked
+        }
+    }
+
+    /// Whether the vault's key is sealed with a passphrase (`vault.key` is there).
+    public var isSealed: Bool {
+        if case .none = SealedKey.read(directory: directory) { return false }
+        return true
+    }
+
     /// The key, from the keyring; with `create`, a new one is made (and
-    /// added) when there is none. Nil only without `create`.
+    /// added) when there is none. Nil only without `create`. A locked vault
+    /// throws `.locked`: its items are kept.
     private func currentKey(create: Bool) throws(VaultError) -> [UInt8]? {
-        switch keyring.find() {
+        switch keyState() {
         case .present(let key): return key
         case .failed(let problem): throw .unavailable(VaultMessages.keyringFailed(problem))
+        case .locked: throw .locked(VaultMessages.fileLocked(directory))
         case .absent:
             guard create else { return nil }
             let key: [UInt8]
@@ -395,6 +443,9 @@ extension VaultMessages {
     }
     static func keyringFailed(_ detail: String) -> String {
         "The file vault's key cannot be reached: \(detail). Nothing was deleted; try again once the keyring answers."
+    }
+    static func fileLocked(_ directory: String) -> String {
+        "The file vault \(directory) is locked: its key is sealed with a passphrase and is not in the kernel keyring (the machine restarted, or the key was cleared). Nothing is lost: run `browser-login vault unlock` and try again."
     }
     static func damaged(_ path: String) -> String {
         "The file vault's item \(path) fails its integrity check (changed on disk, or copied from another item); it is kept for inspection. Sign out and sign in again (or delete the file) to replace it."

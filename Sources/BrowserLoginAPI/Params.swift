@@ -176,6 +176,10 @@ public struct BrokerInfo: Codable, Sendable, Equatable {
     public var vaultAvailable: Bool
     public var vaultLocked: Bool
     public var vaultDetail: String
+    /// The file vault only: its directory, and whether its key is sealed with a
+    /// passphrase (`browser-login vault unlock` opens it after a restart).
+    public var vaultDirectory: String?
+    public var vaultSealed: Bool?
     public init(
         version: String, protocol: Int = BrowserLoginAPI.protocolVersion, socket: String,
         vault: String = "secret-service", vaultAvailable: Bool, vaultLocked: Bool, vaultDetail: String

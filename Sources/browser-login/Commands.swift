@@ -466,4 +466,5 @@ let subcommands: [Subcommand] = [
         }),
     installHandlerCommand,
     doctorCommand,
+    vaultCommand,
 ]

@@ -183,7 +183,12 @@ func doctorFindings(_ client: BrowserLoginClient) async -> [Finding] {
     }
     if let info, info.vault == "file" {
         // The detail says where the vault is and whether its key is in the kernel keyring.
-        if info.vaultAvailable {
+        if info.vaultLocked {
+            // Sealed with a passphrase, and not unlocked since the restart: nothing is lost.
+            add(
+                "vault", .warning, "the broker's file vault is locked. \(info.vaultDetail)",
+                fix: "browser-login vault unlock  # docs/vault.md")
+        } else if info.vaultAvailable {
             add("vault", .ok, "the broker keeps sessions in the file vault. \(info.vaultDetail)")
         } else {
             add(

@@ -6,6 +6,7 @@ import Synchronization
 import Testing
 
 @testable import BrokerVault
+@testable import VaultKey
 
 #if canImport(Glibc)
     import Glibc

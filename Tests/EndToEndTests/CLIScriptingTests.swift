@@ -126,7 +126,7 @@ struct CLIScriptingTests {
     @Test func startWaitGoesOnWhenTheBrowserFails() throws {
         let h = try Harness()
         try h.startServer()
-        h.writeClient(extra: "Browser=/bin/false %u")
+        h.writeClient(extra: "Browser=/nonexistent/browser %u")
         try h.startBroker()
         let waited = try h.cli(["start", Self.notes, "--wait", "--timeout", "1"])
         #expect(waited.status == 75, "\(waited)")

@@ -59,7 +59,7 @@ struct CLIWordsTests {
     @Test func aBrowserThatFailsIsToldInCLIWords() throws {
         let h = try Harness()
         try h.startServer()
-        h.writeClient(extra: "Browser=/bin/false %u")
+        h.writeClient(extra: "Browser=/nonexistent/browser %u")
         try h.startBroker()
         let started = try h.cli(["start", Self.notes])
         #expect(started.status == 69)

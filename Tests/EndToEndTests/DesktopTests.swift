@@ -250,7 +250,7 @@ struct SystemdDesktopTests {
         let h = try Harness()
         defer { h.stopAll() }
         try h.startServer()
-        h.writeClient(extra: "Browser=/bin/false %u")
+        h.writeClient(extra: "Browser=/nonexistent/browser %u")
         try h.startBroker()
         let rpc = try h.rpc()
         var attemptId: String?

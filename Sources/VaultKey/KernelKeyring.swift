@@ -105,7 +105,7 @@ public struct KernelKeyring: Sendable {
 
 extension Array where Element == UInt8 {
     /// Overwrites the bytes with zeros (best effort: copies made before are not reached).
-    mutating func resetBytes() {
+    public mutating func resetBytes() {
         for i in indices { self[i] = 0 }
     }
 }

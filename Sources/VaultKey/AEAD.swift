@@ -6,12 +6,12 @@ import CCryptoLoader
 /// every seal, and a 128-bit tag appended to the ciphertext. With random
 /// nonces one key seals safely far more items than a broker ever writes
 /// (NIST SP 800-38D's 2^32 limit).
-enum AES256GCM {
-    static let keyLength = 32
-    static let nonceLength = 12
-    static let tagLength = 16
+public enum AES256GCM {
+    public static let keyLength = 32
+    public static let nonceLength = 12
+    public static let tagLength = 16
 
-    enum Failure: Error, Equatable {
+    public enum Failure: Error, Equatable {
         /// libcrypto failed (out of memory, no random bytes).
         case crypto(String)
         /// The tag did not verify: wrong key, changed bytes, or other associated data.
@@ -19,7 +19,7 @@ enum AES256GCM {
     }
 
     /// Seals `plaintext`: answers the nonce and the ciphertext with its tag.
-    static func seal(_ plaintext: [UInt8], key: [UInt8], associatedData: [UInt8]) throws(Failure) -> (
+    public static func seal(_ plaintext: [UInt8], key: [UInt8], associatedData: [UInt8]) throws(Failure) -> (
         nonce: [UInt8], sealed: [UInt8]
     ) {
         precondition(key.count == keyLength)
@@ -58,7 +58,7 @@ enum AES256GCM {
 
     /// Opens what `seal` made; `.notAuthentic` unless key, nonce, ciphertext,
     /// tag and associated data are all exactly the sealed ones.
-    static func open(_ sealed: [UInt8], nonce: [UInt8], key: [UInt8], associatedData: [UInt8]) throws(Failure)
+    public static func open(_ sealed: [UInt8], nonce: [UInt8], key: [UInt8], associatedData: [UInt8]) throws(Failure)
         -> [UInt8]
     {
         precondition(key.count == keyLength)
