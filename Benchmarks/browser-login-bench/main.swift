@@ -23,7 +23,8 @@ let usage = """
 
       --quick          fewer repetitions and sign-ins (a smoke run, not for the record)
       --only FIGURES   only these figures, comma-separated: latency, throughput, cold,
-                       server, status, store, vault, finish, memory (default: all)
+                       server, status, store, vault, finish, memory, signin, idle
+                       (default: all)
       --no-pin         leave the round trips' threads to the scheduler (default: the client,
                        the echo server and the broker all on one CPU, the same in every run)
       --signins N      sign-ins before the memory figure (default 1000)
@@ -77,7 +78,9 @@ if arguments.first == "--server-stores" {
 var quick = false
 var signInCount = 1000
 var soakMinutes: Double?
-let allFigures: Set<String> = ["latency", "throughput", "cold", "server", "status", "store", "vault", "finish", "memory"]
+let allFigures: Set<String> = [
+    "latency", "throughput", "cold", "server", "status", "store", "vault", "finish", "memory", "signin", "idle",
+]
 var only: Set<String>?
 var pinCPUs = true
 var binDirectory =
@@ -339,6 +342,11 @@ if selected.contains("finish") { try await Figures.finishOverhead(world: world, 
 // MARK: - memory after sign-ins
 
 if selected.contains("memory") { try Figures.memory(world: world, signIns: signInCount) }
+
+// MARK: - issue 33: the sign-in end to end, and wake-ups at rest (last: it signs every client out)
+
+if selected.contains("signin") { try await Round3.signInEndToEnd(world: world, count: quick ? 20 : 100) }
+if selected.contains("idle") { try Round3.idleWakeups(world: world, seconds: quick ? 15 : 60) }
 
 let seconds = Double(nowNanos() - suiteStart) / 1e9
 print("")

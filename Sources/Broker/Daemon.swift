@@ -367,15 +367,18 @@ public enum BrokerDaemon {
             }
             services.append(.init(ping))
         }
-        // The engine's timer sleeps until its next deadline, woken early when the engine schedules
-        // something sooner; never more often than every 250 ms, so failing work cannot spin.
+        // The engine's timer sleeps until its next deadline (a wall-clock time, on a CLOCK_REALTIME
+        // timerfd that also wakes it when the clock is set), woken early when the engine schedules
+        // something sooner; never more often than every 250 ms, so failing work cannot spin. With
+        // nothing scheduled it takes no wake-ups.
         let engineTimer = Wakeup()
         engine.setWakeUp { engineTimer.signal() }
-        let engineTicks = TimerService(
+        let engineTicks = TimerService.wallClock(
             wakeup: engineTimer, minimumInterval: .milliseconds(BrokerEngine.minimumSleepMilliseconds)
         ) {
-            let deadline = await engine.tick()
-            return .milliseconds(BrokerEngine.sleepMilliseconds(until: deadline, now: Timestamp.now()))
+            let due = await engine.tick()
+            let prune = await engine.nextPrune
+            return [due, prune].compactMap { $0 }.min()?.millisecondsSince1970
         }
         // The engine's work items stop after the timer that schedules most of them.
         services.append(.init(engine.work))

@@ -284,7 +284,9 @@ public actor BrokerEngine {
     /// follow-ups, owed sign-out revokes, session expiry, refresh and checks.
     /// Answers when the engine next has timer work (nil: nothing scheduled);
     /// the hook set with `setWakeUp` says when something earlier was scheduled
-    /// meanwhile. A timer sleeps `sleepMilliseconds(until:now:)` between ticks.
+    /// meanwhile. The daemon's timer sleeps until that wall-clock time (a
+    /// `CLOCK_REALTIME` timerfd, woken by clock changes too), at least
+    /// `minimumSleepMilliseconds` between ticks.
     @discardableResult
     public func tick() async -> Timestamp? {
         let now = now()
@@ -334,13 +336,15 @@ public actor BrokerEngine {
             work.submit { await self.verifySession(client) }
         }
         consider(sessionWork.due)
-        // Not a deadline of its own: the timer ticks at least every
-        // `maximumSleepMilliseconds`, soon enough for a prune, and an idle
-        // engine has nothing scheduled.
+        // Not a deadline of the engine's work: the daemon's timer also sleeps
+        // until `nextPrune` (hourly at most).
         pruneIfDue(now)
         timer.answered(due)
         return due
     }
+
+    /// When the next batch of pruning is due (nil: pruning is off or has not run yet).
+    public var nextPrune: Timestamp? { retentionMilliseconds > 0 ? nextPruneAt : nil }
 
     public static let defaultRetentionMilliseconds: Int64 = 30 * 86_400_000
     /// The pause between two batches (`BrokerStore.pruneBatch`): a backlog
@@ -378,10 +382,9 @@ public actor BrokerEngine {
 
     /// How long a timer sleeps before the next tick: until `deadline`, at
     /// least `minimumSleepMilliseconds` (a past deadline is work started, not
-    /// yet recorded), at most `maximumSleepMilliseconds`. Deadlines are wall-clock
-    /// times and a timer sleeps on a monotonic clock: the cap bounds how late a
-    /// jump of the wall clock is noticed (docs/reliability.md, clock faults), and
-    /// makes a missed wake-up only a delay.
+    /// yet recorded), at most `maximumSleepMilliseconds`: for a timer that sleeps on
+    /// a monotonic clock (the daemon's does only where no timerfd can be made), the
+    /// cap bounds how late a jump of the wall clock is noticed.
     public static func sleepMilliseconds(until deadline: Timestamp?, now: Timestamp) -> Int64 {
         guard let deadline else { return maximumSleepMilliseconds }
         let wait = deadline.millisecondsSince1970 - now.millisecondsSince1970

@@ -41,4 +41,12 @@ static inline int bl_epoll_wait(int epfd, uint32_t *masks, uint64_t *data, int t
     }
     return count;
 }
+/* timerfd(2), which the Glibc module leaves out: SystemSupport's WallClockAlarm
+   sleeps until a wall-clock deadline on a CLOCK_REALTIME timer that also wakes
+   when the clock is set (TFD_TIMER_CANCEL_ON_SET). */
+#include <sys/timerfd.h>
+static const int bl_tfd_cloexec = TFD_CLOEXEC;
+static const int bl_tfd_nonblock = TFD_NONBLOCK;
+static const int bl_tfd_timer_abstime = TFD_TIMER_ABSTIME;
+static const int bl_tfd_timer_cancel_on_set = TFD_TIMER_CANCEL_ON_SET;
 #endif

@@ -323,31 +323,190 @@ private func capture<T>(_ database: Database, _ body: (Database) throws -> T) th
     do { return .success(try body(database)) } catch let error as APIError { return .failure(error) }
 }
 
-/// The SQLite store: one connection behind a mutex.
+/// The SQLite store: one connection, one writer at a time, with group commit.
 ///
-/// `@unchecked Sendable`: the only stored state is the non-Sendable
-/// connection (and its wrapper), and it is touched only inside `lock.withLock` (in
-/// `transaction` and `close`), so at most one thread uses it at a time. The
-/// compiler cannot see that because the connection is passed to the
-/// caller's closure.
+/// Callers queue their transactions; whichever caller finds no batch
+/// running becomes the writer: it takes everything queued (at most
+/// `maximumBatch`), runs the bodies one after another inside ONE `BEGIN
+/// IMMEDIATE` transaction, each in a savepoint of its own (a body that throws
+/// a database error rolls back to its savepoint: only its own changes are
+/// lost), commits once, and only then hands every caller its answer. The
+/// bodies still run one at a time in queue order, so the routes'
+/// read-then-write code stays trivially serial (exactly-once holds as with a
+/// plain mutex), and an answer is never given for something not committed:
+/// when the commit fails, every transaction of the batch fails. Then the
+/// next caller waiting, if any, becomes the writer for the next batch (its
+/// own transaction is the first queued), and this one returns.
+///
+/// Checkpoints of the WAL run off that path: automatic checkpoints are off
+/// on the writer's connection, and every `checkpointEvery` transactions a
+/// passive checkpoint runs on a second connection of its own, on a queue of
+/// its own, side by side with the writers (its `fsync` used to stall every
+/// request behind the one commit that ran it).
+///
+/// `@unchecked Sendable`: the connection and its wrapper are used only by
+/// the current writer, under `connectionLock`; the queue and the writer
+/// flag only under `queueLock`. A `Job` (and the caller's closure in it) is
+/// touched by its caller until queued, then by the writer until its
+/// `semaphore` is signalled, then by its caller again: the semaphore orders
+/// those uses, and the caller is blocked in between.
 private final class SQLiteStore: @unchecked Sendable {
-    private let lock = NSLock()
+    /// One queued transaction. `run` stores the body's outcome in the caller's frame.
+    private final class Job {
+        /// Cleared by the writer before the caller is woken: the caller's closure never outlives its call.
+        var run: ((Database) throws -> Void)?
+        var failure: (any Error)?
+        var done = false
+        let semaphore = DispatchSemaphore(value: 0)
+        init(_ run: @escaping (Database) throws -> Void) { self.run = run }
+    }
+
+    static let maximumBatch = 64
+    static let checkpointEvery = 512
+
+    private let connectionLock = NSLock()
     private let database: SQLiteSupport.Database
     private let wrapper: Database
+    private let queueLock = NSLock()
+    private var queue: [Job] = []
+    private var writing = false
+    private var sinceCheckpoint = 0
+    private var checkpointing = false
+    private var closed = false
+    private let path: String
+    private let checkpoints = DispatchQueue(label: "browser-login-server.checkpoint")
+    /// The checkpoints' own connection, used only on `checkpoints`.
+    private var checkpointConnection: SQLiteSupport.Database?
 
     init(path: String) throws {
         let db = try SQLiteSupport.Database(path: path)
         try db.migrate(Schema.migrations)
+        if path != ":memory:" { try db.execute("PRAGMA wal_autocheckpoint=0") }
         database = db
         wrapper = Database(.sqlite(db))
+        self.path = path
     }
 
     func transaction<T>(_ body: (Database) throws -> T) throws -> Result<T, APIError> {
-        try lock.withLock { try database.transaction { try capture(wrapper, body) } }
+        try withoutActuallyEscaping(body) { body in
+            var outcome: Result<T, APIError>?
+            let job = Job { db in outcome = try capture(db, body) }
+            try submit(job)
+            guard let outcome else { throw StoreUnavailable(reason: "a queued transaction did not run") }
+            return outcome
+        }
+    }
+
+    /// Queues `job` and returns when it is committed (or throws its failure).
+    private func submit(_ job: Job) throws {
+        let leads = queueLock.withLock { () -> Bool in
+            queue.append(job)
+            if writing { return false }
+            writing = true
+            return true
+        }
+        if !leads {
+            // Woken when done, or when made the writer (the batch before ours ended).
+            job.semaphore.wait()
+        }
+        while !job.done {
+            let batch = queueLock.withLock { () -> [Job] in
+                let taken = Array(queue.prefix(Self.maximumBatch))
+                queue.removeFirst(taken.count)
+                return taken
+            }
+            connectionLock.withLock { runBatch(batch[...]) }
+            for done in batch { done.run = nil }
+            for other in batch where other !== job {
+                other.done = true
+                other.semaphore.signal()
+            }
+            job.done = true
+            checkpointIfDue(committed: batch.count)
+        }
+        // Hand the writer's part to the next caller waiting, if any.
+        let next = queueLock.withLock { () -> Job? in
+            guard let first = queue.first else {
+                writing = false
+                return nil
+            }
+            return first
+        }
+        next?.semaphore.signal()
+        if let failure = job.failure { throw failure }
+    }
+
+    /// Runs `batch` in one transaction, each job in a savepoint; sets each one's `failure`.
+    private func runBatch(_ batch: ArraySlice<Job>) {
+        guard !batch.isEmpty else { return }
+        do {
+            try database.execute("BEGIN IMMEDIATE")
+        } catch {
+            for job in batch { job.failure = error }
+            return
+        }
+        var index = batch.startIndex
+        while index < batch.endIndex {
+            let job = batch[index]
+            index += 1
+            do {
+                try database.execute("SAVEPOINT job")
+                try job.run?(wrapper)
+                try database.execute("RELEASE job")
+            } catch {
+                job.failure = error
+                do {
+                    try database.execute("ROLLBACK TO job")
+                    try database.execute("RELEASE job")
+                } catch {
+                    // The whole transaction is gone (SQLite rolls back on some errors, e.g. a full
+                    // disk): what ran before this job is lost too; the rest run in a new one.
+                    try? database.execute("ROLLBACK")
+                    for earlier in batch[batch.startIndex..<(index - 1)] where earlier.failure == nil {
+                        earlier.failure = error
+                    }
+                    runBatch(batch[index...])
+                    return
+                }
+            }
+        }
+        do {
+            try database.execute("COMMIT")
+        } catch {
+            try? database.execute("ROLLBACK")
+            for job in batch where job.failure == nil { job.failure = error }
+        }
+    }
+
+    /// Every `checkpointEvery` transactions, a passive checkpoint on the checkpoints' queue.
+    private func checkpointIfDue(committed: Int) {
+        guard path != ":memory:" else { return }
+        let due = queueLock.withLock { () -> Bool in
+            sinceCheckpoint += committed
+            guard sinceCheckpoint >= Self.checkpointEvery, !checkpointing, !closed else { return false }
+            sinceCheckpoint = 0
+            checkpointing = true
+            return true
+        }
+        guard due else { return }
+        checkpoints.async { [self] in
+            do {
+                if checkpointConnection == nil { checkpointConnection = try SQLiteSupport.Database(path: path) }
+                try checkpointConnection?.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            } catch {
+                Log.warning("a checkpoint of the database failed", ["error": "\(error)"])
+            }
+            queueLock.withLock { checkpointing = false }
+        }
     }
 
     func close() {
-        lock.withLock { try? database.close() }
+        queueLock.withLock { closed = true }
+        checkpoints.sync {
+            try? checkpointConnection?.close()
+            checkpointConnection = nil
+        }
+        connectionLock.withLock { try? database.close() }
     }
 }
 

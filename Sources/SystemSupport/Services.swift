@@ -157,8 +157,18 @@ public final class Wakeup: Sendable {
 /// Calls `tick` and sleeps until the time it answers (nil: until woken),
 /// or until `wake()`; instead of polling at a fixed rate, a timer that has
 /// nothing due takes no wake-ups.
+///
+/// Two kinds of deadline: a `Duration` from now (`tick`), slept on the
+/// monotonic clock; or a wall-clock time (milliseconds since
+/// 1970; `TimerService.wallClock`), slept on a `WallClockAlarm`, which also wakes the timer when the
+/// system clock is set, so a deadline far away costs no wake-up before it
+/// and a clock jump is noticed at once.
 public final class TimerService: Service {
-    private let tick: @Sendable () async -> Duration?
+    private enum Tick: Sendable {
+        case relative(@Sendable () async -> Duration?)
+        case wallClock(@Sendable () async -> Int64?)
+    }
+    private let tick: Tick
     private let wakeup: Wakeup
     private let minimumInterval: Duration
     private let stopping = Atomic<Bool>(false)
@@ -172,20 +182,69 @@ public final class TimerService: Service {
     ) {
         self.wakeup = wakeup
         self.minimumInterval = minimumInterval
+        self.tick = .relative(tick)
+    }
+
+    private init(wakeup: Wakeup, minimumInterval: Duration, tick: Tick) {
+        self.wakeup = wakeup
+        self.minimumInterval = minimumInterval
         self.tick = tick
     }
+
+    /// A timer whose `tick` answers a wall-clock deadline in milliseconds since 1970 (nil: none).
+    public static func wallClock(
+        wakeup: Wakeup = Wakeup(), minimumInterval: Duration = .zero, tick: @escaping @Sendable () async -> Int64?
+    ) -> TimerService {
+        TimerService(wakeup: wakeup, minimumInterval: minimumInterval, tick: .wallClock(tick))
+    }
+
+    /// Where no timerfd can be made, a wall-clock deadline is slept towards on
+    /// the monotonic clock for at most this long, so a clock jump is noticed within it.
+    public static let wallClockFallbackCap: Duration = .seconds(5)
 
     /// New work may be due earlier than the last answer said: tick now.
     public func wake() { wakeup.signal() }
 
     public func run() async {
+        var alarm: WallClockAlarm?
+        if case .wallClock = tick, !Self.clockIsFaked {
+            let wakeup = self.wakeup
+            alarm = WallClockAlarm { wakeup.signal() }
+        }
+        defer { alarm?.cancel() }
         while !stopping.load(ordering: .acquiring) && !Task.isCancelled {
             let ticked = ContinuousClock.now
-            let next = await tick()
-            guard !stopping.load(ordering: .acquiring) else { return }
-            await wakeup.wait(timeout: next.map { max($0, .zero) })
+            switch tick {
+            case .relative(let tick):
+                let next = await tick()
+                guard !stopping.load(ordering: .acquiring) else { return }
+                await wakeup.wait(timeout: next.map { max($0, .zero) })
+            case .wallClock(let tick):
+                let next = await tick()
+                guard !stopping.load(ordering: .acquiring) else { return }
+                if let alarm, alarm.arm(atMillisecondsSince1970: next) {
+                    await wakeup.wait()
+                } else {
+                    let left = next.map { Duration.milliseconds(max(0, $0 - Self.nowMilliseconds())) }
+                    await wakeup.wait(timeout: min(left ?? Self.wallClockFallbackCap, Self.wallClockFallbackCap))
+                }
+            }
             try? await Task.sleep(until: ticked + minimumInterval)
         }
+    }
+
+    /// Under libfaketime (the clock-fault tests) the wall clock moves without the kernel
+    /// knowing, so no timerfd sees the change: such a process sleeps the capped way instead.
+    static let clockIsFaked: Bool = {
+        if getenv("FAKETIME_TIMESTAMP_FILE") != nil || getenv("FAKETIME") != nil { return true }
+        guard let preload = getenv("LD_PRELOAD") else { return false }
+        return String(cString: preload).contains("faketime")
+    }()
+
+    static func nowMilliseconds() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
     }
 
     public func shutdown() {

@@ -159,4 +159,58 @@ struct ServiceTests {
             periodic.shutdown()
         }
     }
+
+    /// Wall-clock time now, in milliseconds since 1970.
+    static func wallClockMilliseconds() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
+    }
+
+    @Test func aWallClockTimerSleepsUntilItsDeadlineOrAWake() async {
+        func eventually(_ condition: () -> Bool) async -> Bool {
+            for _ in 0..<1000 {
+                if condition() { return true }
+                try? await Task.sleep(for: .milliseconds(10))
+            }
+            return condition()
+        }
+        // First a deadline 150 ms ahead (on the CLOCK_REALTIME timerfd), then nothing.
+        let ticks = Mutex<[Int64]>([])
+        let timer = TimerService.wallClock(tick: {
+            let now = Self.wallClockMilliseconds()
+            let count = ticks.withLock {
+                $0.append(now)
+                return $0.count
+            }
+            return count == 1 ? now + 150 : nil
+        })
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await timer.run() }
+            #expect(await eventually { ticks.withLock { $0.count } == 2 })
+            let times = ticks.withLock { $0 }
+            #expect(times[1] >= times[0] + 150, "the second tick came before the deadline: \(times)")
+            try? await Task.sleep(for: .milliseconds(300))
+            #expect(ticks.withLock { $0.count } == 2)  // nothing due: no further tick
+            timer.wake()
+            #expect(await eventually { ticks.withLock { $0.count } == 3 })
+            timer.shutdown()
+        }
+    }
+
+    @Test func aWallClockAlarmFiresForAPastDeadlineAndNotWhenDisarmed() async throws {
+        let fired = Mutex(0)
+        let alarm = try #require(WallClockAlarm { fired.withLock { $0 += 1 } })
+        defer { alarm.cancel() }
+        #expect(alarm.arm(atMillisecondsSince1970: Self.wallClockMilliseconds() - 1000))
+        for _ in 0..<1000 where fired.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(fired.withLock { $0 } == 1)
+        // Armed far ahead, then disarmed: nothing more.
+        #expect(alarm.arm(atMillisecondsSince1970: Self.wallClockMilliseconds() + 100))
+        #expect(alarm.arm(atMillisecondsSince1970: nil))
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(fired.withLock { $0 } == 1)
+        alarm.cancel()
+        #expect(!alarm.arm(atMillisecondsSince1970: 1))
+    }
 }
