@@ -234,10 +234,10 @@ public final class OAuthProvider: Sendable {
         return try Self.tokenAnswer(response)
     }
 
-    /// A refresh (RFC 6749 §6), sent once.
+    /// A refresh (RFC 6749 §6), sent once. A bodiless `400`/`401` is a
+    /// refusal (`refused`, `invalid_grant`; OAUTH.md §4, SessionRevoke.swift).
     public func refresh(refreshToken: String) async throws(ProviderError) -> TokenResponse {
-        let response = try await tokenRequest([("grant_type", "refresh_token"), ("refresh_token", refreshToken)])
-        return try Self.tokenAnswer(response)
+        try await refreshClassified(refreshToken: refreshToken)
     }
 
     /// One poll with a device code (RFC 8628 §3.4, §3.5).

@@ -184,9 +184,9 @@ import Testing
     }
 
     /// The user declines at the provider. DOT's error redirect has no `iss`
-    /// although its metadata promises one, so the broker refuses it as it
-    /// is (RFC 9207 §2.4); with the `iss` a compliant provider sends, the
-    /// attempt ends `denied`.
+    /// although its metadata promises one (issue 31): an error callback with
+    /// the right `state` and no `iss` ends the attempt `denied` (it can only
+    /// end it, never exchange — OAUTH.md §2); a wrong `iss` is still refused.
     @Test func accessDeniedAtTheProvider() throws {
         let world = try ProviderWorld()
         let rpc = try world.h.rpc()
@@ -196,15 +196,16 @@ import Testing
         #expect(CallbackURL.value(denied, "error") == "access_denied")
         #expect(CallbackURL.value(denied, "iss") == nil)
 
-        #expect(try errorCode(rpc, "login.finish", ["url": .string(denied)]) == "CALLBACK_INVALID")
+        let wrongIssuer = denied + "&iss=" + percentEncode("http://127.0.0.1:1/o")
+        #expect(try errorCode(rpc, "login.finish", ["url": .string(wrongIssuer)]) == "ISSUER_MISMATCH")
         #expect(try attemptState(rpc, id) == "waiting")
 
-        let compliant = denied + "&iss=" + percentEncode(world.provider.issuer)
-        #expect(try errorCode(rpc, "login.finish", ["url": .string(compliant)]) == "ACCESS_DENIED")
+        #expect(try errorCode(rpc, "login.finish", ["url": .string(denied)]) == "ACCESS_DENIED")
         let status = try rpc.call("login.status", params: ["attemptId": .string(id)])
         #expect(status["state"] == "denied")
         #expect(status["error"]?["code"] == "ACCESS_DENIED")
         // Ended: the same callback again changes nothing.
+        let compliant = denied + "&iss=" + percentEncode(world.provider.issuer)
         #expect(try errorCode(rpc, "login.finish", ["url": .string(compliant)]) == "ATTEMPT_NOT_WAITING")
         #expect(try world.session()["status"] != "signedIn")
 
