@@ -583,8 +583,10 @@ public final class OAuthProvider: Sendable {
     }
 
     /// Every answer but the expected success: a well-formed OAuth error body
-    /// on a 400 or 401 is a refusal (RFC 6749 §5.2); 3xx and anything else
-    /// not the protocol's are malformed; 5xx a server failure.
+    /// on a 400 or 401 is a refusal (RFC 6749 §5.2), and so is one on
+    /// another 4xx but 429 (Glewlwyd answers a spent or expired code `403
+    /// {"error":"invalid_code"}`: a definite refusal, docs/providers.md);
+    /// 3xx and anything else not the protocol's are malformed; 5xx a server failure.
     static func throwForUnexpected(_ response: HTTPResponse, what: String) throws(ProviderError) -> Never {
         let status = response.status
         switch status {
@@ -596,6 +598,11 @@ public final class OAuthProvider: Sendable {
                 body = try WireJSON.decode(ErrorWire.self, from: response.body)
             } catch {
                 throw .malformed(status: status, "\(what) is not an OAuth error body (\(error))")
+            }
+            throw try refusal(status: status, error: body.error, description: body.error_description)
+        case 402...499 where status != 429:
+            guard let body = try? WireJSON.decode(ErrorWire.self, from: response.body) else {
+                throw .malformed(status: status, "\(what) has an unexpected status")
             }
             throw try refusal(status: status, error: body.error, description: body.error_description)
         case 500...599:
