@@ -270,6 +270,8 @@ extension BrokerEngine {
                 "the callback's issuer is not this client's provider (\(ProviderError.issuerText(issuer)) instead of \(ProviderError.issuerText(expected))); nothing was changed",
                 attemptId: record.id)
         case .missing:
+            // Issue 31 (OAUTH.md §2): an error callback without `iss` can only end the attempt; accepted.
+            if case .error = callback.outcome { break }
             throw BrokerError(
                 .callbackInvalid,
                 "the callback lacks the 'iss' parameter its provider promises (RFC 9207); nothing was changed",

@@ -239,11 +239,19 @@ final class SessionKeeper {
         }
         guard let answer else {
             let failure: LoginServerError = lastFailure ?? .noAnswer("no answer")
-            if case .providerRefused(_, "invalid_grant", _) = failure {
+            // Issue 31 (OAUTH.md §4): these refusals end the session; a bodiless 400/401 arrives as invalid_grant.
+            if case .providerRefused(let status, let code, _) = failure, status == 400 || status == 401,
+                ["invalid_grant", "invalid_client", "unauthorized_client"].contains(code)
+            {
+                if code != "invalid_grant" {
+                    logger.warning(
+                        "the provider refused the client at refresh: check ClientId=, ClientSecret= and the provider's client settings",
+                        ["client": clientId, "error": code])
+                }
                 try await end(clientId, status: .expired, reason: "REFRESH_REJECTED", generation: current.generation)
                 throw BrokerError(
-                    .notSignedIn, "the identity provider refused the refresh token (invalid_grant); sign in again",
-                    providerError: "invalid_grant")
+                    .notSignedIn, "the identity provider refused the refresh token (\(code)); sign in again",
+                    providerError: code)
             }
             if case .refused(_, let code, _, _) = failure,
                 code == .sessionRevoked || code == .sessionExpired || code == .authUserDisabled

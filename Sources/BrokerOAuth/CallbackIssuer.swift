@@ -8,7 +8,9 @@ public enum CallbackIssuerCheck: Sendable, Equatable {
     /// `iss` names another issuer: the response is not this provider's.
     case mismatch(got: String, expected: String)
     /// The provider promises `iss` (`authorization_response_iss_parameter_supported`)
-    /// and the response lacks it (RFC 9207 §2.4: refuse it).
+    /// and the response lacks it (RFC 9207 §2.4: refuse a code response; an
+    /// error response with the right `state` may still end its attempt —
+    /// OAUTH.md §2, issue 31 — as it can never exchange).
     case missing
 }
 

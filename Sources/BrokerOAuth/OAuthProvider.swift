@@ -234,10 +234,10 @@ public final class OAuthProvider: Sendable {
         return try Self.tokenAnswer(response)
     }
 
-    /// A refresh (RFC 6749 §6), sent once.
+    /// A refresh (RFC 6749 §6), sent once. A bodiless `400`/`401` is a
+    /// refusal (`refused`, `invalid_grant`; OAUTH.md §4, SessionRevoke.swift).
     public func refresh(refreshToken: String) async throws(ProviderError) -> TokenResponse {
-        let response = try await tokenRequest([("grant_type", "refresh_token"), ("refresh_token", refreshToken)])
-        return try Self.tokenAnswer(response)
+        try await refreshClassified(refreshToken: refreshToken)
     }
 
     /// One poll with a device code (RFC 8628 §3.4, §3.5).
@@ -583,8 +583,10 @@ public final class OAuthProvider: Sendable {
     }
 
     /// Every answer but the expected success: a well-formed OAuth error body
-    /// on a 400 or 401 is a refusal (RFC 6749 §5.2); 3xx and anything else
-    /// not the protocol's are malformed; 5xx a server failure.
+    /// on a 400 or 401 is a refusal (RFC 6749 §5.2), and so is one on
+    /// another 4xx but 429 (Glewlwyd answers a spent or expired code `403
+    /// {"error":"invalid_code"}`: a definite refusal, docs/providers.md);
+    /// 3xx and anything else not the protocol's are malformed; 5xx a server failure.
     static func throwForUnexpected(_ response: HTTPResponse, what: String) throws(ProviderError) -> Never {
         let status = response.status
         switch status {
@@ -596,6 +598,11 @@ public final class OAuthProvider: Sendable {
                 body = try WireJSON.decode(ErrorWire.self, from: response.body)
             } catch {
                 throw .malformed(status: status, "\(what) is not an OAuth error body (\(error))")
+            }
+            throw try refusal(status: status, error: body.error, description: body.error_description)
+        case 402...499 where status != 429:
+            guard let body = try? WireJSON.decode(ErrorWire.self, from: response.body) else {
+                throw .malformed(status: status, "\(what) has an unexpected status")
             }
             throw try refusal(status: status, error: body.error, description: body.error_description)
         case 500...599:

@@ -79,10 +79,11 @@ public struct OAuthSignIn: SignInProtocol {
     /// A provider without a revocation endpoint is not asked (`revoked: false`).
     public func revoke(_ session: IssuedSession) async throws(LoginServerError) -> RevokeResponse {
         guard await provider.hasRevocation else { return RevokeResponse(revoked: false) }
-        let (token, hint) =
-            session.refreshToken.map { ($0, "refresh_token") } ?? (session.accessToken, "access_token")
         do {
-            try await provider.revoke(token: token, hint: hint, accessToken: session.accessToken)
+            // Issue 31: refresh first when a Bearer revoke's access token has expired (BrokerOAuth/SessionRevoke.swift).
+            _ = try await provider.revokeSession(
+                refreshToken: session.refreshToken, accessToken: session.accessToken,
+                accessTokenExpiresAt: session.accessTokenExpiresAt)
         } catch {
             if error == .noRevocationEndpoint { return RevokeResponse(revoked: false) }
             throw Self.loginServerError(error)

@@ -59,9 +59,10 @@ import Testing
     }
 
     /// A private-use scheme redirect (RFC 8252 §7.1) delivered as the URL
-    /// handler does, through `browser-login finish URL`.
-    @Test func aBrowserSignInOverAPrivateUseSchemeDeliveredByTheCLI() throws {
-        let world = try ProviderWorld()
+    /// handler does, through `browser-login finish URL` (at both real providers).
+    @Test(arguments: TestProvider.Kind.runnable)
+    func aBrowserSignInOverAPrivateUseSchemeDeliveredByTheCLI(_ kind: TestProvider.Kind) throws {
+        let world = try ProviderWorld(kind)
         let (attempt, url) = try world.start("com.example.chatscheme")
         #expect(url.contains("redirect_uri=com.example.chat%3A%2Fcallback"))
         let callback = try world.provider.authorize(url)
@@ -376,9 +377,11 @@ import Testing
 
     /// No token, ID token, code, state, nonce, verifier or callback URL
     /// reaches the broker's log, its SQLite files, an RPC answer, an error or
-    /// a notification, through a sign-in, a refresh, an API call and a sign-out.
-    @Test func noSecretOfAProviderSignInLeaks() throws {
-        let world = try ProviderWorld(accessTokenTTL: 5)
+    /// a notification, through a sign-in, a refresh, an API call and a
+    /// sign-out — at both real providers (Glewlwyd's tokens are JWTs too).
+    @Test(arguments: TestProvider.Kind.runnable)
+    func noSecretOfAProviderSignInLeaks(_ kind: TestProvider.Kind) throws {
+        let world = try ProviderWorld(kind, accessTokenTTL: 5)
         let h = world.h
         let watcher = try h.rpc()
         _ = try watcher.call("events.subscribe", params: [:])
@@ -421,7 +424,7 @@ import Testing
         try waitUntil(30, "the access token to run out at the provider", interval: 0.25) {
             try world.provider.apiMe(accessToken: first.access).status == 401
         }
-        record("http.request", ["client": client, "method": "GET", "path": "/api/me"])
+        record("http.request", ["client": client, "method": "GET", "path": .string(kind.apiPath)])
         record("http.request", ["client": client, "method": "GET", "path": "/api/../x"])
         let second = try world.sessionTokens()
         #expect(second.refresh != first.refresh)

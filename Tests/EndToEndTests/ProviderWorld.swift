@@ -9,18 +9,33 @@ import Testing
 final class ProviderWorld {
     let h: Harness
     let provider: TestProvider
+    /// The loopback client's `ReturnUrl` (with a fixed port at Glewlwyd).
+    let loopbackRedirect: String
 
     /// `extraAfterStart`: more lines of the `com.example.chat` client file,
     /// made once the provider runs and before the broker starts (an endpoint
     /// pointing at a proxy in front of the provider).
     /// `paused`: a fault point (`TestFaults`) where the broker holds still until the test removes its marker.
+    /// `kind`: which real provider (Glewlwyd: the loopback client has a fixed
+    /// port, registered at the provider, and revokes with a Bearer).
     init(
-        accessTokenTTL: Int = 300, extra: String = "",
+        _ kind: TestProvider.Kind = .djangoOAuthToolkit, accessTokenTTL: Int = 300, extra: String = "",
         extraAfterStart: ((Harness, TestProvider) throws -> String)? = nil, paused: String? = nil
     ) throws {
         h = try Harness()
-        provider = try TestProvider.start(in: h.dir + "/provider", accessTokenTTL: accessTokenTTL)
+        provider = try TestProvider.start(kind, in: h.dir + "/provider", accessTokenTTL: accessTokenTTL)
         let issuer = provider.issuer
+        var loopback = "http://127.0.0.1/callback"
+        var perProvider = ""
+        var deviceEndpoint = "DeviceAuthorizationEndpoint=\(issuer)/device-authorization/"
+        if kind == .glewlwyd {
+            // Glewlwyd matches redirect URIs exactly, port included (docs/providers.md).
+            loopback = "http://127.0.0.1:\(try freeLoopbackPort())/callback"
+            try provider.allowRedirects([loopback])
+            perProvider = "RevocationAuth=bearer"
+            deviceEndpoint = ""
+        }
+        self.loopbackRedirect = loopback
         let more = try extraAfterStart?(h, provider) ?? ""
         writeClient(
             "chat.conf",
@@ -31,8 +46,9 @@ final class ProviderWorld {
             Issuer=\(issuer)
             ClientId=chat-desktop
             Scopes=openid email profile
-            ReturnUrl=http://127.0.0.1/callback
+            ReturnUrl=\(loopback)
             ApiOrigin=\(provider.baseURL)
+            \(perProvider)
             \(extra)
             \(more)
             """)
@@ -47,6 +63,7 @@ final class ProviderWorld {
             Scopes=openid email profile
             ReturnUrl=com.example.chat:/callback
             ApiOrigin=\(provider.baseURL)
+            \(perProvider)
             """)
         writeClient(
             "chat-device.conf",
@@ -59,7 +76,8 @@ final class ProviderWorld {
             Scopes=openid email profile
             ReturnUrl=http://127.0.0.1/callback
             ApiOrigin=\(provider.baseURL)
-            DeviceAuthorizationEndpoint=\(issuer)/device-authorization/
+            \(deviceEndpoint)
+            \(perProvider)
             Flow=device
             """)
         if let paused {

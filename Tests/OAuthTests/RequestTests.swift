@@ -168,7 +168,10 @@ import Testing
             ),
             (.raw(400, Array("<html>Bad Request</html>".utf8)), .malformed(status: 400, "")),
             (.json(400, #"{"error":""}"#), .malformed(status: 400, "")),
-            (.json(403, #"{"error":"forbidden"}"#), .malformed(status: 403, "")),
+            // Another 4xx with an OAuth error body is a refusal too (Glewlwyd's `403 invalid_code`).
+            (.json(403, #"{"error":"invalid_code"}"#), .refused(status: 403, error: "invalid_code", description: nil)),
+            (.raw(403, Array("<html>Forbidden</html>".utf8)), .malformed(status: 403, "")),
+            (.json(429, #"{"error":"slow_down"}"#), .malformed(status: 429, "")),
             (.raw(302, [], headers: [HTTPHeader("Location", "https://id.example.com/login")]), .malformed(status: 302, "")),
             (.raw(500, []), .serverFailure(status: 500)),
             (.raw(502, Array("{\"error\":\"invalid_grant\"}".utf8)), .serverFailure(status: 502)),

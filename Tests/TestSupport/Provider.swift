@@ -18,14 +18,66 @@ import Foundation
 /// test's directory, its port is its own, and `stop()` (or the last
 /// reference going away) ends it.
 public final class TestProvider: Sendable {
+    /// Which real provider: django-oauth-toolkit (`scripts/provider`), or
+    /// Glewlwyd 2.7.5 from Debian (`scripts/glewlwyd`, Tests/Provider/README.md
+    /// "Glewlwyd"). The provider suites run against both.
+    public enum Kind: String, Sendable, CaseIterable, CustomStringConvertible {
+        case djangoOAuthToolkit = "django-oauth-toolkit"
+        case glewlwyd = "glewlwyd"
+
+        public var description: String { rawValue }
+
+        /// Installed: the virtual environment (DOT) or Debian's package (Glewlwyd).
+        public var isInstalled: Bool {
+            switch self {
+            case .djangoOAuthToolkit: TestProvider.isInstalled
+            case .glewlwyd: FileManager.default.isExecutableFile(atPath: "/usr/bin/glewlwyd")
+            }
+        }
+
+        /// Tests that need this provider run: it is installed, or `BL_REQUIRE_PROVIDER` is set.
+        public var shouldRun: Bool { isInstalled || TestProvider.isRequired }
+
+        /// The kinds whose tests run (the arguments of a parameterised provider test).
+        public static var runnable: [Kind] { allCases.filter(\.shouldRun) }
+
+        var script: String {
+            switch self {
+            case .djangoOAuthToolkit: repositoryRoot + "/scripts/provider"
+            case .glewlwyd: repositoryRoot + "/scripts/glewlwyd"
+            }
+        }
+
+        /// The issuer's path: `/o` (DOT), `/api/o` (Glewlwyd's OIDC plugin instance `o`).
+        public var issuerPath: String {
+            switch self {
+            case .djangoOAuthToolkit: "/o"
+            case .glewlwyd: "/api/o"
+            }
+        }
+
+        /// The protected resource `http.request` tests call: DOT's `/api/me`,
+        /// Glewlwyd's userinfo (both answer JSON with the user's `email`).
+        public var apiPath: String {
+            switch self {
+            case .djangoOAuthToolkit: "/api/me"
+            case .glewlwyd: "/api/o/userinfo"
+            }
+        }
+    }
+
+    public let kind: Kind
     /// The issuer, exactly as discovery, the ID token and the authorization
-    /// response's `iss` write it: `http://127.0.0.1:PORT/o`.
+    /// response's `iss` write it: `http://127.0.0.1:PORT/o` (Glewlwyd:
+    /// `http://127.0.0.1:PORT/api/o`).
     public let issuer: String
     public let port: Int
     /// `http://127.0.0.1:PORT` (the protected resource is `baseURL + "/api/me"`).
     public let baseURL: String
     /// The provider's database, RSA key and `provider.log`.
     public let directory: String
+    /// The access token lifetime it was started with, in seconds.
+    public let accessTokenTTL: Int
     private let process: SpawnedProcess
 
     /// The provider's virtual environment (`BL_PROVIDER_VENV`, as `scripts/provider` reads it).
@@ -49,14 +101,14 @@ public final class TestProvider: Sendable {
     /// required (and a missing installation then fails them).
     public static var shouldRun: Bool { isInstalled || isRequired }
 
-    private static var script: String { repositoryRoot + "/scripts/provider" }
-
-    private init(process: SpawnedProcess, issuer: String, directory: String) throws {
+    private init(kind: Kind, process: SpawnedProcess, issuer: String, directory: String, accessTokenTTL: Int) throws {
+        self.kind = kind
         self.process = process
         self.issuer = issuer
         self.directory = directory
-        guard issuer.hasPrefix("http://127.0.0.1:"), issuer.hasSuffix("/o"),
-            let port = Int(issuer.dropFirst("http://127.0.0.1:".count).dropLast(2))
+        self.accessTokenTTL = accessTokenTTL
+        guard issuer.hasPrefix("http://127.0.0.1:"), issuer.hasSuffix(kind.issuerPath),
+            let port = Int(issuer.dropFirst("http://127.0.0.1:".count).dropLast(kind.issuerPath.count))
         else { throw HarnessError("the provider's ready line names an unexpected issuer: \(issuer)") }
         self.port = port
         baseURL = "http://127.0.0.1:\(port)"
@@ -67,17 +119,22 @@ public final class TestProvider: Sendable {
     /// waits until it accepts connections (its `ready ISSUER` line). Fails
     /// with the provider's output when it exits or is not ready in 60 s.
     /// `accessTokenTTL`: the access token lifetime in seconds.
-    public static func start(in directory: String, accessTokenTTL: Int = 300, port: Int = 0) throws -> TestProvider {
-        guard isInstalled else {
+    public static func start(_ kind: Kind = .djangoOAuthToolkit, in directory: String, accessTokenTTL: Int = 300, port: Int = 0)
+        throws -> TestProvider
+    {
+        guard kind.isInstalled else {
             throw HarnessError(
-                "the test provider is not installed (run scripts/provider install; virtual environment \(virtualEnvironment))")
+                kind == .glewlwyd
+                    ? "Glewlwyd is not installed (Debian's glewlwyd; scripts/install-deps installs it)"
+                    : "the test provider is not installed (run scripts/provider install; virtual environment \(virtualEnvironment))"
+            )
         }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let log = directory + "/provider.log"
         // A restart appends to the log: only what this start writes counts.
         let offset = (try? FileManager.default.attributesOfItem(atPath: log)[.size] as? Int) ?? 0
         let process = try SpawnedProcess(
-            [script, "serve", "--dir", directory, "--port", "\(port)", "--access-ttl", "\(accessTokenTTL)"],
+            [kind.script, "serve", "--dir", directory, "--port", "\(port)", "--access-ttl", "\(accessTokenTTL)"],
             environment: ProcessInfo.processInfo.environment, log: log, name: "test-provider")
         var issuer: String?
         do {
@@ -98,7 +155,8 @@ public final class TestProvider: Sendable {
             throw HarnessError("\(error)\nthe test provider's output:\n\(process.output)")
         }
         do {
-            return try TestProvider(process: process, issuer: issuer ?? "", directory: directory)
+            return try TestProvider(
+                kind: kind, process: process, issuer: issuer ?? "", directory: directory, accessTokenTTL: accessTokenTTL)
         } catch {
             process.stop()
             throw error
@@ -139,7 +197,7 @@ public final class TestProvider: Sendable {
         var arguments = ["browser", "authorize", url, "--user", user]
         if deny { arguments.append("--deny") }
         if deliver { arguments.append("--deliver") }
-        let result = try runProgram(Self.script, arguments, timeout: 90)
+        let result = try runProgram(kind.script, arguments, timeout: 90)
         guard result.status == 0 else {
             throw HarnessError("the scripted browser failed (\(result.status)): \(result.err)")
         }
@@ -157,7 +215,7 @@ public final class TestProvider: Sendable {
     {
         var arguments = ["browser", "device", verificationURI, userCode, "--user", user]
         if deny { arguments.append("--deny") }
-        let result = try runProgram(Self.script, arguments, timeout: 90)
+        let result = try runProgram(kind.script, arguments, timeout: 90)
         guard result.status == 0 else {
             throw HarnessError("the scripted browser failed on the device pages (\(result.status)): \(result.err)")
         }
@@ -168,7 +226,10 @@ public final class TestProvider: Sendable {
 
     /// The user's live tokens at the provider: access tokens not expired or
     /// revoked, refresh tokens not revoked (the test-only `/test/tokens`).
+    /// Glewlwyd: read from its database (its access tokens are JWTs, live
+    /// until they expire even when their refresh token is revoked).
     public func tokenCounts(user: String = "alice") throws -> (access: Int, refresh: Int) {
+        if kind == .glewlwyd { return try glewlwydTokenCounts(user: user) }
         let answer = try get(baseURL + "/test/tokens?user=" + user)
         guard answer.status == 200, let json = try? JSONValue.parse(answer.body),
             let access = json["access"]?.intValue, let refresh = json["refresh"]?.intValue
@@ -176,10 +237,10 @@ public final class TestProvider: Sendable {
         return (Int(access), Int(refresh))
     }
 
-    /// `GET /api/me` with the access token: the status, the body and the
-    /// `WWW-Authenticate` header.
+    /// `GET /api/me` (Glewlwyd: its userinfo) with the access token: the
+    /// status, the body and the `WWW-Authenticate` header.
     public func apiMe(accessToken: String) throws -> (status: Int, body: String, wwwAuthenticate: String?) {
-        let answer = try get(baseURL + "/api/me", headers: [("Authorization", "Bearer " + accessToken)])
+        let answer = try get(baseURL + kind.apiPath, headers: [("Authorization", "Bearer " + accessToken)])
         return (answer.status, String(decoding: answer.body, as: UTF8.self), answer.header("www-authenticate"))
     }
 
@@ -249,5 +310,34 @@ extension TestProvider {
             return out
         }
         return fields.map { encode($0.0) + "=" + encode($0.1) }.joined(separator: "&")
+    }
+}
+
+// MARK: Glewlwyd
+
+extension TestProvider {
+    /// Registers more redirect URIs for `chat-desktop` (Glewlwyd compares
+    /// redirect URIs exactly, port included: a loopback client there needs a
+    /// fixed port, registered first). DOT matches loopback on any port: nothing to do.
+    public func allowRedirects(_ uris: [String]) throws {
+        guard kind == .glewlwyd else { return }
+        let result = try runProgram(kind.script, ["redirect", baseURL] + uris, timeout: 60)
+        guard result.status == 0 else { throw HarnessError("registering \(uris) failed: \(result.err)") }
+    }
+
+    func glewlwydTokenCounts(user: String) throws -> (access: Int, refresh: Int) {
+        guard user.allSatisfy({ $0.isLetter || $0.isNumber }) else { throw HarnessError("odd user name \(user)") }
+        let sql = """
+            SELECT COUNT(*) FROM gpo_access_token WHERE gpoa_username = '\(user)' AND gpoa_enabled = 1
+              AND gpoa_issued_at + \(accessTokenTTL) > CAST(strftime('%s','now') AS INTEGER);
+            SELECT COUNT(*) FROM gpo_refresh_token WHERE gpor_username = '\(user)' AND gpor_enabled = 1
+              AND gpor_expires_at > CAST(strftime('%s','now') AS INTEGER);
+            """
+        let result = try runProgram("/usr/bin/sqlite3", ["-readonly", directory + "/glewlwyd.db", sql], timeout: 30)
+        let numbers = result.out.split(separator: "\n").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
+        guard result.status == 0, numbers.count == 2 else {
+            throw HarnessError("reading Glewlwyd's tokens failed: \(result.err)")
+        }
+        return (numbers[0], numbers[1])
     }
 }
