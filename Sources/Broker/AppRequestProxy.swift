@@ -98,9 +98,7 @@ struct AppRequestProxy: Sendable {
         else {
             throw InvalidAppRequest(message: "the request URL does not stay on the client's API origin")
         }
-        if client.provider == nil, client.apiOrigin == client.server,
-            request.path == client.basePath || request.path.hasPrefix(client.basePath + "/")
-        {
+        if engine.server(client.id).reservesAppPath(request.path, client: client) {
             throw InvalidAppRequest(
                 message: "paths under the login server's base path (\(client.basePath)) belong to the broker, not the app")
         }

@@ -308,7 +308,7 @@ public enum BrokerDaemon {
                         server = LoginServerClient.signIn(for: client, transport: transport)
                     }
                     return TestFaults.armed ? FaultingLoginServer(base: server) : server
-                },
+                }, callbackReaders: [OAuthCallbacks()],
                 launcher: ProcessBrowserLauncher(environment: environment, logger: logger), transport: transport,
                 logger: logger, socketPath: socketDescription, verifyIntervalMilliseconds: options.verifyIntervalMilliseconds,
                 retentionMilliseconds: options.retentionMilliseconds)

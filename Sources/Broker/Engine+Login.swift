@@ -12,7 +12,7 @@ extension BrokerEngine {
         activationToken: String? = nil
     ) async throws -> AttemptView {
         let client = try client(clientId)
-        if flow == .device && client.provider == nil {
+        if flow == .device && server(client.id).localAttempts == nil {
             throw BrokerError(
                 .deviceFlowUnsupported,
                 "\(client.appName) signs in with a Browser Login server, which has no device sign-in; start without 'flow', or open the sign-in page on another device with 'browser-login start --no-browser'"
@@ -71,8 +71,8 @@ extension BrokerEngine {
         if var live = try store.list(client: client.id, states: [.waiting], limit: 1).first, try !expireIfDue(&live) {
             return try await resume(attemptId: live.id, openBrowser: openBrowser, activationToken: activationToken)
         }
-        if let signIn = oauth(client.id) {
-            return try await startProvider(
+        if let signIn = server(client.id).localAttempts {
+            return try await startLocal(
                 client, signIn: signIn, ephemeral: ephemeral, openBrowser: openBrowser, flow: flow,
                 activationToken: activationToken)
         }
@@ -103,7 +103,7 @@ extension BrokerEngine {
 
         let created: CreateAttemptResponse
         do {
-            created = try await server(client.id).create(
+            created = try await attemptControl(client.id).create(
                 CreateAttemptRequest(
                     clientId: client.id, returnUrl: client.redirectText, codeChallenge: codeVerifier.challenge,
                     recoveryChallenge: recoveryKey.challenge, ephemeral: ephemeral))
@@ -236,7 +236,10 @@ extension BrokerEngine {
     // MARK: - login.finish
 
     public func finish(url: String) async throws -> AttemptView {
-        if ProviderCallback.isProviderCallback(url) { return try await finishProvider(url: url) }
+        // Each registered protocol's reader is asked whether the callback is its kind.
+        for reader in callbackReaders {
+            if let claimed = try reader.claim(callback: url) { return try await finishLocal(claimed) }
+        }
         let callback: Callback
         do { callback = try Callback(parsing: url) } catch {
             throw BrokerError(.callbackInvalid, "the callback URL was refused: \(error.message)")
@@ -252,7 +255,8 @@ extension BrokerEngine {
                 .attemptUnknown, "the callback names no attempt of this broker (it may be old); start a new sign-in")
         }
         candidates = candidates.filter {
-            clients[$0.client]?.provider == nil && ((try? ReturnURL($0.returnURL))?.matches(callback.target) ?? false)
+            clients[$0.client].map { server($0.id).attemptControl != nil } ?? false
+                && ((try? ReturnURL($0.returnURL))?.matches(callback.target) ?? false)
         }
         guard var record = candidates.first else {
             throw BrokerError(
@@ -382,7 +386,7 @@ extension BrokerEngine {
         let result: Result<ExchangeResponse, LoginServerError>
         do {
             result = .success(
-                try await server(record.client).exchange(
+                try await attemptControl(record.client).exchange(
                     attemptId: record.serverAttemptId ?? "", ExchangeRequest(code: code, codeVerifier: secrets.codeVerifier)))
         } catch {
             result = .failure(error)

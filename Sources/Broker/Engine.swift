@@ -26,6 +26,9 @@ public actor BrokerEngine {
     private nonisolated let boundPeers: [String: [String]]
     let vault: any SecretVault
     let servers: [String: any SignInProtocol]
+    /// The callback readers of the registered protocols whose callbacks are
+    /// not Browser Login's (`login.finish` asks each in turn).
+    let callbackReaders: [any CallbackReader]
     let launcher: any BrowserLauncher
     let clock: any BrokerCore.Clock
     let logger: Logger
@@ -59,7 +62,8 @@ public actor BrokerEngine {
 
     public init(
         storePath: String, clients: [ClientConfig], vault: any SecretVault,
-        makeServer: (ClientConfig) -> any SignInProtocol, launcher: any BrowserLauncher, transport: any HTTPTransport,
+        makeServer: (ClientConfig) -> any SignInProtocol, callbackReaders: [any CallbackReader] = [],
+        launcher: any BrowserLauncher, transport: any HTTPTransport,
         clock: any BrokerCore.Clock = SystemClock(), logger: Logger, socketPath: String,
         verifyIntervalMilliseconds: Int64 = 300_000, retentionMilliseconds: Int64 = BrokerEngine.defaultRetentionMilliseconds,
         work: WorkService = WorkService()
@@ -79,6 +83,7 @@ public actor BrokerEngine {
         self.sortedClients = byId.values.sorted { $0.id < $1.id }
         self.boundPeers = byId.compactMapValues { $0.peers.isEmpty ? nil : $0.peers }
         self.servers = servers
+        self.callbackReaders = callbackReaders
         self.vault = vault
         self.launcher = launcher
         self.clock = clock
@@ -276,7 +281,7 @@ public actor BrokerEngine {
                 try attempts.save(&record)
             }
         }
-        await resumeProviderAttempts()
+        await resumeLocalAttempts()
         await tick()
     }
 
@@ -292,7 +297,7 @@ public actor BrokerEngine {
         let now = now()
         var due: Timestamp?
         func consider(_ at: Timestamp?) { if let at, due.map({ at < $0 }) ?? true { due = at } }
-        sweepProviderAttempts()
+        sweepLocalAttempts()
         guard let records = try? store.attemptsNeedingWork() else {
             timer.answered(now)
             return now

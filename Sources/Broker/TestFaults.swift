@@ -94,7 +94,9 @@ struct FaultingLoginServer: SignInProtocol, ServerAttemptControl {
     }
 
     var attemptControl: (any ServerAttemptControl)? { base.attemptControl == nil ? nil : self }
+    var localAttempts: (any LocalAttemptSignIn)? { base.localAttempts }
     var repeatsLostRefresh: Bool { base.repeatsLostRefresh }
+    func reservesAppPath(_ path: String, client: ClientConfig) -> Bool { base.reservesAppPath(path, client: client) }
     var checksSessions: Bool { base.checksSessions }
     var canRevoke: Bool { get async { await base.canRevoke } }
     func rejectsAccessToken(_ response: HTTPResponse) -> Bool { base.rejectsAccessToken(response) }
@@ -102,10 +104,10 @@ struct FaultingLoginServer: SignInProtocol, ServerAttemptControl {
     private var control: any ServerAttemptControl { base.attemptControl! }
 
     func create(_ request: CreateAttemptRequest) async throws(LoginServerError) -> CreateAttemptResponse {
-        try await after("create", await base.create(request))
+        try await after("create", await control.create(request))
     }
     func exchange(attemptId: String, _ request: ExchangeRequest) async throws(LoginServerError) -> ExchangeResponse {
-        try await after("exchange", await base.exchange(attemptId: attemptId, request))
+        try await after("exchange", await control.exchange(attemptId: attemptId, request))
     }
     func status(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> StatusResponse {
         try await after("status", await control.status(attemptId: attemptId, recoveryKey: recoveryKey))

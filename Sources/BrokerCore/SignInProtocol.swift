@@ -97,12 +97,6 @@ public enum LoginServerError: Error, Sendable, Equatable, CustomStringConvertibl
 /// (the exchange's receipt included) before it returns, so the engine, the
 /// attempt machine, the store and the RPC layer never see its wire.
 public protocol SignInProtocol: Sendable {
-    /// Begins an attempt at the server (§5.1): its id there, the authorize
-    /// URL the browser opens, its expiry and the server's issuer. The proofs
-    /// behind the request's challenges are in the vault before this is sent.
-    func create(_ request: CreateAttemptRequest) async throws(LoginServerError) -> CreateAttemptResponse
-    /// Redeems the accepted callback's code for a session (§5.2).
-    func exchange(attemptId: String, _ request: ExchangeRequest) async throws(LoginServerError) -> ExchangeResponse
     /// Rotates the session's tokens (§5.7): the session as it is after the
     /// refresh (new access token, the rotated refresh token, expiries).
     func refresh(_ session: IssuedSession) async throws(LoginServerError) -> IssuedSession
@@ -110,10 +104,14 @@ public protocol SignInProtocol: Sendable {
     func revoke(_ session: IssuedSession) async throws(LoginServerError) -> RevokeResponse
     /// Checks the session with the server (§5.6).
     func session(accessToken: String) async throws(LoginServerError) -> SessionInfoResponse
-    /// The server's routes for one attempt (status, cancel, acknowledge,
-    /// revoke by proof), which reconciliation and follow-ups use; nil for a
-    /// protocol whose server keeps no attempt a client can ask about.
+    /// The server's routes for one attempt (create, exchange, status,
+    /// cancel, acknowledge, revoke by proof), which sign-in, reconciliation
+    /// and follow-ups use; nil for a protocol whose server keeps no attempt a
+    /// client can ask about (it has `localAttempts` instead).
     var attemptControl: (any ServerAttemptControl)? { get }
+    /// The sign-in steps of a protocol whose server keeps no attempt (its
+    /// attempts live in the broker only); nil for one whose server keeps them.
+    var localAttempts: (any LocalAttemptSignIn)? { get }
     /// True when a refresh whose answer was lost may be sent once more at
     /// once (Browser Login's grace window gives the same successor); false
     /// for a standard provider, whose next refresh waits for the next need.
@@ -127,6 +125,9 @@ public protocol SignInProtocol: Sendable {
     /// Whether the app's API answered a `401` because the access token is no
     /// longer good (the request was not processed): refresh, send once more.
     func rejectsAccessToken(_ response: HTTPResponse) -> Bool
+    /// True for an app path that belongs to the sign-in server, not the app
+    /// (`http.request` refuses it).
+    func reservesAppPath(_ path: String, client: ClientConfig) -> Bool
     /// The public error for a failed call, in this protocol's words (a
     /// standard provider is not "the login server").
     func brokerError(_ failure: LoginServerError) -> BrokerError
@@ -145,6 +146,11 @@ extension SignInProtocol {
     public var repeatsLostRefresh: Bool { true }
     public var checksSessions: Bool { true }
     public var canRevoke: Bool { get async { true } }
+    public var localAttempts: (any LocalAttemptSignIn)? { nil }
+    /// Browser Login's routes under the client's `BasePath=` on its API origin.
+    public func reservesAppPath(_ path: String, client: ClientConfig) -> Bool {
+        client.apiOrigin == client.server && (path == client.basePath || path.hasPrefix(client.basePath + "/"))
+    }
     /// Browser Login's API says `TOKEN_EXPIRED` in its error body (docs/protocol.md §6).
     public func rejectsAccessToken(_ response: HTTPResponse) -> Bool {
         response.status == 401 && response.body.count < 65_536
@@ -156,6 +162,12 @@ extension SignInProtocol {
 /// The optional capability of a sign-in protocol whose server keeps each
 /// attempt and answers for it with the attempt's recovery key (§5.3–§5.5, §5.8).
 public protocol ServerAttemptControl: Sendable {
+    /// Begins an attempt at the server (§5.1): its id there, the authorize
+    /// URL the browser opens, its expiry and the server's issuer. The proofs
+    /// behind the request's challenges are in the vault before this is sent.
+    func create(_ request: CreateAttemptRequest) async throws(LoginServerError) -> CreateAttemptResponse
+    /// Redeems the accepted callback's code for a session (§5.2).
+    func exchange(attemptId: String, _ request: ExchangeRequest) async throws(LoginServerError) -> ExchangeResponse
     func status(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> StatusResponse
     func cancel(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> ServerAttemptState
     func acknowledge(attemptId: String, recoveryKey: String) async throws(LoginServerError)
@@ -170,6 +182,12 @@ public struct NoServerAttempts: ServerAttemptControl {
     static let unknown = LoginServerError.refused(
         status: 404, code: .attemptUnknown, message: "the protocol keeps no attempt at the server",
         retryAfterSeconds: nil)
+    public func create(_ request: CreateAttemptRequest) async throws(LoginServerError) -> CreateAttemptResponse {
+        throw Self.unknown
+    }
+    public func exchange(attemptId: String, _ request: ExchangeRequest) async throws(LoginServerError)
+        -> ExchangeResponse
+    { throw Self.unknown }
     public func status(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> StatusResponse {
         throw Self.unknown
     }

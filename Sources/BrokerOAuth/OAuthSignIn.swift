@@ -23,8 +23,8 @@ public enum SignInFailure: Error, Sendable, Equatable {
 
 /// A client of a standard OAuth 2.0 / OpenID Connect provider as the
 /// engine's sign-in protocol (docs/providers.md): sessions are refreshed and
-/// revoked here; attempts are begun by the engine's provider path (there is
-/// no attempt at the provider to create, ask about or acknowledge).
+/// revoked here; its attempts are its `LocalAttemptSignIn` (OAuthFlow.swift:
+/// there is no attempt at the provider to create, ask about or acknowledge).
 public struct OAuthSignIn: SignInProtocol {
     public let provider: OAuthProvider
     let clock: any Clock
@@ -42,17 +42,7 @@ public struct OAuthSignIn: SignInProtocol {
     public var checksSessions: Bool { false }
 
     static let notThisPath = LoginServerError.malformed(
-        status: 0, "a standard provider has no Browser Login attempt routes")
-
-    public func create(_ request: CreateAttemptRequest) async throws(LoginServerError) -> CreateAttemptResponse {
-        throw Self.notThisPath
-    }
-
-    public func exchange(attemptId: String, _ request: ExchangeRequest) async throws(LoginServerError)
-        -> ExchangeResponse
-    {
-        throw Self.notThisPath
-    }
+        status: 0, "a standard provider has no Browser Login session route")
 
     public func session(accessToken: String) async throws(LoginServerError) -> SessionInfoResponse {
         throw Self.notThisPath

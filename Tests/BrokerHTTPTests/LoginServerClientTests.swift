@@ -295,7 +295,7 @@ actor RecordingTransport: HTTPTransport {
         #expect(try await control.status(attemptId: "att", recoveryKey: LoginServerClientTests.challenge).state == .expired)
         // The receipt is checked by the protocol: a receipt of another attempt never reaches the engine.
         let error = await #expect(throws: LoginServerError.self) {
-            try await signIn.exchange(
+            try await control.exchange(
                 attemptId: "att", ExchangeRequest(code: "c", codeVerifier: LoginServerClientTests.challenge))
         }
         #expect(error?.isDefinite == false)

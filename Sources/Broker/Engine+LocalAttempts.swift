@@ -1,49 +1,25 @@
 import BrokerCore
 import BrokerLoopback
-import BrokerOAuth
 import BrokerStore
 import BrowserLoginProtocol
 
-/// Sign-in with a standard OAuth 2.0 / OpenID Connect provider
-/// (docs/providers.md): authorization code + PKCE through the system browser
-/// with `state` and `nonce`, over a loopback redirect or a private-use
-/// scheme, and the device authorization grant. The attempt lives in the same
-/// ledger, vault and states as a Browser Login attempt; what differs is that
-/// the provider keeps no attempt the broker can ask about, so an exchange
+/// Sign-in with a protocol whose server keeps no attempt (a standard OAuth
+/// 2.0 / OpenID Connect provider, docs/providers.md): through the system
+/// browser over a loopback redirect or a private-use scheme, or as a device
+/// sign-in. The protocol's steps are its `LocalAttemptSignIn`; the attempt
+/// lives in the same ledger, vault and states as any other; what differs is
+/// that the server keeps no attempt the broker can ask about, so an exchange
 /// without a definite answer ends the attempt `failed` and is never re-sent.
 extension BrokerEngine {
-    /// How long a browser sign-in at a provider may take (the provider's own
-    /// authorization codes live minutes; its login page may take longer).
-    static let providerAttemptMilliseconds: Int64 = 15 * 60_000
-
-    func oauth(_ clientId: String) -> OAuthSignIn? {
-        var base: any SignInProtocol = server(clientId)
-        if let faulting = base as? FaultingLoginServer { base = faulting.base }
-        return base as? OAuthSignIn
-    }
-
-    /// The SQLite key of a provider attempt: a digest of its `state`, so that
-    /// a callback finds its attempt by one indexed lookup of a value that says
-    /// nothing about the state itself; the state is then compared in constant
-    /// time with the one in the vault.
-    static func stateKey(_ state: String) -> String { "st_" + Crypto.digest(state) }
-
     // MARK: - login.start
 
-    func startProvider(
-        _ client: ClientConfig, signIn: OAuthSignIn, ephemeral: Bool, openBrowser: Bool, flow: SignInFlow?,
+    func startLocal(
+        _ client: ClientConfig, signIn: any LocalAttemptSignIn, ephemeral: Bool, openBrowser: Bool, flow: SignInFlow?,
         activationToken: String? = nil
     ) async throws -> AttemptView {
-        let settings = signIn.settings
-        if (flow ?? settings.flow) == .device {
+        if (flow ?? signIn.defaultFlow) == .device {
             return try await startDevice(client, signIn: signIn)
         }
-        let metadata: ProviderMetadata
-        do { metadata = try await signIn.provider.metadata() } catch { throw error.brokerError() }
-
-        let verifier = try ProofSecret.generate()
-        let state = try Crypto.randomToken(bytes: 32)
-        let nonce = settings.kind == .oidc ? try Crypto.randomToken(bytes: 32) : nil
         let id = "at_" + (try Crypto.randomToken(bytes: 12))
 
         var listener: LoopbackListener?
@@ -57,23 +33,22 @@ extension BrokerEngine {
         } else {
             throw BrokerError(.clientUnknown, "the client has no ReturnUrl=; fix its client file")
         }
-        let authorizeUrl: String
-        do {
-            authorizeUrl = try await signIn.provider.authorizeURL(
-                redirectURI: redirectURI, state: state, nonce: nonce, codeChallenge: verifier.challenge)
-        } catch {
+        let authorization: LocalAuthorization
+        do { authorization = try await signIn.authorize(redirectURI: redirectURI) } catch {
             listener?.close()
-            throw error.brokerError()
+            throw error
         }
+        let authorizeUrl = authorization.authorizeUrl
+        let proofs = authorization.proofs
 
         // The row, then the proofs, then the attempt is waiting — all before the browser opens.
         var record = AttemptRecord(
-            id: id, client: client.id, state: .starting, returnURL: redirectURI, issuer: settings.issuer,
+            id: id, client: client.id, state: .starting, returnURL: redirectURI, issuer: signIn.issuer,
             ephemeral: ephemeral, createdAt: now())
         try attempts.insert(record)
         let secrets = AttemptSecrets(
-            codeVerifier: verifier.value, recoveryKey: "", authorizeUrl: authorizeUrl, state: state, nonce: nonce,
-            redirectURI: redirectURI)
+            codeVerifier: proofs.codeVerifier, recoveryKey: "", authorizeUrl: authorizeUrl, state: proofs.state,
+            nonce: proofs.nonce, redirectURI: redirectURI)
         do {
             try await vault.storeJSON(
                 secrets, label: VaultKeys.attemptLabel(appName: client.appName),
@@ -84,8 +59,8 @@ extension BrokerEngine {
             throw error.brokerError
         }
         try attempts.commit(&record, .created) {
-            $0.serverAttemptId = Self.stateKey(state)
-            $0.expiresAt = self.now().adding(milliseconds: Self.providerAttemptMilliseconds)
+            $0.serverAttemptId = authorization.lookupKey
+            $0.expiresAt = self.now().adding(milliseconds: signIn.attemptMilliseconds)
         }
         if let listener { loopbacks[id] = listener }
         logger.info("attempt created", ["attempt.id": id, "client": client.id])
@@ -95,9 +70,9 @@ extension BrokerEngine {
             do {
                 try await launch(
                     authorizeUrl, client: client, ephemeral: ephemeral, attemptId: id,
-                    activationToken: activationToken, wait: flow == nil && metadata.deviceAuthorizationEndpoint != nil)
+                    activationToken: activationToken, wait: flow == nil && authorization.deviceFallback)
             } catch let failure as BrokerError
-                where failure.code == .browserFailed && flow == nil && metadata.deviceAuthorizationEndpoint != nil
+                where failure.code == .browserFailed && flow == nil && authorization.deviceFallback
             {
                 // No browser here: the device grant is the way through (docs/providers.md).
                 logger.notice("no browser could be opened; signing in with a device code", ["client": client.id])
@@ -163,7 +138,7 @@ extension BrokerEngine {
     }
 
     /// Closes the listeners and stops the polls of attempts that ended.
-    func sweepProviderAttempts() {
+    func sweepLocalAttempts() {
         for id in Array(loopbacks.keys) {
             let state = try? store.attempt(id: id)?.state
             if state != .waiting && state != .exchanging { closeListener(id) }
@@ -173,10 +148,10 @@ extension BrokerEngine {
     /// After a restart (docs/providers.md): a waiting loopback attempt
     /// listens on its port again (ended `failed` when the port is taken),
     /// and a waiting device sign-in polls again.
-    func resumeProviderAttempts() async {
+    func resumeLocalAttempts() async {
         guard let waiting = try? store.list(states: [.waiting]) else { return }
         for var record in waiting {
-            guard let client = clients[record.client], client.provider != nil, loopbacks[record.id] == nil,
+            guard let client = clients[record.client], server(client.id).localAttempts != nil, loopbacks[record.id] == nil,
                 !devicePolls.contains(record.id)
             else { continue }
             if let loopback = client.loopback, let parts = URLParts(splitting: record.returnURL),
@@ -200,13 +175,10 @@ extension BrokerEngine {
 
     // MARK: - The callback
 
-    func finishProvider(url: String) async throws -> AttemptView {
-        let callback: ProviderCallback
-        do { callback = try ProviderCallback(parsing: url) } catch {
-            throw BrokerError(.callbackInvalid, "the callback URL was refused: \(error.message)")
-        }
-        let candidates = try store.attempts(serverAttemptId: Self.stateKey(callback.state)).filter {
-            clients[$0.client]?.provider != nil
+    /// A callback a protocol without server attempts claimed.
+    func finishLocal(_ callback: ClaimedCallback) async throws -> AttemptView {
+        let candidates = try store.attempts(serverAttemptId: callback.lookupKey).filter {
+            clients[$0.client].map { server($0.id).localAttempts != nil } ?? false
         }
         guard var record = candidates.first else {
             let knownTarget = clients.values.contains { client in
@@ -215,7 +187,7 @@ extension BrokerEngine {
                         && callback.target.host.map { $0 == loopback.host.rawValue || $0 == loopback.host.urlHost }
                             ?? false
                 }
-                return client.provider != nil && (client.returnURL?.matches(callback.target) ?? false)
+                return server(client.id).localAttempts != nil && (client.returnURL?.matches(callback.target) ?? false)
             }
             if !knownTarget {
                 throw BrokerError(
@@ -242,7 +214,7 @@ extension BrokerEngine {
             return result
         }
         let client = try client(record.client)
-        guard let signIn = oauth(client.id) else { throw BrokerError.clientUnknown(client.id) }
+        guard let signIn = server(client.id).localAttempts else { throw BrokerError.clientUnknown(client.id) }
         // The lookup by digest found the attempt; while it can still take a
         // callback, its state is also compared with the vault's in constant time.
         // (An ended attempt's proofs may be gone: it answers as it is, below.)
@@ -256,41 +228,21 @@ extension BrokerEngine {
                     attemptId: record.id)
             }
         }
-        // Fail closed: without the metadata, whether `iss` is promised is unknown.
-        let metadata: ProviderMetadata
-        do { metadata = try await signIn.provider.metadata() } catch {
-            throw error.brokerError(attemptId: record.id)
-        }
-        // RFC 9207: the issuer that answered must be the client's.
-        switch metadata.checkCallbackIssuer(callback.issuer, issuerIsTemplate: signIn.settings.issuerIsTemplate) {
-        case .accepted: break
-        case .mismatch(let issuer, let expected):
-            throw BrokerError(
-                .issuerMismatch,
-                "the callback's issuer is not this client's provider (\(ProviderError.issuerText(issuer)) instead of \(ProviderError.issuerText(expected))); nothing was changed",
-                attemptId: record.id)
-        case .missing:
-            // Issue 31 (OAUTH.md §2): an error callback without `iss` can only end the attempt; accepted.
-            if case .error = callback.outcome { break }
-            throw BrokerError(
-                .callbackInvalid,
-                "the callback lacks the 'iss' parameter its provider promises (RFC 9207); nothing was changed",
-                attemptId: record.id)
-        }
+        do { try await signIn.check(callback) } catch { throw error.with(attemptId: record.id) }
         record = try attempt(record.id)
         switch callback.outcome {
-        case .error(let error, let description):
+        case .denied:
             try expireIfDue(&record)
             guard record.state == .waiting else { throw notWaiting(record) }
-            if error == "access_denied" {
-                try attempts.commit(
-                    &record, .deniedConfirmed,
-                    error: AttemptError(code: BrokerErrorCode.accessDenied.rawValue, message: "the user declined the sign-in"))
-                await retire(record)
-                throw BrokerError(.accessDenied, "the user declined the sign-in in the browser", attemptId: record.id)
-            }
-            let failure = ProviderError.refused(status: 302, error: error, description: description)
-                .brokerError(attemptId: record.id)
+            try attempts.commit(
+                &record, .deniedConfirmed,
+                error: AttemptError(code: BrokerErrorCode.accessDenied.rawValue, message: "the user declined the sign-in"))
+            await retire(record)
+            throw BrokerError(.accessDenied, "the user declined the sign-in in the browser", attemptId: record.id)
+        case .failed(let refusal):
+            try expireIfDue(&record)
+            guard record.state == .waiting else { throw notWaiting(record) }
+            let failure = refusal.with(attemptId: record.id)
             try await fail(&record, failure)
             throw failure
         case .code(let code):
@@ -319,7 +271,7 @@ extension BrokerEngine {
             try expireIfDue(&record)
             // Its proofs were read above while it was open (a waiting attempt cannot have ended meanwhile).
             guard record.state == .waiting, let secrets else { throw notWaiting(record) }
-            return try await exchangeProvider(&record, code: code, digest: digest, secrets: secrets, signIn: signIn)
+            return try await exchangeLocal(&record, code: code, digest: digest, secrets: secrets, signIn: signIn)
         }
     }
 
@@ -327,74 +279,67 @@ extension BrokerEngine {
     /// definite answer ends the attempt `failed` (the code is spent either
     /// way); only a request that provably never left lets the callback be
     /// delivered again.
-    private func exchangeProvider(
-        _ record: inout AttemptRecord, code: String, digest: String, secrets: AttemptSecrets, signIn: OAuthSignIn
+    private func exchangeLocal(
+        _ record: inout AttemptRecord, code: String, digest: String, secrets: AttemptSecrets,
+        signIn: any LocalAttemptSignIn
     ) async throws -> AttemptView {
         try beginExchange(&record, digest: digest)
         let attemptId = record.id
         defer { attempts.exchangeSettled(attemptId) }
-        let tokens: TokenResponse
+        let grant: LocalGrant
         do {
-            tokens = try await signIn.provider.exchange(
-                code: code, redirectURI: secrets.redirectURI ?? record.returnURL, codeVerifier: secrets.codeVerifier)
+            grant = try await signIn.redeem(
+                code: code,
+                proofs: LocalProofs(
+                    codeVerifier: secrets.codeVerifier, state: secrets.state ?? "", nonce: secrets.nonce,
+                    redirectURI: secrets.redirectURI ?? record.returnURL))
         } catch {
             record = try attempt(attemptId)
-            throw try await providerExchangeFailed(&record, error)
+            throw try await localExchangeFailed(&record, error)
         }
         TestFaults.hit("after-provider-exchange")
         let issued: IssuedSession
-        do {
-            let openid = signIn.settings.kind == .oidc && signIn.settings.scopes.contains("openid")
-            issued = try await signIn.issue(tokens, nonce: secrets.nonce, idTokenRequired: openid)
-        } catch {
+        do { issued = try await grant.complete() } catch {
             record = try attempt(attemptId)
-            throw try await signInRefused(&record, error, tokens: tokens, signIn: signIn)
+            throw try await signInRefused(&record, error)
         }
         record = try attempt(attemptId)
         closeListener(attemptId)
         return try await exchanged(&record, issued, issuedAt: now(), secrets: secrets)
     }
 
-    /// An exchange (or a device poll's tokens) that signs no one in: the
-    /// tokens are revoked at once where the provider can (nothing is owed:
-    /// they were never kept), and the attempt ends `failed`.
-    func signInRefused(_ record: inout AttemptRecord, _ failure: SignInFailure, tokens: TokenResponse, signIn: OAuthSignIn)
-        async throws -> BrokerError
-    {
-        let unkept = IssuedSession(
-            sessionId: "", accessToken: tokens.accessToken, accessTokenExpiresAt: nil, refreshToken: tokens.refreshToken,
-            expiresAt: nil, authenticatedAt: now(), authMethod: "", account: Account(userId: "", email: "", displayName: ""))
-        _ = try? await signIn.revoke(unkept)
-        let error = failure.brokerError(attemptId: record.id)
+    /// Granted tokens (of an exchange or a device poll) that sign no one in:
+    /// the protocol revoked them; the attempt ends `failed`.
+    func signInRefused(_ record: inout AttemptRecord, _ failure: BrokerError) async throws -> BrokerError {
+        let error = failure.with(attemptId: record.id)
         logger.warning(
             "sign-in refused: \(error.code.rawValue)", ["attempt.id": record.id, "client": record.client])
         try await fail(&record, error)
         return error
     }
 
-    private func providerExchangeFailed(_ record: inout AttemptRecord, _ failure: ProviderError) async throws
+    private func localExchangeFailed(_ record: inout AttemptRecord, _ failure: LocalRedeemFailure) async throws
         -> BrokerError
     {
-        guard record.state == .exchanging else {
+        let error: BrokerError
+        switch failure {
+        case .notSent(let refusal), .refused(let refusal): error = refusal.with(attemptId: record.id)
+        case .uncertain(let detail, let refusal):
             // Cancelled meanwhile: whatever happened, nothing is kept.
-            return failure.brokerError(attemptId: record.id)
+            guard record.state == .exchanging else { return refusal.with(attemptId: record.id) }
+            error = BrokerError(
+                .exchangeUncertain,
+                "the provider gave no definite answer to the exchange (\(detail)); a code is never sent twice, so sign in again",
+                attemptId: record.id)
         }
-        if failure.certainlyNotSent {
+        guard record.state == .exchanging else { return error }
+        if case .notSent = failure {
             try attempts.commit(
                 &record, .exchangeNotSent,
                 error: AttemptError(
                     code: BrokerErrorCode.providerUnreachable.rawValue,
                     message: "the provider could not be reached; the callback can be delivered again"))
-            return failure.brokerError(attemptId: record.id)
-        }
-        let error: BrokerError
-        if failure.isDefinite {
-            error = failure.brokerError(attemptId: record.id)
-        } else {
-            error = BrokerError(
-                .exchangeUncertain,
-                "the provider gave no definite answer to the exchange (\(failure)); a code is never sent twice, so sign in again",
-                attemptId: record.id)
+            return error
         }
         try await fail(&record, error)
         return error
@@ -419,34 +364,27 @@ extension BrokerEngine {
 
     // MARK: - The device authorization grant
 
-    func startDevice(_ client: ClientConfig, signIn: OAuthSignIn) async throws -> AttemptView {
-        // Refused before any attempt exists when the provider has no device endpoint.
-        do throws(ProviderError) {
-            let metadata = try await signIn.provider.metadata()
-            // (The metadata already carries the client file's *Endpoint keys.)
-            if metadata.deviceAuthorizationEndpoint == nil { throw ProviderError.noDeviceEndpoint }
-        } catch { throw error.brokerError() }
+    func startDevice(_ client: ClientConfig, signIn: any LocalAttemptSignIn) async throws -> AttemptView {
+        // Refused before any attempt exists when the server offers no device sign-in.
+        try await signIn.deviceAvailable()
         let id = "at_" + (try Crypto.randomToken(bytes: 12))
         var record = AttemptRecord(
-            id: id, client: client.id, state: .starting, returnURL: "", issuer: signIn.settings.issuer,
+            id: id, client: client.id, state: .starting, returnURL: "", issuer: signIn.issuer,
             ephemeral: false, createdAt: now())
         try attempts.insert(record)
-        let authorization: DeviceAuthorization
+        let grant: DeviceGrant
         do {
-            authorization = try await signIn.provider.deviceAuthorization()
+            grant = try await signIn.authorizeDevice()
         } catch {
-            let brokerError = error.brokerError(attemptId: id)
+            let brokerError = error.with(attemptId: id)
             try attempts.commit(
                 &record, .createFailed,
                 error: AttemptError(
                     code: brokerError.code.rawValue, message: brokerError.message, serverCode: brokerError.providerError))
             throw brokerError
         }
-        let device = AttemptView.DeviceView(
-            userCode: authorization.userCode, verificationUri: authorization.verificationURI,
-            verificationUriComplete: authorization.verificationURIComplete, interval: max(1, authorization.interval))
-        let secrets = AttemptSecrets(
-            codeVerifier: "", recoveryKey: "", deviceCode: authorization.deviceCode, device: device)
+        let device = grant.view
+        let secrets = AttemptSecrets(codeVerifier: "", recoveryKey: "", deviceCode: grant.deviceCode, device: device)
         do {
             try await vault.storeJSON(
                 secrets, label: VaultKeys.attemptLabel(appName: client.appName),
@@ -458,10 +396,8 @@ extension BrokerEngine {
             throw error.brokerError.with(attemptId: id)
         }
         try attempts.commit(&record, .created) {
-            // A key like a browser attempt's, so that its follow-ups (the
-            // removal of its device code once it ends) run the same way.
-            $0.serverAttemptId = "dv_" + Crypto.digest(authorization.deviceCode)
-            $0.expiresAt = self.now().adding(milliseconds: Int64(max(authorization.expiresIn, 1)) * 1000)
+            $0.serverAttemptId = grant.lookupKey
+            $0.expiresAt = self.now().adding(milliseconds: Int64(grant.expiresInSeconds) * 1000)
         }
         logger.info("device sign-in created", ["attempt.id": id, "client": client.id])
         startDevicePolling(id, interval: device.interval)
@@ -486,29 +422,30 @@ extension BrokerEngine {
         while !Task.isCancelled {
             try? await Task.sleep(for: .seconds(interval))
             guard var record = try? attempt(attemptId), record.state == .waiting,
-                let signIn = oauth(record.client)
+                let signIn = server(record.client).localAttempts
             else { return }
             if (try? expireIfDue(&record)) == true { return }
             guard let secrets = try? await attemptSecrets(record), let deviceCode = secrets.deviceCode else {
                 continue  // The keyring cannot be read now: try again at the next interval.
             }
-            let poll: DevicePoll
-            do {
-                poll = try await signIn.provider.pollDevice(deviceCode: deviceCode)
-                failures = 0
-            } catch {
-                if error.isDefinite {
-                    guard var record = try? attempt(attemptId), record.state == .waiting else { return }
-                    try? await fail(&record, error.brokerError(attemptId: attemptId))
-                    return
-                }
-                // The provider is unreachable or failing: poll again, more slowly.
+            let poll = await signIn.poll(deviceCode: deviceCode)
+            switch poll {
+            case .refused(let refusal):
+                guard var record = try? attempt(attemptId), record.state == .waiting else { return }
+                try? await fail(&record, refusal.with(attemptId: attemptId))
+                return
+            case .unreachable:
+                // The server is unreachable or failing: poll again, more slowly.
                 failures += 1
                 if failures >= 3 { interval = min(interval * 2, 60) }
                 continue
+            default:
+                failures = 0
             }
             guard var record = try? attempt(attemptId), record.state == .waiting else { return }
             switch poll {
+            case .refused, .unreachable:
+                continue
             case .pending:
                 continue
             case .slowDown:
@@ -523,16 +460,16 @@ extension BrokerEngine {
                 try? expireLocally(&record)
                 await retire(record)
                 return
-            case .tokens(let tokens):
+            case .granted(let grant):
                 do {
                     try beginExchange(&record, digest: nil)
                     defer { attempts.exchangeSettled(attemptId) }
                     let issued: IssuedSession
                     do {
-                        issued = try await signIn.issue(tokens, nonce: nil, idTokenRequired: false)
+                        issued = try await grant.complete()
                     } catch {
                         record = try attempt(attemptId)
-                        _ = try await signInRefused(&record, error, tokens: tokens, signIn: signIn)
+                        _ = try await signInRefused(&record, error)
                         return
                     }
                     record = try attempt(attemptId)

@@ -1,0 +1,204 @@
+import BrokerCore
+import BrokerTestDoubles
+import BrowserLoginAPI
+import BrowserLoginProtocol
+import Foundation
+import Testing
+
+@testable import Broker
+
+/// The protocols the conformance suite runs against: Browser Login (scripted
+/// by `FakeServer`) and the test-only ticket protocol (TicketProtocol.swift).
+/// A standard OAuth/OIDC provider runs the same story end to end against a
+/// real provider (ProviderTests); it has no scripted double here yet.
+enum ConformanceSubject: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case browserLogin
+    case ticket
+    var testDescription: String { rawValue }
+}
+
+/// One protocol behind the engine, and the few things the suite asks of it
+/// in protocol-neutral words: grant or lose the next exchange, build the
+/// callback of the last attempt, count exchanges and revoked tokens.
+final class ConformanceHarness: Sendable {
+    let subject: ConformanceSubject
+    let fake = FakeServer()
+    let ticket = TicketServer()
+    let vault = InMemoryVault()
+    let scratch: ScratchDirectory
+    let client: ClientConfig
+    static let clientId = "com.example.notes"
+
+    init(_ subject: ConformanceSubject) throws {
+        self.subject = subject
+        scratch = try ScratchDirectory("blconformance")
+        client = ClientConfig(
+            id: Self.clientId, appName: "Example Notes", server: try Origin("https://login.example.com"),
+            returnURL: try ReturnURL("com.example.notes:/callback"))
+    }
+
+    var server: any SignInProtocol {
+        switch subject {
+        case .browserLogin: fake
+        case .ticket: ticket
+        }
+    }
+
+    /// An engine on this harness's store and vault (a second one is the same
+    /// broker after a restart); its work runs as long as the answer lives.
+    func engine() throws -> (BrokerEngine, RunningWork) {
+        let server = self.server
+        let engine = try BrokerEngine(
+            storePath: scratch.url.appendingPathComponent("state.sqlite").path, clients: [client], vault: vault,
+            makeServer: { _ in server }, callbackReaders: [TicketCallbacks()], launcher: NoBrowser(),
+            transport: NoTransport(), logger: Logger(label: "test", sink: { _ in }), socketPath: "/nonexistent")
+        return (engine, RunningWork(engine.work))
+    }
+
+    func start(_ engine: BrokerEngine) async throws -> AttemptView {
+        try await engine.start(client: Self.clientId, ephemeral: false, openBrowser: false, switchAccount: false)
+    }
+
+    /// The browser's return for the last attempt begun.
+    func callback(_ code: String) throws -> String {
+        switch subject {
+        case .browserLogin:
+            let id = try #require(fake.state.withLock { $0.created.last })
+            return Callback.url(
+                returnURL: "com.example.notes:/callback", outcome: .code(code), attempt: id, issuer: fake.issuer)
+        case .ticket:
+            let id = try #require(ticket.state.withLock { $0.tickets.last })
+            return "com.example.notes:/callback?ticket=\(id)&code=\(code)"
+        }
+    }
+
+    func grantNextExchange() throws {
+        switch subject {
+        case .browserLogin:
+            let id = try #require(fake.state.withLock { $0.created.last })
+            fake.state.withLock { $0.exchange = [.success(fake.issued(for: id))] }
+        case .ticket: ticket.state.withLock { $0.redeem = [.granted] }
+        }
+    }
+
+    func loseNextExchange() {
+        switch subject {
+        case .browserLogin: fake.state.withLock { $0.exchange = [.failure(.noAnswer("lost"))] }
+        case .ticket: ticket.state.withLock { $0.redeem = [.lost] }
+        }
+    }
+
+    func scriptRefresh() {
+        guard subject == .browserLogin else { return }  // The ticket server rotates by itself.
+        let now = Timestamp.now()
+        fake.state.withLock {
+            $0.refresh = [
+                .success(
+                    RefreshResponse(
+                        accessToken: "access-2", accessTokenExpiresAt: now.adding(milliseconds: 600_000),
+                        refreshToken: "refresh-2", expiresAt: now.adding(milliseconds: 3_600_000)))
+            ]
+        }
+    }
+
+    var exchanges: Int { subject == .browserLogin ? fake.count("exchange") : ticket.count("redeem") }
+    var revokedTokens: [String] {
+        subject == .browserLogin
+            ? fake.state.withLock { $0.revokedTokens } : ticket.state.withLock { $0.revokedTokens }
+    }
+    func storedSession() async throws -> String? {
+        try await vault.lookup(attributes: ["kind": "session", "client": Self.clientId]).map {
+            String(decoding: $0, as: UTF8.self)
+        }
+    }
+}
+
+/// The conformance suite (issue 29 item 2): the same story through the
+/// engine for every protocol behind `SignInProtocol` — begin, callback,
+/// exchange, refresh, revoke; a lost exchange answer; a repeated callback; a
+/// restart while waiting and while signed in. A new protocol adds a case.
+@Suite struct ConformanceTests {
+    @Test(arguments: ConformanceSubject.allCases)
+    func beginCallbackExchangeRefreshRevoke(_ subject: ConformanceSubject) async throws {
+        let h = try ConformanceHarness(subject)
+        let (engine, running) = try h.engine()
+        defer { withExtendedLifetime(running) {} }
+        let view = try await h.start(engine)
+        #expect(view.state == .waiting)
+        try h.grantNextExchange()
+        let done = try await engine.finish(url: try h.callback("c1"))
+        #expect(done.state == .completed)
+        #expect(done.session?.status == .signedIn)
+        let current = try await engine.currentSession(ConformanceHarness.clientId)
+        h.scriptRefresh()
+        let next = try await engine.refreshSession(ConformanceHarness.clientId, current: current)
+        #expect(next.session.accessToken != current.session.accessToken)
+        #expect(try await h.storedSession()?.contains(next.session.accessToken) == true)
+        #expect(try await engine.signOut(client: ConformanceHarness.clientId).status == .signedOut)
+        #expect(h.revokedTokens == [next.session.accessToken])
+        #expect(try await h.storedSession() == nil)
+    }
+
+    @Test(arguments: ConformanceSubject.allCases)
+    func aLostExchangeAnswerIsNeverSentAgain(_ subject: ConformanceSubject) async throws {
+        let h = try ConformanceHarness(subject)
+        let (engine, running) = try h.engine()
+        defer { withExtendedLifetime(running) {} }
+        let view = try await h.start(engine)
+        h.loseNextExchange()
+        await #expect(throws: BrokerError.self) { try await engine.finish(url: try h.callback("c1")) }
+        let state = try await engine.status(attemptId: view.attemptId, reconcile: false).state
+        #expect(state == .uncertain || state == .failed)
+        await #expect(throws: BrokerError.self) { try await engine.finish(url: try h.callback("c1")) }
+        #expect(h.exchanges == 1)
+        #expect(try await engine.session(client: ConformanceHarness.clientId).status != .signedIn)
+        #expect(try await h.storedSession() == nil)
+    }
+
+    @Test(arguments: ConformanceSubject.allCases)
+    func aRepeatedCallbackIsExchangedOnce(_ subject: ConformanceSubject) async throws {
+        let h = try ConformanceHarness(subject)
+        let (engine, running) = try h.engine()
+        defer { withExtendedLifetime(running) {} }
+        _ = try await h.start(engine)
+        try h.grantNextExchange()
+        let url = try h.callback("c1")
+        #expect(try await engine.finish(url: url).state == .completed)
+        // The second delivery answers as the attempt is, or refuses; it sends nothing.
+        if let again = try? await engine.finish(url: url) { #expect(again.state == .completed) }
+        #expect(h.exchanges == 1)
+        #expect(try await engine.session(client: ConformanceHarness.clientId).status == .signedIn)
+    }
+
+    @Test(arguments: ConformanceSubject.allCases)
+    func aRestartWhileWaitingStillTakesTheCallback(_ subject: ConformanceSubject) async throws {
+        let h = try ConformanceHarness(subject)
+        let (first, firstWork) = try h.engine()
+        defer { withExtendedLifetime(firstWork) {} }
+        let view = try await h.start(first)
+        let (engine, running) = try h.engine()
+        defer { withExtendedLifetime(running) {} }
+        try await engine.recover()
+        #expect(try await engine.status(attemptId: view.attemptId, reconcile: false).state == .waiting)
+        try h.grantNextExchange()
+        #expect(try await engine.finish(url: try h.callback("c1")).state == .completed)
+        #expect(h.exchanges == 1)
+    }
+
+    @Test(arguments: ConformanceSubject.allCases)
+    func aRestartWhileSignedInKeepsTheSessionAndSignsOutOnce(_ subject: ConformanceSubject) async throws {
+        let h = try ConformanceHarness(subject)
+        let (first, firstWork) = try h.engine()
+        defer { withExtendedLifetime(firstWork) {} }
+        _ = try await h.start(first)
+        try h.grantNextExchange()
+        _ = try await first.finish(url: try h.callback("c1"))
+        let (engine, running) = try h.engine()
+        defer { withExtendedLifetime(running) {} }
+        try await engine.recover()
+        #expect(try await engine.session(client: ConformanceHarness.clientId).status == .signedIn)
+        #expect(try await engine.signOut(client: ConformanceHarness.clientId).status == .signedOut)
+        #expect(h.revokedTokens.count == 1)
+        #expect(try await h.storedSession() == nil)
+    }
+}
