@@ -164,7 +164,8 @@ public struct OAuthSignIn: SignInProtocol {
             accessTokenExpiresAt: tokens.expiresIn.map { now.adding(milliseconds: Int64($0) * 1000) },
             refreshToken: tokens.refreshToken,
             expiresAt: tokens.refreshExpiresIn.map { now.adding(milliseconds: Int64($0) * 1000) },
-            authenticatedAt: claims?.authTime.map { Timestamp(millisecondsSince1970: $0 * 1000) } ?? now,
+            // An `auth_time` of 0 (Glewlwyd's) says nothing: the sign-in happened now.
+            authenticatedAt: claims?.authTime.flatMap { $0 > 0 ? Timestamp(millisecondsSince1970: $0 * 1000) : nil } ?? now,
             authMethod: settings.kind.rawValue, account: account)
     }
 

@@ -30,6 +30,8 @@ import Testing
         let session = try world.session()
         #expect(session["status"] == "signedIn", "\(session)")
         #expect(session["account"]?["email"] == "alice@example.com", "\(session)")
+        // Glewlwyd's ID token says `auth_time: 0`: no time at all, not 1970.
+        #expect(session["authenticatedAt"]?.stringValue?.hasPrefix("1970") == false, "\(session)")
 
         let first = try world.keyringTokens()
         try waitUntil(30, "the access token to run out at the provider", interval: 0.25) {
