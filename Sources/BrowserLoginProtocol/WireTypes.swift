@@ -30,10 +30,14 @@ public struct CreateAttemptRequest: Codable, Sendable, Equatable {
     public var codeChallengeMethod: CodeChallengeMethod
     public var recoveryChallenge: String
     public var ephemeral: Bool
+    /// §5.1: `"login"` asks the hosted page for a fresh sign-in (no "Continue as …"); nil when absent.
+    public var prompt: String?
+    /// §5.1: an email address (at most 254 bytes) that pre-fills the page's address field; nil when absent.
+    public var loginHint: String?
 
     public init(
         clientId: String, returnUrl: String, codeChallenge: String, codeChallengeMethod: CodeChallengeMethod = .s256,
-        recoveryChallenge: String, ephemeral: Bool = false
+        recoveryChallenge: String, ephemeral: Bool = false, prompt: String? = nil, loginHint: String? = nil
     ) {
         self.clientId = clientId
         self.returnUrl = returnUrl
@@ -41,6 +45,8 @@ public struct CreateAttemptRequest: Codable, Sendable, Equatable {
         self.codeChallengeMethod = codeChallengeMethod
         self.recoveryChallenge = recoveryChallenge
         self.ephemeral = ephemeral
+        self.prompt = prompt
+        self.loginHint = loginHint
     }
 }
 
