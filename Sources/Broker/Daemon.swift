@@ -489,6 +489,12 @@ struct SessionBusService: Service {
                 case .actionRefused: logger.info("D-Bus ActivateAction refused: the broker has no actions")
                 case .keyringChanged: engine.vaultMayHaveChanged()
                 case .keyringWatched(let watching): engine.vaultWatched(watching)
+                case .connectionRenewed(let largest):
+                    logger.info(
+                        "D-Bus: moved to a fresh bus connection to give back the read buffer of a large message",
+                        ["dbus.message.bytes": "\(largest)"])
+                case .connectionRenewalSkipped(let reason):
+                    logger.notice("D-Bus: kept the bus connection after a large message", ["reason": reason])
                 }
             })
         api.attach(application)

@@ -21,6 +21,12 @@ public enum DBusApplicationEvent: Sendable, Equatable {
     case keyringChanged
     /// Whether the keyring's change signals are being followed (false: the bus is gone).
     case keyringWatched(Bool)
+    /// After a message of `largestMessage` bytes, the names and objects moved to a fresh bus
+    /// connection and the old one was closed once its calls were answered: GDBus keeps the buffer it
+    /// read its largest message into for the life of a connection.
+    case connectionRenewed(largestMessage: Int)
+    /// The move to a fresh connection did not happen (`reason`); the old one is served on.
+    case connectionRenewalSkipped(reason: String)
 }
 
 /// The daemon on the session bus: owns `org.browserlogin.Broker` and
@@ -38,7 +44,9 @@ public final class DBusApplication: @unchecked Sendable {
     // Safe: `context` and `loop` are created in init and never replaced; GLib
     // allows `g_main_loop_quit` from any thread. Every other GLib call happens
     // on the loop thread, except `emit` (GDBus allows emitting from any
-    // thread) on a connection it holds a reference to, taken under `current`.
+    // thread) on a connection it holds a reference to, taken under `current`,
+    // and the message filter (on GDBus's worker thread), which reads only the
+    // message and writes atomics. `loopState` is touched on the loop thread only.
     // The callbacks are immutable; the flags are atomics; the tables mutexes.
     private let context: OpaquePointer
     private let loop: OpaquePointer
@@ -52,8 +60,34 @@ public final class DBusApplication: @unchecked Sendable {
     private let callers = Mutex(DBusCallerTable())
     /// API calls that arrived, refused ones included (the daemon's idle trim counts them as activity).
     private let calls = Atomic<Int>(0)
-    /// The connection being served (its address), for `emit`.
+    /// The connection being served (its address), for `emit`; taken with `emitting` held.
     private let current = Mutex<UInt?>(nil)
+    /// Held while a signal is emitted, and while the names move to a fresh connection (`renew`), so
+    /// that no signal is sent on the old connection after the bus moved the names.
+    private let emitting = Mutex<Void>(())
+    /// The connections being served, by address: the current one, and old ones answering their last calls.
+    private let links = Mutex<[UInt: Link]>([:])
+    /// A message over `renewalThreshold` arrived; a check runs every second until the move is done.
+    private let renewalArmed = Atomic<Bool>(false)
+    /// Messages over `renewalThreshold` that arrived so far.
+    private let largeArrivals = Atomic<Int>(0)
+    /// Touched on the loop thread only (`@unchecked Sendable`, see the class).
+    private var loopState = LoopState()
+
+    /// Messages over this many bytes (1 MiB, the largest call the API takes) leave GDBus's read buffer
+    /// that large for the life of the connection: the broker moves to a fresh one once they stop.
+    public static let renewalThreshold = 1_048_576
+
+    private struct LoopState {
+        /// The link being served now.
+        var link: Link?
+        /// Old links answering their last calls.
+        var retiring: [Link] = []
+        var retireTimer = false
+        /// Large messages that had arrived at the last renewal check, and checks in a row with none.
+        var callsAtCheck = -1
+        var quietChecks = 0
+    }
 
     public static let interfaceXML = """
         <node>
@@ -140,38 +174,77 @@ public final class DBusApplication: @unchecked Sendable {
 
     private func serveOnce(reconnecting: Bool) -> Ended {
         var error: UnsafeMutablePointer<GError>?
-        // A connection of its own, not GDBus's shared one (`g_bus_get_sync`): the
-        // shared one stays the closed connection after the bus went away for as
-        // long as anything (libsecret) holds it, and could not be served again.
+        guard let connection = Self.connect(&error) else {
+            let detail = takeMessage(error)
+            if !reconnecting { events(.noSessionBus(detail)) }
+            return .noBus
+        }
+        if g_dbus_connection_is_closed(connection) != 0 {
+            Self.close(connection)
+            return .noBus
+        }
+        guard let first = attach(connection) else {
+            Self.close(connection)
+            return .stopped
+        }
+        first.owners = own(on: first, queueing: false)
+        current.withLock { $0 = first.address }
+        loopState.link = first
+        defer {
+            // Every connection, the one served now last.
+            current.withLock { $0 = nil }
+            for old in loopState.retiring { detach(old, last: false) }
+            loopState.retiring = []
+            if let link = loopState.link { detach(link, last: true) }
+            loopState.link = nil
+        }
+        busClosed.store(false, ordering: .sequentiallyConsistent)
+        if !stopping.load(ordering: .sequentiallyConsistent) { g_main_loop_run(loop) }
+        if busClosed.load(ordering: .sequentiallyConsistent) && !stopping.load(ordering: .sequentiallyConsistent) {
+            callers.withLock { table in for name in table.entries.keys { table.leave(name) } }
+            api?.callerLeft(nil)
+            events(.busClosed)
+            return .busClosed
+        }
+        return .stopped
+    }
+
+    /// A connection of its own to the session bus, not GDBus's shared one (`g_bus_get_sync`): the
+    /// shared one stays the closed connection after the bus went away for as long as anything
+    /// (libsecret) holds it, and could not be served again. A closed bus must not end the daemon.
+    private static func connect(_ error: inout UnsafeMutablePointer<GError>?) -> OpaquePointer? {
         let address = g_dbus_address_get_for_bus_sync(G_BUS_TYPE_SESSION, nil, &error)
         defer { g_free(address) }
         let flags = GDBusConnectionFlags(
             rawValue: G_DBUS_CONNECTION_FLAGS_AUTHENTICATION_CLIENT.rawValue
                 | G_DBUS_CONNECTION_FLAGS_MESSAGE_BUS_CONNECTION.rawValue)
         guard let address, let connection = g_dbus_connection_new_for_address_sync(address, flags, nil, nil, &error)
-        else {
-            let detail = takeMessage(error)
-            if !reconnecting { events(.noSessionBus(detail)) }
-            return .noBus
-        }
-        defer {
-            // Last, after the names are given up and the objects unregistered.
-            g_dbus_connection_flush_sync(connection, nil, nil)
-            g_dbus_connection_close_sync(connection, nil, nil)
-            g_object_unref(UnsafeMutableRawPointer(connection))
-        }
-        // A closed bus must not end the daemon.
+        else { return nil }
         g_dbus_connection_set_exit_on_close(connection, 0)
-        if g_dbus_connection_is_closed(connection) != 0 { return .noBus }
+        return connection
+    }
 
+    /// Flushes, closes and releases `connection`.
+    private static func close(_ connection: OpaquePointer) {
+        g_dbus_connection_flush_sync(connection, nil, nil)
+        g_dbus_connection_close_sync(connection, nil, nil)
+        g_object_unref(UnsafeMutableRawPointer(connection))
+    }
+
+    /// Serves the objects on `connection` (names aside: `own`), follows the keyring's and callers'
+    /// signals on it, watches its messages' sizes and its closing. nil when an object could not be
+    /// registered (the connection is then left to the caller to close).
+    private func attach(_ connection: OpaquePointer) -> Link? {
+        let link = Link(connection: connection, sawLarge: { [weak self] in self?.armRenewal() })
+        var error: UnsafeMutablePointer<GError>?
         guard let node = g_dbus_node_info_new_for_xml(Self.interfaceXML, &error) else {
             events(.registrationFailed(takeMessage(error)))
-            return .stopped
+            return nil
         }
         defer { g_dbus_node_info_unref(node) }
         guard let interface = g_dbus_node_info_lookup_interface(node, "org.freedesktop.Application") else {
             events(.registrationFailed("the interface XML has no org.freedesktop.Application"))
-            return .stopped
+            return nil
         }
         let userData = Unmanaged.passUnretained(self).toOpaque()
         let registration = bl_dbus_register_object(
@@ -183,22 +256,39 @@ public final class DBusApplication: @unchecked Sendable {
             }, userData, &error)
         guard registration != 0 else {
             events(.registrationFailed(takeMessage(error)))
-            return .stopped
+            return nil
         }
-        defer { g_dbus_connection_unregister_object(connection, registration) }
-        let served = api.map { serve($0, on: connection) } ?? .serving([])
-        guard case .serving(let undo) = served else { return .stopped }
-        defer { for step in undo.reversed() { step() } }
-
-        let owner = own(busName, on: connection)
-        defer { g_bus_unown_name(owner) }
+        link.undo.append { g_dbus_connection_unregister_object(connection, registration) }
+        if let api {
+            guard case .serving(let undo) = serve(api, on: connection) else {
+                for step in link.undo.reversed() { step() }
+                return nil
+            }
+            link.undo += undo
+        }
         let watches = watchKeyring(on: connection)
-        defer {
-            for id in watches { g_dbus_connection_signal_unsubscribe(connection, id) }
-            events(.keyringWatched(false))
-        }
+        link.undo.append { for id in watches { g_dbus_connection_signal_unsubscribe(connection, id) } }
+        // The size of every message that arrives (on GDBus's worker thread): one over the threshold
+        // leaves the read buffer that large, and the broker moves to a fresh connection once they stop.
+        let filter = g_dbus_connection_add_filter(
+            connection,
+            { _, message, incoming, data in
+                guard incoming != 0, let message, let data, let body = g_dbus_message_get_body(message) else {
+                    return message
+                }
+                let size = Int(g_variant_get_size(body))
+                if size > DBusApplication.renewalThreshold {
+                    Unmanaged<Link>.fromOpaque(data).takeUnretainedValue().saw(size)
+                }
+                return message
+            }, Unmanaged.passRetained(link).toOpaque(),
+            { data in
+                // GDBus calls this once the filter can no longer run.
+                if let data { Unmanaged<Link>.fromOpaque(data).release() }
+            })
+        link.undo.append { g_dbus_connection_remove_filter(connection, filter) }
         // The bus went away: serve a new one once it is back.
-        let closedHandler = bl_dbus_on_closed(
+        link.closedHandler = bl_dbus_on_closed(
             connection,
             { _, _, _, userData in
                 guard let userData else { return }
@@ -206,16 +296,186 @@ public final class DBusApplication: @unchecked Sendable {
                 app.busClosed.store(true, ordering: .sequentiallyConsistent)
                 g_main_loop_quit(app.loop)
             }, userData)
-        defer { g_signal_handler_disconnect(UnsafeMutableRawPointer(connection), closedHandler) }
-        busClosed.store(false, ordering: .sequentiallyConsistent)
-        if !stopping.load(ordering: .sequentiallyConsistent) { g_main_loop_run(loop) }
-        if busClosed.load(ordering: .sequentiallyConsistent) && !stopping.load(ordering: .sequentiallyConsistent) {
-            callers.withLock { table in for name in table.entries.keys { table.leave(name) } }
-            api?.callerLeft(nil)
-            events(.busClosed)
-            return .busClosed
+        links.withLock { $0[link.address] = link }
+        return link
+    }
+
+    /// Undoes `attach` and `own`, and closes the connection; `last`: the bus is left (the keyring is
+    /// no longer followed), not only this connection.
+    private func detach(_ link: Link, last: Bool) {
+        if link.closedHandler != 0 {
+            g_signal_handler_disconnect(UnsafeMutableRawPointer(link.connection), link.closedHandler)
+            link.closedHandler = 0
         }
-        return .stopped
+        for owner in link.owners { g_bus_unown_name(owner) }
+        link.owners = []
+        for step in link.undo.reversed() { step() }
+        link.undo = []
+        if last { events(.keyringWatched(false)) }
+        links.withLock { $0[link.address] = nil }
+        // Last, after the names are given up and the objects unregistered.
+        Self.close(link.connection)
+    }
+
+    /// Owns the API's name, then the application's, on `link` (`own(_:on:queueing:)`).
+    private func own(on link: Link, queueing: Bool) -> [guint] {
+        (api.map { [$0.busName] } ?? []).map { own($0, on: link.connection, queueing: queueing) }
+            + [own(busName, on: link.connection, queueing: queueing)]
+    }
+
+    // MARK: Moving to a fresh connection
+
+    /// From any thread (the message filter): a large message arrived; checks every second, on the
+    /// loop thread, for the end of them, to move to a fresh connection then.
+    private func armRenewal() {
+        largeArrivals.add(1, ordering: .relaxed)
+        guard !renewalArmed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        every(seconds: 1) { app in app.renewalCheck() }
+    }
+
+    /// Runs `check` on the loop thread every `seconds` while it answers true.
+    private func every(seconds: UInt32, _ check: @escaping (DBusApplication) -> Bool) {
+        guard let source = g_timeout_source_new_seconds(seconds) else { return }
+        let box = Unmanaged.passRetained(RepeatingCheck(app: self, check: check)).toOpaque()
+        g_source_set_callback(
+            source,
+            { data in
+                guard let data else { return 0 }
+                let box = Unmanaged<RepeatingCheck>.fromOpaque(data).takeUnretainedValue()
+                return box.check(box.app) ? 1 : 0
+            }, box,
+            { data in if let data { Unmanaged<RepeatingCheck>.fromOpaque(data).release() } })
+        g_source_attach(source, context)
+        g_source_unref(source)
+    }
+
+    /// On the loop thread, once a second after a large message: moves to a fresh connection after
+    /// two checks in a row with no large message arriving (ordinary calls go on meanwhile: those
+    /// that reach the old connection are answered there). False when done.
+    private func renewalCheck() -> Bool {
+        guard !stopping.load(ordering: .sequentiallyConsistent) else { return false }
+        let arrivedNow = largeArrivals.load(ordering: .relaxed)
+        if arrivedNow != loopState.callsAtCheck {
+            loopState.callsAtCheck = arrivedNow
+            loopState.quietChecks = 0
+            return true
+        }
+        loopState.quietChecks += 1
+        guard loopState.quietChecks >= 2 else { return true }
+        loopState.quietChecks = 0
+        loopState.callsAtCheck = -1
+        renewalArmed.store(false, ordering: .sequentiallyConsistent)
+        renew()
+        return false
+    }
+
+    /// Moves the names and objects to a fresh connection, on the loop thread.
+    ///
+    /// The new connection serves the objects first, then asks for each name behind the old one (in
+    /// the bus's queue of owners, where no other process may wait before it: checked, else the move
+    /// is called off). With signals held, the old connection's are flushed and a round trip made (the
+    /// bus has routed them once it answers), then the old connection releases each name: the bus
+    /// gives it at once to the next in its queue, the new connection, and routes every later call
+    /// and signal there. The old connection answers the calls it has (and any sent to its unique
+    /// name by a caller that has not yet seen the owner change) and is closed once it has had none
+    /// in flight and none arriving for two seconds (`retireCheck`). Nothing is granted to anyone
+    /// else at any point: the names are never free and never replaceable.
+    private func renew() {
+        guard let old = loopState.link, api != nil, !stopping.load(ordering: .sequentiallyConsistent) else { return }
+        var error: UnsafeMutablePointer<GError>?
+        guard let connection = Self.connect(&error) else {
+            events(.connectionRenewalSkipped(reason: "no new connection to the bus (\(takeMessage(error)))"))
+            return
+        }
+        guard let link = attach(connection) else {
+            Self.close(connection)
+            events(.connectionRenewalSkipped(reason: "the objects could not be registered on a new connection"))
+            return
+        }
+        link.owners = own(on: link, queueing: true)
+        // The bus answers one connection's messages in order: the names were asked for before this.
+        let names = (api.map { [$0.busName] } ?? []) + [busName]
+        for name in names {
+            let queue = Self.queuedOwners(name, on: connection)
+            guard queue.count >= 2, queue[0] == old.uniqueName, queue[1] == link.uniqueName else {
+                detach(link, last: false)
+                events(
+                    .connectionRenewalSkipped(
+                        reason: "another connection waits for \(name) (\(max(0, queue.count - 1)) queued)"))
+                return
+            }
+        }
+        emitting.withLock { _ in
+            g_dbus_connection_flush_sync(old.connection, nil, nil)
+            Self.roundTrip(old.connection)
+            for owner in old.owners { g_bus_unown_name(owner) }
+            old.owners = []
+            current.withLock { $0 = link.address }
+        }
+        if old.closedHandler != 0 {
+            g_signal_handler_disconnect(UnsafeMutableRawPointer(old.connection), old.closedHandler)
+            old.closedHandler = 0
+        }
+        loopState.link = link
+        loopState.retiring.append(old)
+        if !loopState.retireTimer {
+            loopState.retireTimer = true
+            every(seconds: 1) { app in app.retireCheck() }
+        }
+        events(.connectionRenewed(largestMessage: old.largest.load(ordering: .relaxed)))
+    }
+
+    /// On the loop thread, once a second while old connections answer their last calls: closes each
+    /// after two checks in a row with none in flight and none arriving. False when none is left.
+    private func retireCheck() -> Bool {
+        loopState.retiring.removeAll { old in
+            let arrivals = old.arrivals.load(ordering: .relaxed)
+            if old.inFlight.load(ordering: .relaxed) > 0 || arrivals != old.arrivalsAtCheck {
+                old.arrivalsAtCheck = arrivals
+                old.quietChecks = 0
+                return false
+            }
+            old.quietChecks += 1
+            guard old.quietChecks >= 2 else { return false }
+            detach(old, last: false)
+            return true
+        }
+        if loopState.retiring.isEmpty { loopState.retireTimer = false }
+        return loopState.retireTimer
+    }
+
+    /// The unique names waiting for `name`, its owner first (`ListQueuedOwners`); empty on failure.
+    private static func queuedOwners(_ name: String, on connection: OpaquePointer) -> [String] {
+        var items: [OpaquePointer?] = [g_variant_new_string(name)]
+        var error: UnsafeMutablePointer<GError>?
+        guard
+            let reply = g_dbus_connection_call_sync(
+                connection, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                "ListQueuedOwners", g_variant_new_tuple(&items, 1), nil, G_DBUS_CALL_FLAGS_NONE, 10_000, nil, &error)
+        else {
+            _ = takeMessage(error)
+            return []
+        }
+        defer { g_variant_unref(reply) }
+        guard let list = g_variant_get_child_value(reply, 0) else { return [] }
+        defer { g_variant_unref(list) }
+        var names: [String] = []
+        for i in 0..<g_variant_n_children(list) {
+            guard let child = g_variant_get_child_value(list, i) else { continue }
+            if let text = g_variant_get_string(child, nil) { names.append(String(cString: text)) }
+            g_variant_unref(child)
+        }
+        return names
+    }
+
+    /// A call to the bus and its answer on `connection` (`GetId`): the bus has taken every message
+    /// sent on it before.
+    private static func roundTrip(_ connection: OpaquePointer) {
+        var error: UnsafeMutablePointer<GError>?
+        let reply = g_dbus_connection_call_sync(
+            connection, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "GetId", nil, nil,
+            G_DBUS_CALL_FLAGS_NONE, 10_000, nil, &error)
+        if let reply { g_variant_unref(reply) } else { _ = takeMessage(error) }
     }
 
     /// Follows the Secret Service's change signals on `connection`: its
@@ -247,11 +507,12 @@ public final class DBusApplication: @unchecked Sendable {
         return ids
     }
 
-    /// Owns `name` on `connection` (not queued behind another owner), reporting
-    /// `.nameAcquired` / `.nameLost`; answers the id for `g_bus_unown_name`.
-    private func own(_ name: String, on connection: OpaquePointer) -> guint {
+    /// Owns `name` on `connection` (`queueing`: waiting in the bus's queue behind its owner, for a
+    /// move to a fresh connection; else not queued behind another owner), reporting
+    /// `.nameAcquired` / `.nameLost`; answers the id for `g_bus_unown_name`. Never replaceable.
+    private func own(_ name: String, on connection: OpaquePointer, queueing: Bool) -> guint {
         g_bus_own_name_on_connection(
-            connection, name, G_BUS_NAME_OWNER_FLAGS_DO_NOT_QUEUE,
+            connection, name, queueing ? G_BUS_NAME_OWNER_FLAGS_NONE : G_BUS_NAME_OWNER_FLAGS_DO_NOT_QUEUE,
             { _, name, userData in
                 guard let userData, let name else { return }
                 let app = Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue()
@@ -323,8 +584,8 @@ extension DBusApplication {
         case failed
     }
 
-    /// Registers the API's object, owns its name and watches callers leave,
-    /// on `connection` (on the loop thread).
+    /// Registers the API's object and watches callers leave, on `connection`
+    /// (on the loop thread); its name is owned by `own`.
     fileprivate func serve(_ api: DBusAPI, on connection: OpaquePointer) -> Served {
         var error: UnsafeMutablePointer<GError>?
         guard let node = g_dbus_node_info_new_for_xml(api.interfaceXML, &error) else {
@@ -366,14 +627,6 @@ extension DBusApplication {
                 app.api?.callerLeft(left)
             }, userData, nil)
         undo.append { g_dbus_connection_signal_unsubscribe(connection, watch) }
-        let owner = own(api.busName, on: connection)
-        undo.append { g_bus_unown_name(owner) }
-        g_object_ref(UnsafeMutableRawPointer(connection))
-        current.withLock { $0 = UInt(bitPattern: UnsafeMutableRawPointer(connection)) }
-        undo.append { [self] in
-            current.withLock { $0 = nil }
-            g_object_unref(UnsafeMutableRawPointer(connection))
-        }
         return .serving(undo)
     }
 
@@ -385,6 +638,11 @@ extension DBusApplication {
         guard let api, let argument = DBusVariant.make(payload, type: "a{sv}") else { return false }
         var arguments: [OpaquePointer?] = [argument]
         let tuple = g_variant_new_tuple(&arguments, 1)
+        // Not while the names move to a fresh connection (`renew`).
+        return emitting.withLock { _ in emit(signal, tuple, api: api, destination: destination) }
+    }
+
+    private func emit(_ signal: String, _ tuple: OpaquePointer?, api: DBusAPI, destination: String?) -> Bool {
         let connection = current.withLock { bits -> UInt? in
             guard let bits, let pointer = UnsafeMutableRawPointer(bitPattern: bits) else { return nil }
             g_object_ref(pointer)
@@ -415,6 +673,8 @@ extension DBusApplication {
         }
         calls.add(1, ordering: .relaxed)
         api.arrived()
+        let link = links.withLock { $0[UInt(bitPattern: UnsafeMutableRawPointer(connection))] }
+        link?.arrivals.add(1, ordering: .relaxed)
         // Judged before anything is copied: sizes and counts only, no input quoted.
         if let parameters, let problem = DBusLimits.problem(parameters) {
             return g_dbus_method_invocation_return_dbus_error(
@@ -426,7 +686,11 @@ extension DBusApplication {
                 "too many calls in flight (at most \(api.maxCallsPerCaller) per caller, \(api.maxCalls) in all); retry once some are answered"
             )
         }
-        let end: @Sendable () -> Void = { [self] in callers.withLock { $0.end(sender) } }
+        link?.inFlight.add(1, ordering: .relaxed)
+        let end: @Sendable () -> Void = { [self] in
+            callers.withLock { $0.end(sender) }
+            link?.inFlight.subtract(1, ordering: .relaxed)
+        }
         var arguments: [JSONValue] = []
         if let parameters {
             for i in 0..<g_variant_n_children(parameters) {
@@ -511,6 +775,60 @@ extension DBusApplication {
                 invocation: invocation, outTypes: outTypes, finished: end,
                 left: { app.callers.withLock { $0.hasLeft(sender) } })
             api.handle(call)
+        }
+    }
+}
+
+extension DBusApplication {
+    /// One connection to the bus and what is served on it: the one served now, or an old one
+    /// answering its last calls after a move to a fresh connection.
+    ///
+    /// `@unchecked Sendable`: `connection` is immutable (GDBus connections are thread-safe); `undo`,
+    /// `owners`, `closedHandler`, `arrivalsAtCheck` and `quietChecks` are touched on the loop thread
+    /// only; the counters are atomics; `sawLarge` is immutable and sendable.
+    fileprivate final class Link: @unchecked Sendable {
+        let connection: OpaquePointer
+        let sawLarge: @Sendable () -> Void
+        var undo: [() -> Void] = []
+        var owners: [guint] = []
+        var closedHandler: gulong = 0
+        /// API calls that arrived on this connection, and those not yet answered.
+        let arrivals = Atomic<Int>(0)
+        let inFlight = Atomic<Int>(0)
+        /// The largest message that arrived (its body's bytes), once over the threshold.
+        let largest = Atomic<Int>(0)
+        var arrivalsAtCheck = -1
+        var quietChecks = 0
+
+        init(connection: OpaquePointer, sawLarge: @escaping @Sendable () -> Void) {
+            self.connection = connection
+            self.sawLarge = sawLarge
+        }
+
+        var address: UInt { UInt(bitPattern: UnsafeMutableRawPointer(connection)) }
+        var uniqueName: String { g_dbus_connection_get_unique_name(connection).map { String(cString: $0) } ?? "" }
+
+        /// On GDBus's worker thread: a message of `size` bytes arrived.
+        func saw(_ size: Int) {
+            var known = largest.load(ordering: .relaxed)
+            while known < size {
+                let (exchanged, original) = largest.compareExchange(
+                    expected: known, desired: size, ordering: .relaxed)
+                if exchanged { break }
+                known = original
+            }
+            sawLarge()
+        }
+    }
+
+    /// A check run every second on the loop thread (`every`). `@unchecked Sendable`: handed to
+    /// GLib, used on the loop thread only.
+    fileprivate final class RepeatingCheck: @unchecked Sendable {
+        let app: DBusApplication
+        let check: (DBusApplication) -> Bool
+        init(app: DBusApplication, check: @escaping (DBusApplication) -> Bool) {
+            self.app = app
+            self.check = check
         }
     }
 }

@@ -16,6 +16,11 @@ once, from one connection, and prints {"replies": R, "errors": {NAME: COUNT}}
 once all are answered; with --leave, it waits for WaitSession to start
 (a GetSession answered after them) and leaves the bus without waiting.
 
+With --probe SECONDS CLIENT it instead calls GetSession for CLIENT every 20 ms
+for SECONDS, from one connection, by the well-known name, and prints
+{"calls": N, "errors": {NAME: COUNT}} (the broker moving to a fresh bus
+connection meanwhile must lose none).
+
 With --hostile-args CLIENT ROUNDS it instead makes ROUNDS rounds of oversized
 calls (an 8 MiB client name, an options dictionary of 100,000 entries, a
 16 MiB options value, a 1 MiB client name, 5,000 client ids) and prints {"errors": [{"name": NAME, "length": BYTES,
@@ -62,6 +67,24 @@ def hostile_args(bus, client, rounds):
     return 0
 
 
+def probe(bus, seconds, client):
+    """GetSession every 20 ms for `seconds`: every call must be answered."""
+    import time
+    calls, errors = 0, {}
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            bus.call_sync(NAME, PATH, NAME, "GetSession", GLib.Variant("(s)", (client,)), None,
+                          Gio.DBusCallFlags.NONE, 10000, None)
+            calls += 1
+        except GLib.Error as error:
+            key = Gio.DBusError.get_remote_error(error) or str(error)
+            errors[key] = errors.get(key, 0) + 1
+        time.sleep(0.02)
+    print(json.dumps({"calls": calls, "errors": errors}), flush=True)
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--subscribe", action="store_true")
@@ -74,12 +97,15 @@ def main():
     parser.add_argument("--wait-ms", type=int, default=3000, help="WaitSession's timeoutMs with --flood")
     parser.add_argument("--leave", action="store_true")
     parser.add_argument("--hostile-args", nargs=2, metavar=("CLIENT", "ROUNDS"))
+    parser.add_argument("--probe", nargs=2, metavar=("SECONDS", "CLIENT"))
     args = parser.parse_args()
 
     bus = Gio.bus_get_sync(Gio.BusType.SESSION, None)
     loop = GLib.MainLoop()
     if args.hostile_args:
         return hostile_args(bus, args.hostile_args[0], int(args.hostile_args[1]))
+    if args.probe:
+        return probe(bus, float(args.probe[0]), args.probe[1])
     if args.flood:
         return flood(bus, loop, int(args.flood[0]), args.flood[1], args.wait_ms, args.leave)
     outcome = {"status": 0 if args.until_client is None else 3}
