@@ -315,6 +315,12 @@ final class BusAPI: Sendable {
             "D-Bus subscriptions ended: their caller left the bus",
             ["dbus.sender": name ?? "(the bus closed)", "dbus.subscriptions": "\(count)"])
         let engine = engine
-        Task { for connection in connections { await engine.connectionClosed(connection) } }
+        // A work item of the engine's WorkService (cancelled and awaited when the daemon stops), not a loose task.
+        let queued = engine.work.submit { for connection in connections { await engine.connectionClosed(connection) } }
+        if !queued {
+            logger.warning(
+                "D-Bus subscriptions of a caller that left could not be ended: the engine's work queue is stopped or full",
+                ["dbus.sender": name ?? "(the bus closed)", "dbus.subscriptions": "\(count)"])
+        }
     }
 }

@@ -201,6 +201,8 @@ final class ConnectionIO: @unchecked Sendable {
     private let submit: @Sendable (ConnectionIO, UInt64, [UInt8]) -> Submitted
     /// The queue's read buffer (shared with the other connections on `queue`).
     private let readBuffer: ReadBuffer
+    /// The queue's lane for turns that move bulk (shared with the other connections on `queue`).
+    private let backgroundTurns: BackgroundTurns
     /// Called once on `queue` when the connection closed.
     var onClosed: ((RPCCloseReason) -> Void)?
     /// Reports framing failures.
@@ -225,6 +227,8 @@ final class ConnectionIO: @unchecked Sendable {
     private var pendingStart = 0
     /// A large message of this connection is being decoded (`Submitted.decoding`).
     private var decodingLarge = false
+    /// The last message this connection sent was a large one (`RPCServer.largeMessage`).
+    private var lastMessageLarge = false
     private var output: [UInt8] = []
     private var outputStart = 0
     private var inFlight = 0
@@ -240,8 +244,8 @@ final class ConnectionIO: @unchecked Sendable {
     private(set) var closed = false
 
     init(
-        connectionID: UInt64, peer: RPCPeer, fd: Int32, queue: DispatchQueue, readBuffer: ReadBuffer, limits: Limits,
-        budget: OutputBudget, poller: EventPoller,
+        connectionID: UInt64, peer: RPCPeer, fd: Int32, queue: DispatchQueue, readBuffer: ReadBuffer,
+        backgroundTurns: BackgroundTurns, limits: Limits, budget: OutputBudget, poller: EventPoller,
         submit: @escaping @Sendable (ConnectionIO, UInt64, [UInt8]) -> Submitted,
         onFrameError: @escaping @Sendable (RPCFrameError) -> Void,
         onSlowReader: @escaping @Sendable (Int, RPCCloseReason) -> Void
@@ -251,6 +255,7 @@ final class ConnectionIO: @unchecked Sendable {
         self.fd = fd
         self.queue = queue
         self.readBuffer = readBuffer
+        self.backgroundTurns = backgroundTurns
         self.limits = limits
         self.budget = budget
         self.poller = poller
@@ -302,7 +307,36 @@ final class ConnectionIO: @unchecked Sendable {
         guard !closed else { return }
         let failed = mask & (bl_epoll_err | bl_epoll_hup) != 0
         if wantsWrite, mask & bl_epoll_out != 0 || failed { flush() }
-        if !closed, !readingStopped, !readPaused, !readRequeued, mask & bl_epoll_in != 0 || failed { readAvailable() }
+        if !closed, !readingStopped, !readPaused, !readRequeued, mask & bl_epoll_in != 0 || failed {
+            if movesBulk {
+                takeTurnInBackground()
+            } else {
+                readAvailable()
+            }
+        }
+        arm()
+    }
+
+    /// Whether this connection moves bulk now: it is reading a large message or sent one last, or its
+    /// process has replies it has not read. Its turns then wait in the queue's background lane
+    /// (`BackgroundTurns`), one at a time between everything else on the queue: a process that streams
+    /// 1 MiB requests, or pipelines requests it never reads the answers to, delays another client's
+    /// request by one of its turns at most, not by one turn of each of its connections.
+    private var movesBulk: Bool {
+        lastMessageLarge || decoder.bufferedCount > RPCServer.largeMessage || budget.unsent(of: peer.pid) > 0
+    }
+
+    /// Queues the next turn in the background lane (once).
+    private func takeTurnInBackground() {
+        guard !readRequeued, !closed else { return }
+        readRequeued = true
+        backgroundTurns.add(self)
+    }
+
+    /// On `queue`: this connection's turn in the background lane.
+    func backgroundTurn() {
+        readRequeued = false
+        if !closed, !readingStopped, !readPaused { readAvailable() }
         arm()
     }
 
@@ -332,6 +366,8 @@ final class ConnectionIO: @unchecked Sendable {
         guard !closed, !readingStopped else { return }
         defer { updateIdle() }
         var quota = budget.unsent(of: peer.pid) > 0 ? Self.messagesPerTurnOwing : Self.messagesPerTurn
+        // A turn that moves bulk reads one buffer (64 KiB), any other up to two.
+        let maxReads = movesBulk ? 1 : 2
         var reads = 0
         var lastReadFull = false
         while true {
@@ -348,6 +384,19 @@ final class ConnectionIO: @unchecked Sendable {
                 pendingStart += 1
                 switch event {
                 case .message(let bytes):
+                    if unsent > 0, let refusal = budget.refusal(for: peer.pid) {
+                        // More asked on a connection that leaves its replies unread, while its process is
+                        // refused (`BUSY`) for its unread replies: closed as a slow reader, not answered
+                        // `BUSY` — each answer would be one more reply it does not read, and decoding
+                        // every one of its pipelined requests cost the CPU that answers everyone else.
+                        if case .process = refusal {
+                            dropSlowReader(.outputProcessBudgetSpent)
+                        } else {
+                            dropSlowReader(.outputBudgetSpent)
+                        }
+                        return
+                    }
+                    lastMessageLarge = bytes.count > RPCServer.largeMessage
                     inFlight += 1
                     nextHandler &+= 1
                     let token = nextHandler
@@ -370,7 +419,7 @@ final class ConnectionIO: @unchecked Sendable {
             pendingStart = 0
             if closed || readingStopped || readPaused || decodingLarge { return }
             // Bounded per turn: more may be waiting; go on after the other connections' turns.
-            if reads == 2 || lastReadFull {
+            if reads >= maxReads || lastReadFull {
                 scheduleTurn()
                 return
             }
@@ -399,6 +448,10 @@ final class ConnectionIO: @unchecked Sendable {
     /// Runs another turn of `readAvailable` after the events and turns already queued (once).
     private func scheduleTurn() {
         guard !readRequeued, !closed else { return }
+        if movesBulk {
+            takeTurnInBackground()
+            return
+        }
         readRequeued = true
         queue.async { [weak self] in
             guard let self else { return }
@@ -679,4 +732,47 @@ final class ConnectionIO: @unchecked Sendable {
 /// queue), inside `ConnectionIO.readAvailable`, and never kept across events.
 final class ReadBuffer: @unchecked Sendable {
     var bytes = [UInt8](repeating: 0, count: 65_536)
+}
+
+/// The turns of one I/O queue's connections that move bulk (`ConnectionIO.movesBulk`), run one per
+/// block on the queue: each block runs one turn and queues the next block behind whatever was queued
+/// meanwhile, so another connection's event waits for at most one of these turns.
+///
+/// `@unchecked Sendable`: its members are touched only on `queue` (a serial queue), by the
+/// connections' code that runs there and by the blocks it queues itself.
+final class BackgroundTurns: @unchecked Sendable {
+    let queue: DispatchQueue
+    private var waiting: [ConnectionIO] = []
+    private var next = 0
+    private var scheduled = false
+
+    init(queue: DispatchQueue) { self.queue = queue }
+
+    /// On `queue`: runs `connection`'s next turn after those waiting already.
+    func add(_ connection: ConnectionIO) {
+        waiting.append(connection)
+        guard !scheduled else { return }
+        scheduled = true
+        queue.async { [self] in runOne() }
+    }
+
+    private func runOne() {
+        if next < waiting.count {
+            let connection = waiting[next]
+            next += 1
+            connection.backgroundTurn()
+        }
+        guard next < waiting.count else {
+            waiting.removeAll(keepingCapacity: waiting.capacity <= 256)
+            next = 0
+            scheduled = false
+            return
+        }
+        // Never empty while bulk keeps coming: drop the turns already run.
+        if next >= 256 && next * 2 >= waiting.count {
+            waiting.removeSubrange(0..<next)
+            next = 0
+        }
+        queue.async { [self] in runOne() }
+    }
 }

@@ -213,11 +213,13 @@ public final class RPCServer: Sendable {
     /// The path bound and its inode, to remove exactly that socket at shutdown.
     private let boundPath: (path: String, device: UInt64, inode: UInt64)?
     private let acceptQueue = DispatchQueue(label: "browser-login.rpc.accept")
-    /// Decodes the large messages of every connection, one at a time (`largeMessage`).
-    private let bulkQueue = DispatchQueue(label: "browser-login.rpc.bulk")
+    /// Decodes the large messages of every connection, one at a time (`largeMessage`), at a lower priority.
+    private let bulk = BulkLane()
     private let ioQueues: [DispatchQueue]
     /// One read buffer per I/O queue, shared by that queue's connections.
     private let readBuffers: [ReadBuffer]
+    /// One lane per I/O queue for the turns of its connections that move bulk (`BackgroundTurns`).
+    private let backgroundTurns: [BackgroundTurns]
     /// Ends when `shutdown()` is called.
     private let stopSignal: AsyncStream<Void>
     private let stopContinuation: AsyncStream<Void>.Continuation
@@ -260,6 +262,7 @@ public final class RPCServer: Sendable {
             DispatchQueue(label: "browser-login.rpc.io.\($0)")
         }
         self.readBuffers = ioQueues.map { _ in ReadBuffer() }
+        self.backgroundTurns = ioQueues.map { BackgroundTurns(queue: $0) }
         do {
             poller = try EventPoller()
         } catch {
@@ -385,6 +388,9 @@ public final class RPCServer: Sendable {
         if set(\.running) { throw RPCServerError.alreadyRunning }
         guard poller.start() else { throw RPCServerError.socketFailed(.wouldBlock) }
         defer { poller.stop() }
+        // Without its thread, large messages are decoded on a global queue instead.
+        _ = bulk.start()
+        defer { bulk.stop() }
 
         acceptQueue.async { self.startAccepting() }
         await withTaskCancellationHandler {
@@ -596,8 +602,8 @@ public final class RPCServer: Sendable {
         let events = self.events
         let budget = self.budget
         let io = ConnectionIO(
-            connectionID: id, peer: peer, fd: fd, queue: queue, readBuffer: readBuffers[queueIndex], limits: limits,
-            budget: budget, poller: poller,
+            connectionID: id, peer: peer, fd: fd, queue: queue, readBuffer: readBuffers[queueIndex],
+            backgroundTurns: backgroundTurns[queueIndex], limits: limits, budget: budget, poller: poller,
             submit: { [weak self] io, token, bytes in self?.submit(io: io, token: token, bytes: bytes) ?? .refused },
             onFrameError: { error in events(.frameRejected(connectionID: id, error: error)) },
             onSlowReader: { [weak self] unsent, reason in
@@ -683,7 +689,7 @@ public final class RPCServer: Sendable {
 
     // MARK: Handling
 
-    /// Messages larger than this are decoded on `bulkQueue`, one at a time, never on an I/O queue: a
+    /// Messages larger than this are decoded on `bulk`, one at a time, never on an I/O queue: a
     /// process sending 1 MiB requests then spends one lane of its own, not the queue that answers the
     /// connections of others. An immediate method's request (`RPCFastHandler`) is far smaller.
     static let largeMessage = 16_384
@@ -699,7 +705,7 @@ public final class RPCServer: Sendable {
         guard let connection else { return .refused }
         let refusal = budget.refusal(for: io.peer.pid)
         if bytes.count > Self.largeMessage {
-            bulkQueue.async { [self] in
+            bulk.async { [self] in
                 let incoming = RPCCodec.decodeIncoming(bytes)
                 let answer = immediateReply(to: incoming, refusal)
                 io.queue.async { [self] in

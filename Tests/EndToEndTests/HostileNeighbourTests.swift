@@ -211,6 +211,7 @@ struct HostileNeighbourTests {
         probe.run(minimum: 100) { true }
         let idle = probe.take()
         probe.disconnect()
+        let baseline = h.restingKiB()
 
         // Four processes, each asking for 600 connections that hold a subscription (never closed to
         // make room): each gets 128, and the table of 512 is full.
@@ -247,6 +248,10 @@ struct HostileNeighbourTests {
         try waitUntil(10, "a fresh client served") { try h.rpc(timeout: .seconds(2)).call("broker.info")["protocol"] == 1 }
         #expect(try h.stateDigest() == before)
         #expect(h.broker?.isRunning == true)
+        // The 512 connections' memory given back once they closed.
+        let settled = h.settledKiB(near: baseline)
+        print("hostile neighbours, connections: RSS baseline \(baseline) KiB, 10 s after \(settled) KiB")
+        #expect(settled <= baseline + 10 * 1024, "RSS \(settled) KiB, baseline \(baseline) KiB")
     }
 
     @Test func dbusArgumentsAreJudgedBeforeTheyAreCopied() throws {

@@ -43,9 +43,13 @@ struct LoopbackNeighbourTests {
         let origin = "http://127.0.0.1:\(listener.port)/callback?code="
         #expect(deliveries.all == (0..<10).map { "\(origin)idle\($0)" } + (0..<10).map { "\(origin)browser\($0)" })
         #expect(counts.closedByListener > 0 && listener.evictions > 0, "\(counts)")
+        // Reported, not judged (timing is the stress round's to judge): the slowest of 10 rounds, as p99.
+        let alone = idle.map(\.milliseconds).max() ?? 0
+        let under = latencies.map(\.milliseconds).max() ?? 0
         print(
-            "browser alone: \(idle.map(\.milliseconds).max() ?? 0) ms at most; under \(senderCount) slow senders: "
-                + "\(latencies.map(\.milliseconds)) ms; \(counts); evictions \(listener.evictions)")
+            "browser alone: \(alone) ms at most; under \(senderCount) slow senders: "
+                + "\(latencies.map(\.milliseconds)) ms (slowest \(String(format: "%.1f", Double(under) / Double(max(alone, 1))))× the slowest alone, "
+                + "alone counted as at least 1 ms); \(counts); evictions \(listener.evictions)")
     }
 
     /// A connection that keeps sending header lines (so never idle) is closed once its head is overdue.
