@@ -792,6 +792,8 @@ do {
         usleep(10_000_000)
         let idleUnreadP99 = percentile(clientsWell.take().latencies, 0.99)
         let unreadWarnings = brokerLogCount("does not read its replies")
+        let unreadCPU = cpuSeconds(broker.pid) ?? 0
+        let unreadStart = nowNanos()
         let unread = try abuser("unread", 100, tag: "unread")
         var unreadPeakKiB = beforeUnreadKiB
         let unreadDeadline = nowNanos() + 180_000_000_000
@@ -800,6 +802,10 @@ do {
             usleep(50_000)
         }
         let unreadP99 = checkServed("unread replies (issue 30)")
+        say(
+            String(
+                format: "  unread replies: the abuse lasted %.0f s and cost the broker %.1f s of CPU",
+                Double(nowNanos() - unreadStart) / 1e9, (cpuSeconds(broker.pid) ?? 0) - unreadCPU))
         say(
             String(
                 format: "  unread replies: well-behaved p99 %.2f ms before, %.2f ms under the abuse (%.1f×; target ≤ 5×: %@)",
