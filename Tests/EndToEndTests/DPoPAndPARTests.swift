@@ -48,9 +48,20 @@ struct DPoPAndPARTests {
         #expect(jwtClaims(second.access)?["cnf"]?["jkt"]?.stringValue == jkt, "the refreshed token is bound to the same key")
         #expect(try world.keyringDPoPKey() == key, "one key per session")
 
+        // The D-Bus API's views and a request through it (Authorization: DPoP there too).
+        _ = try runProgram(
+            "/usr/bin/gdbus", ["wait", "--session", "--timeout", "15", DBusAPITests.name],
+            environment: world.h.environment())
+        let busSession = try DBusAPITests.call(world.h, "GetSession", "com.example.chat")
+        let busRequest = try DBusAPITests.call(
+            world.h, "Request", "com.example.chat", "GET", TestProvider.Kind.glewlwyd.apiPath, "{}")
+        #expect(busRequest.out.contains("alice@example.com"), "\(busRequest)")
+        views += [busSession.out + busSession.err, busRequest.out + busRequest.err]
+
         // The revoke carries a proof; Glewlwyd 2.7.5 compares its htu with
         // `<issuer>revoke` (docs/providers.md) and refuses it: the revoke may
         // have reached the provider, so it is not owed and never sent again.
+        let last = try world.keyringTokens()
         views.append(try rpc.call("session.get", params: ["client": "com.example.chat"]).jsonText)
         views.append(try rpc.call("login.status", params: ["attemptId": .string(id)]).jsonText)
         let signedOut = try rpc.call("session.signOut", params: ["client": "com.example.chat"])
@@ -65,7 +76,15 @@ struct DPoPAndPARTests {
         let log = world.h.broker?.output ?? ""
         // The quirk as Glewlwyd 2.7.5 has it: the correct proof is refused, the refresh token stays live.
         #expect(log.contains("invalid_dpop_proof"), "Glewlwyd 2.7.5 refuses a correct DPoP revoke")
-        #expect(try world.provider.tokenCounts().refresh == 1)
+        let live = try world.provider.tokenCounts()
+        #expect(
+            live.refresh == 1, "\(live) \(log.split(separator: "\n").filter { $0.contains("revoke") || $0.contains("refresh") })")
+        // The keyring's refresh token alone is refused too: Glewlwyd binds it to the key.
+        let stolen = try world.provider.post(
+            world.provider.issuer + "/token",
+            form: [("grant_type", "refresh_token"), ("refresh_token", last.refresh), ("client_id", "chat-desktop")])
+        #expect(stolen.status != 200, "a refresh without a proof of the key: \(stolen.status) \(stolen.text)")
+
         let database = world.h.databaseBytes()
         let cli = try world.h.cli(["status", "--all", "--json"])
         views.append(cli.out + cli.err)
@@ -73,7 +92,8 @@ struct DPoPAndPARTests {
         for (name, secret) in [
             ("DPoP key", key), ("DPoP private key", privatePart), ("access token", first.access),
             ("refresh token", first.refresh), ("refreshed access token", second.access),
-            ("rotated refresh token", second.refresh),
+            ("rotated refresh token", second.refresh), ("last access token", last.access),
+            ("last refresh token", last.refresh),
         ] {
             #expect(!log.contains(secret), "the \(name) is in the broker's log")
             #expect(!database.contains(secret), "the \(name) is in the SQLite files")
@@ -81,11 +101,11 @@ struct DPoPAndPARTests {
         }
     }
 
-    /// PAR (RFC 9126): Glewlwyd's metadata has a push endpoint, so the
-    /// default `PAR=auto` pushes; the URL the browser gets holds only
+    /// PAR (RFC 9126): Glewlwyd's metadata has a push endpoint, so
+    /// `PAR=auto` (the default) pushes; the URL the browser gets holds only
     /// `client_id` and `request_uri`, and the sign-in completes through it.
     @Test func aPushedSignInOpensOnlyClientIdAndRequestURI() throws {
-        let world = try ProviderWorld(.glewlwyd)
+        let world = try ProviderWorld(.glewlwyd, par: "auto")
         let (attempt, url) = try world.start()
         let parts = try #require(URLComponents(string: url))
         #expect(Set(parts.queryItems?.map(\.name) ?? []) == ["client_id", "request_uri"], "\(url)")
