@@ -127,4 +127,37 @@ import Testing
             try await provider.pushAuthorization(to: Self.par, authorizationEndpoint: endpoint, parameters: parameters)
         }
     }
+
+    @Test func httpRequestsCarryTheSessionsProofAndTakeTheAPIsNonce() throws {
+        let transport = Fixture.oidc(Self.dpopDocument)
+        let signIn = OAuthSignIn(provider: Fixture.provider(transport), clock: TestClock())
+        var session = IssuedSession(
+            sessionId: "ses_1", accessToken: "AT-dpop", accessTokenExpiresAt: nil, refreshToken: "RT", expiresAt: nil,
+            authenticatedAt: Timestamp(millisecondsSince1970: 0), authMethod: "oidc",
+            account: Account(userId: "u", email: "", displayName: ""))
+        let url = "https://api.example.com/items?page=2"
+        #expect(try signIn.authorizationHeaders(session, method: "GET", url: url).map(\.value) == ["Bearer AT-dpop"])
+        let key = try DPoPKey.generate()
+        session.dpopKey = key.serialized
+        let challenge = HTTPResponse(
+            status: 401,
+            headers: [
+                HTTPHeader("WWW-Authenticate", #"DPoP error="use_dpop_nonce", error_description="fresh""#),
+                HTTPHeader("DPoP-Nonce", "api-nonce"),
+            ], body: [])
+        #expect(signIn.wantsFreshNonce(challenge, url: url))
+        let invalid = HTTPResponse(
+            status: 401, headers: [HTTPHeader("WWW-Authenticate", #"DPoP error="invalid_token""#)], body: [])
+        #expect(!signIn.wantsFreshNonce(invalid, url: url))
+        let headers = try signIn.authorizationHeaders(session, method: "PATCH", url: url)
+        #expect(headers.first { $0.name == "Authorization" }?.value == "DPoP AT-dpop")
+        let proof = HTTPRequest(
+            method: "PATCH", url: url, headers: headers, body: nil, timeoutMilliseconds: 1, connectTimeoutMilliseconds: 1,
+            maximumResponseBytes: 1, caFile: nil, changesState: true)
+        let c = try claims(proof)
+        #expect(c["htm"] as? String == "PATCH" && c["htu"] as? String == "https://api.example.com/items")
+        #expect(c["ath"] as? String == Crypto.digest("AT-dpop") && c["nonce"] as? String == "api-nonce")
+        session.dpopKey = "not-a-key"
+        #expect(throws: BrokerError.self) { try signIn.authorizationHeaders(session, method: "GET", url: url) }
+    }
 }
