@@ -99,6 +99,10 @@ struct DPoPAndPARTests {
             #expect(!database.contains(secret), "the \(name) is in the SQLite files")
             #expect(!views.joined().contains(secret), "the \(name) is in an RPC answer or the CLI's output")
         }
+        // No proof either: every one starts with the base64url of `{"typ":"dpop+jwt"`.
+        for (place, text) in [("broker's log", log), ("SQLite files", database), ("RPC and D-Bus answers", views.joined())] {
+            #expect(!text.contains("eyJ0eXAiOiJkcG9wK2p3dC"), "a DPoP proof is in the \(place)")
+        }
     }
 
     /// PAR (RFC 9126): Glewlwyd's metadata has a push endpoint, so
