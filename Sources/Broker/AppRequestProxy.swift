@@ -18,7 +18,7 @@ public enum AppRequestRules {
     public static let methods: Set<String> = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
     public static let refusedHeaders: Set<String> = [
         "authorization", "cookie", "host", "content-length", "transfer-encoding", "connection", "upgrade", "te",
-        "trailer", "expect", "forwarded",
+        "trailer", "expect", "forwarded", "dpop",
     ]
     public static let maximumRequestBody = 1 << 20
     public static let maximumResponseBody = 8 << 20
@@ -106,11 +106,19 @@ struct AppRequestProxy: Sendable {
         if try engine.sessions.tokenNeedsRefresh(client.id, secrets) {
             secrets = try await engine.refreshSession(client.id, current: secrets)
         }
-        var response = try await send(request, client: client, url: url, token: secrets.session.accessToken)
-        if engine.server(client.id).rejectsAccessToken(response) {
+        let server = engine.server(client.id)
+        func authorization() throws -> [HTTPHeader] {
+            try server.authorizationHeaders(secrets.session, method: request.method, url: url)
+        }
+        var response = try await send(request, client: client, url: url, authorization: try authorization())
+        if server.wantsFreshNonce(response, url: url) {
+            // DPoP (RFC 9449 §9): refused before processing for want of the nonce now kept.
+            response = try await send(request, client: client, url: url, authorization: try authorization())
+        }
+        if server.rejectsAccessToken(response) {
             // The request was not processed: refresh and send it once more.
             secrets = try await engine.refreshSession(client.id, current: secrets)
-            response = try await send(request, client: client, url: url, token: secrets.session.accessToken)
+            response = try await send(request, client: client, url: url, authorization: try authorization())
         }
         if let code = serverCode(response), response.status == 401 || response.status == 403 {
             if code == .sessionRevoked || code == .sessionExpired || code == .authUserDisabled {
@@ -123,11 +131,10 @@ struct AppRequestProxy: Sendable {
         return response
     }
 
-    private func send(_ request: AppRequest, client: ClientConfig, url: String, token: String) async throws
-        -> HTTPResponse
+    private func send(_ request: AppRequest, client: ClientConfig, url: String, authorization: [HTTPHeader])
+        async throws -> HTTPResponse
     {
-        var headers = request.headers
-        headers.append(HTTPHeader("Authorization", "Bearer " + token))
+        let headers = request.headers + authorization
         let http = HTTPRequest(
             method: request.method, url: url, headers: headers, body: request.body,
             timeoutMilliseconds: request.timeoutMilliseconds,

@@ -38,7 +38,7 @@ extension BrokerEngine {
             listener?.close()
             throw error
         }
-        let authorizeUrl = authorization.authorizeUrl
+        var authorizeUrl = authorization.authorizeUrl
         let proofs = authorization.proofs
 
         // The row, then the proofs, then the attempt is waiting — all before the browser opens.
@@ -46,9 +46,9 @@ extension BrokerEngine {
             id: id, client: client.id, state: .starting, returnURL: redirectURI, issuer: signIn.issuer,
             ephemeral: ephemeral, createdAt: now())
         try attempts.insert(record)
-        let secrets = AttemptSecrets(
+        var secrets = AttemptSecrets(
             codeVerifier: proofs.codeVerifier, recoveryKey: "", authorizeUrl: authorizeUrl, state: proofs.state,
-            nonce: proofs.nonce, redirectURI: redirectURI)
+            nonce: proofs.nonce, redirectURI: redirectURI, dpopKey: proofs.dpopKey)
         do {
             try await vault.storeJSON(
                 secrets, label: VaultKeys.attemptLabel(appName: client.appName),
@@ -64,6 +64,20 @@ extension BrokerEngine {
         }
         if let listener { loopbacks[id] = listener }
         logger.info("attempt created", ["attempt.id": id, "client": client.id])
+        if let push = authorization.push {
+            // RFC 9126: pushed once the attempt and its proofs are committed; a failed push opens nothing.
+            do { authorizeUrl = try await push() } catch {
+                var failure = error
+                failure.attemptId = id
+                try await fail(&record, failure)
+                throw failure
+            }
+            // login.resume opens the pushed request, not the parameters it replaced.
+            secrets.authorizeUrl = authorizeUrl
+            try? await vault.storeJSON(
+                secrets, label: VaultKeys.attemptLabel(appName: client.appName),
+                attributes: VaultKeys.attempt(client: client.id, attemptId: id))
+        }
         var result = AttemptView(record)
         result.authorizeUrl = authorizeUrl
         if openBrowser {
@@ -292,7 +306,7 @@ extension BrokerEngine {
                 code: code,
                 proofs: LocalProofs(
                     codeVerifier: secrets.codeVerifier, state: secrets.state ?? "", nonce: secrets.nonce,
-                    redirectURI: secrets.redirectURI ?? record.returnURL))
+                    redirectURI: secrets.redirectURI ?? record.returnURL, dpopKey: secrets.dpopKey))
         } catch {
             record = try attempt(attemptId)
             throw try await localExchangeFailed(&record, error)

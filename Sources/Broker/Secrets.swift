@@ -19,6 +19,8 @@ struct AttemptSecrets: Codable, Sendable {
     var redirectURI: String? = nil
     var deviceCode: String? = nil
     var device: AttemptView.DeviceView? = nil
+    /// A standard provider's DPoP key pair (docs/providers.md), serialized.
+    var dpopKey: String? = nil
 }
 
 /// What the vault keeps for a client's current session.

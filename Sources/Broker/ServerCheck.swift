@@ -69,6 +69,9 @@ enum ServerCheck {
                 // As the authorize URL refuses it (docs/providers.md).
                 result.problem = "the provider does not offer PKCE with S256 (code_challenge_methods_supported)"
             } else {
+                // DPoP=yes, PAR=yes and PAR=no against what the provider offers (docs/providers.md).
+                _ = try provider.usesDPoP(metadata)
+                _ = try provider.pushEndpoint(metadata)
                 result.ok = true
             }
         } catch {

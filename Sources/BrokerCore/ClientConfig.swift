@@ -96,6 +96,7 @@ public enum ClientConfigValidator {
     public static let providerKeys: [String] = [
         "Issuer", "ClientId", "ClientSecret", "Scopes", "AuthorizationEndpoint", "TokenEndpoint", "RevocationEndpoint",
         "UserinfoEndpoint", "DeviceAuthorizationEndpoint", "AuthorizeParams", "RevocationAuth", "Flow",
+        "DPoP", "PAR",
     ]
     public static let knownKeys: Set<String> = Set(
         [
@@ -340,10 +341,21 @@ public enum ClientConfigValidator {
                 fail("Flow", "must be 'browser' (the default) or 'device'")
             }
         }
+        // DPoP= and PAR= (docs/providers.md, "DPoP and PAR").
+        var usage: [String: ProviderUsage] = [:]
+        for key in ["DPoP", "PAR"] {
+            guard let text = keys[key]?.trimmed else { continue }
+            if let value = ProviderUsage(rawValue: text) {
+                usage[key] = value
+            } else {
+                fail(key, "must be 'auto' (the default), 'yes' or 'no'")
+            }
+        }
         guard ok, let issuer, let clientId, let issuerOrigin else { return (nil, issuerOrigin) }
         let settings = ProviderSettings(
             kind: kind, issuer: issuer, clientId: clientId, clientSecret: clientSecret, scopes: scopes,
-            endpoints: endpoints, authorizeParams: authorizeParams, revocationAuth: revocationAuth, flow: flow)
+            endpoints: endpoints, authorizeParams: authorizeParams, revocationAuth: revocationAuth, flow: flow,
+            dpop: usage["DPoP"] ?? .auto, par: usage["PAR"] ?? .auto)
         return (settings, issuerOrigin)
     }
 
@@ -566,6 +578,7 @@ extension ProviderSettings: CustomStringConvertible, CustomDebugStringConvertibl
             children: [
                 "kind": kind, "issuer": issuer, "clientId": clientId, "hasClientSecret": clientSecret != nil,
                 "scopes": scopes, "endpoints": endpoints, "revocationAuth": revocationAuth, "flow": flow,
+                "dpop": dpop, "par": par,
             ])
     }
 }

@@ -38,11 +38,15 @@ public struct LocalProofs: Sendable {
     public var state: String
     public var nonce: String?
     public var redirectURI: String
-    public init(codeVerifier: String, state: String, nonce: String?, redirectURI: String) {
+    /// The DPoP key pair the exchange proves (RFC 9449), serialized; it
+    /// becomes the session's. Nil when the client does not use DPoP.
+    public var dpopKey: String?
+    public init(codeVerifier: String, state: String, nonce: String?, redirectURI: String, dpopKey: String? = nil) {
         self.codeVerifier = codeVerifier
         self.state = state
         self.nonce = nonce
         self.redirectURI = redirectURI
+        self.dpopKey = dpopKey
     }
 }
 
@@ -54,11 +58,20 @@ public struct LocalAuthorization: Sendable {
     public var lookupKey: String
     /// True when a device sign-in can take over if no browser opens.
     public var deviceFallback: Bool
-    public init(authorizeUrl: String, proofs: LocalProofs, lookupKey: String, deviceFallback: Bool) {
+    /// A pushed authorization request (RFC 9126), sent once the attempt and
+    /// its proofs are committed: it answers the URL the browser opens
+    /// (`client_id` and `request_uri` only; `authorizeUrl` is then not
+    /// opened). A failure ends the attempt with its error and opens nothing.
+    public var push: (@Sendable () async throws(BrokerError) -> String)?
+    public init(
+        authorizeUrl: String, proofs: LocalProofs, lookupKey: String, deviceFallback: Bool,
+        push: (@Sendable () async throws(BrokerError) -> String)? = nil
+    ) {
         self.authorizeUrl = authorizeUrl
         self.proofs = proofs
         self.lookupKey = lookupKey
         self.deviceFallback = deviceFallback
+        self.push = push
     }
 }
 

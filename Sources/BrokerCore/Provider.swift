@@ -27,6 +27,15 @@ public enum RevocationAuth: String, Sendable, Equatable {
     case bearer
 }
 
+/// Whether a client uses an optional provider feature (`DPoP=`, `PAR=`):
+/// `auto` when the provider's metadata offers it, `yes` always (a provider
+/// without it is a configuration error), `no` never.
+public enum ProviderUsage: String, Sendable, Equatable {
+    case auto
+    case yes
+    case no
+}
+
 /// Which way a client signs in by default (`Flow=`).
 public enum SignInFlow: String, Sendable, Equatable {
     /// Authorization code + PKCE through the system browser.
@@ -103,11 +112,16 @@ public struct ProviderSettings: Sendable, Equatable {
     public var authorizeParams: [(name: String, value: String)]
     public var revocationAuth: RevocationAuth
     public var flow: SignInFlow
+    /// `DPoP=` (RFC 9449 sender-constrained tokens).
+    public var dpop: ProviderUsage
+    /// `PAR=` (RFC 9126 pushed authorization requests).
+    public var par: ProviderUsage
 
     public init(
         kind: SignInKind, issuer: String, clientId: String, clientSecret: String? = nil, scopes: [String],
         endpoints: ProviderEndpoints = ProviderEndpoints(), authorizeParams: [(name: String, value: String)] = [],
-        revocationAuth: RevocationAuth = .client, flow: SignInFlow = .browser
+        revocationAuth: RevocationAuth = .client, flow: SignInFlow = .browser, dpop: ProviderUsage = .auto,
+        par: ProviderUsage = .auto
     ) {
         self.kind = kind
         self.issuer = issuer
@@ -118,6 +132,8 @@ public struct ProviderSettings: Sendable, Equatable {
         self.authorizeParams = authorizeParams
         self.revocationAuth = revocationAuth
         self.flow = flow
+        self.dpop = dpop
+        self.par = par
     }
 
     public static func == (a: ProviderSettings, b: ProviderSettings) -> Bool {
@@ -125,7 +141,7 @@ public struct ProviderSettings: Sendable, Equatable {
             && a.scopes == b.scopes && a.endpoints == b.endpoints
             && a.authorizeParams.map(\.name) == b.authorizeParams.map(\.name)
             && a.authorizeParams.map(\.value) == b.authorizeParams.map(\.value) && a.revocationAuth == b.revocationAuth
-            && a.flow == b.flow
+            && a.flow == b.flow && a.dpop == b.dpop && a.par == b.par
     }
 
     /// True when the issuer is an Entra-style template with `{tenantid}`.

@@ -125,6 +125,14 @@ public protocol SignInProtocol: Sendable {
     /// Whether the app's API answered a `401` because the access token is no
     /// longer good (the request was not processed): refresh, send once more.
     func rejectsAccessToken(_ response: HTTPResponse) -> Bool
+    /// The headers that authorize an app's request (`http.request`) to
+    /// `method` `url` with the session's access token: `Authorization:
+    /// Bearer`, or for a DPoP-bound session `Authorization: DPoP` and a proof.
+    func authorizationHeaders(_ session: IssuedSession, method: String, url: String) throws(BrokerError)
+        -> [HTTPHeader]
+    /// True when the API refused the request for want of a fresh DPoP nonce
+    /// (now kept): it was not processed, so it is sent once more.
+    func wantsFreshNonce(_ response: HTTPResponse, url: String) -> Bool
     /// True for an app path that belongs to the sign-in server, not the app
     /// (`http.request` refuses it).
     func reservesAppPath(_ path: String, client: ClientConfig) -> Bool
@@ -157,6 +165,10 @@ extension SignInProtocol {
             && (try? JSONValue.parse(response.body).decode(ErrorBody.self))?.error.code == .tokenExpired
     }
     public func brokerError(_ failure: LoginServerError) -> BrokerError { failure.brokerError() }
+    public func authorizationHeaders(_ session: IssuedSession, method: String, url: String) throws(BrokerError)
+        -> [HTTPHeader]
+    { [HTTPHeader("Authorization", "Bearer " + session.accessToken)] }
+    public func wantsFreshNonce(_ response: HTTPResponse, url: String) -> Bool { false }
 }
 
 /// The optional capability of a sign-in protocol whose server keeps each

@@ -1,4 +1,5 @@
 import BrokerCore
+import BrokerJOSE
 import BrowserLoginProtocol
 
 /// The sign-in flow at a standard provider (docs/providers.md) in the
@@ -33,12 +34,32 @@ extension OAuthSignIn: LocalAttemptSignIn {
                 state = try Crypto.randomToken(bytes: 32)
                 nonce = settings.kind == .oidc ? try Crypto.randomToken(bytes: 32) : nil
             } catch { throw .notSent("no randomness") }
-            let url = try await provider.authorizeURL(
+            let dpopKey: DPoPKey?
+            if try provider.usesDPoP(metadata) {
+                do { dpopKey = try DPoPKey.generate() } catch { throw .notSent("no DPoP key could be made") }
+            } else {
+                dpopKey = nil
+            }
+            let pushTo = try provider.pushEndpoint(metadata)
+            let (endpoint, parameters) = try await provider.authorizeParameters(
                 redirectURI: redirectURI, state: state, nonce: nonce, codeChallenge: verifier.challenge)
+            let url = OAuthProvider.url(endpoint, adding: parameters)
+            var push: (@Sendable () async throws(BrokerError) -> String)?
+            if let pushTo {
+                let provider = self.provider
+                push = { () async throws(BrokerError) -> String in
+                    do throws(ProviderError) {
+                        return try await provider.pushAuthorization(
+                            to: pushTo, authorizationEndpoint: endpoint, parameters: parameters)
+                    } catch { throw error.pushFailure }
+                }
+            }
             return LocalAuthorization(
                 authorizeUrl: url,
-                proofs: LocalProofs(codeVerifier: verifier.value, state: state, nonce: nonce, redirectURI: redirectURI),
-                lookupKey: Self.stateKey(state), deviceFallback: metadata.deviceAuthorizationEndpoint != nil)
+                proofs: LocalProofs(
+                    codeVerifier: verifier.value, state: state, nonce: nonce, redirectURI: redirectURI,
+                    dpopKey: dpopKey?.serialized),
+                lookupKey: Self.stateKey(state), deviceFallback: metadata.deviceAuthorizationEndpoint != nil, push: push)
         } catch { throw error.brokerError() }
     }
 
@@ -68,29 +89,37 @@ extension OAuthSignIn: LocalAttemptSignIn {
     /// spends the code; only a request that provably never left does not.
     public func redeem(code: String, proofs: LocalProofs) async throws(LocalRedeemFailure) -> LocalGrant {
         let tokens: TokenResponse
+        var dpop: DPoPKey?
+        if let serialized = proofs.dpopKey {
+            guard let key = DPoPKey(serialized: serialized) else { throw .refused(Self.keyUnavailable) }
+            dpop = key
+        }
         do {
             tokens = try await provider.exchange(
-                code: code, redirectURI: proofs.redirectURI, codeVerifier: proofs.codeVerifier)
+                code: code, redirectURI: proofs.redirectURI, codeVerifier: proofs.codeVerifier, dpop: dpop)
         } catch {
             if error.certainlyNotSent { throw .notSent(error.brokerError()) }
             if error.isDefinite { throw .refused(error.brokerError()) }
             throw .uncertain("\(error)", error.brokerError())
         }
         let openid = settings.kind == .oidc && settings.scopes.contains("openid")
-        return grant(tokens, nonce: proofs.nonce, idTokenRequired: openid)
+        return grant(tokens, nonce: proofs.nonce, idTokenRequired: openid, dpop: dpop)
     }
 
     /// Tokens that sign no one in are revoked at once where the provider can
     /// (nothing is owed: they were never kept).
-    func grant(_ tokens: TokenResponse, nonce: String?, idTokenRequired: Bool) -> LocalGrant {
-        LocalGrant { () async throws(BrokerError) -> IssuedSession in
+    /// `dpop`: the key the token request proved; the session keeps it when
+    /// the tokens are DPoP-bound (`token_type` `DPoP`).
+    func grant(_ tokens: TokenResponse, nonce: String?, idTokenRequired: Bool, dpop: DPoPKey? = nil) -> LocalGrant {
+        let bound = tokens.tokenType.lowercased() == "dpop" ? dpop : nil
+        return LocalGrant { () async throws(BrokerError) -> IssuedSession in
             do throws(SignInFailure) {
-                return try await issue(tokens, nonce: nonce, idTokenRequired: idTokenRequired)
+                return try await issue(tokens, nonce: nonce, idTokenRequired: idTokenRequired, dpop: bound)
             } catch {
                 let unkept = IssuedSession(
                     sessionId: "", accessToken: tokens.accessToken, accessTokenExpiresAt: nil,
                     refreshToken: tokens.refreshToken, expiresAt: nil, authenticatedAt: clock.now(), authMethod: "",
-                    account: Account(userId: "", email: "", displayName: ""))
+                    account: Account(userId: "", email: "", displayName: ""), dpopKey: bound?.serialized)
                 _ = try? await revoke(unkept)
                 throw error.brokerError()
             }

@@ -1,4 +1,5 @@
 import BrokerCore
+import BrokerJOSE
 import BrowserLoginProtocol
 import Synchronization
 
@@ -35,6 +36,8 @@ public final class OAuthProvider: Sendable {
         /// With the `*Endpoint` keys applied and every endpoint checked.
         var metadata: ProviderMetadata?
         var jwks: (bytes: [UInt8], fetchedAt: Timestamp)?
+        /// The latest `DPoP-Nonce` of each origin (RFC 9449 §8, §9), in memory only.
+        var nonces: [String: String] = [:]
     }
     private let state = Mutex(State())
 
@@ -198,6 +201,16 @@ public final class OAuthProvider: Sendable {
     public func authorizeURL(redirectURI: String, state: String, nonce: String?, codeChallenge: String)
         async throws(ProviderError) -> String
     {
+        let (endpoint, parameters) = try await authorizeParameters(
+            redirectURI: redirectURI, state: state, nonce: nonce, codeChallenge: codeChallenge)
+        return Self.url(endpoint, adding: parameters)
+    }
+
+    /// The authorization endpoint and the parameters of an authorization
+    /// request, in order: what the browser is sent or what is pushed (RFC 9126).
+    func authorizeParameters(redirectURI: String, state: String, nonce: String?, codeChallenge: String)
+        async throws(ProviderError) -> (endpoint: String, parameters: [(String, String)])
+    {
         let metadata = try await metadata()
         guard let endpoint = metadata.authorizationEndpoint else {
             throw .unsupported("the provider has no authorization endpoint")
@@ -215,6 +228,11 @@ public final class OAuthProvider: Sendable {
         for extra in settings.authorizeParams where !Self.reservedAuthorizeParameters.contains(extra.name) {
             parameters.append((extra.name, extra.value))
         }
+        return (endpoint, parameters)
+    }
+
+    /// `endpoint` with `parameters` added to any query it already has.
+    static func url(_ endpoint: String, adding parameters: [(String, String)]) -> String {
         let query = Self.formEncode(parameters)
         guard let question = endpoint.firstIndex(of: "?") else { return endpoint + "?" + query }
         let existing = endpoint[endpoint.index(after: question)...]
@@ -224,20 +242,22 @@ public final class OAuthProvider: Sendable {
     // MARK: Token endpoint (RFC 6749 §4.1.3, §6; RFC 8628 §3.4)
 
     /// The authorization code exchange, sent once.
-    public func exchange(code: String, redirectURI: String, codeVerifier: String) async throws(ProviderError)
-        -> TokenResponse
+    /// With `dpop`, the request carries a proof of that key (RFC 9449 §5).
+    public func exchange(code: String, redirectURI: String, codeVerifier: String, dpop: DPoPKey? = nil)
+        async throws(ProviderError) -> TokenResponse
     {
-        let response = try await tokenRequest([
-            ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", redirectURI),
-            ("code_verifier", codeVerifier),
-        ])
-        return try Self.tokenAnswer(response)
+        let response = try await tokenRequest(
+            [
+                ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", redirectURI),
+                ("code_verifier", codeVerifier),
+            ], dpop: dpop)
+        return try tokenAnswer(response, dpop: dpop != nil)
     }
 
     /// A refresh (RFC 6749 §6), sent once. A bodiless `400`/`401` is a
     /// refusal (`refused`, `invalid_grant`; OAUTH.md §4, SessionRevoke.swift).
-    public func refresh(refreshToken: String) async throws(ProviderError) -> TokenResponse {
-        try await refreshClassified(refreshToken: refreshToken)
+    public func refresh(refreshToken: String, dpop: DPoPKey? = nil) async throws(ProviderError) -> TokenResponse {
+        try await refreshClassified(refreshToken: refreshToken, dpop: dpop)
     }
 
     /// One poll with a device code (RFC 8628 §3.4, §3.5).
@@ -246,7 +266,7 @@ public final class OAuthProvider: Sendable {
             ("grant_type", "urn:ietf:params:oauth:grant-type:device_code"), ("device_code", deviceCode),
         ])
         do {
-            return .tokens(try Self.tokenAnswer(response))
+            return .tokens(try tokenAnswer(response, dpop: false))
         } catch {
             if case .refused(_, let code, _) = error {
                 switch code {
@@ -261,11 +281,12 @@ public final class OAuthProvider: Sendable {
         }
     }
 
-    func tokenRequest(_ form: [(String, String)]) async throws(ProviderError) -> HTTPResponse {
+    func tokenRequest(_ form: [(String, String)], dpop: DPoPKey? = nil) async throws(ProviderError) -> HTTPResponse {
         let metadata = try await metadataBeforeSending()
         guard let endpoint = metadata.tokenEndpoint else { throw .unsupported("the provider has no token endpoint") }
         return try await postForm(
-            endpoint, form, authentication: clientAuthMethod(advertised: metadata.tokenEndpointAuthMethodsSupported))
+            endpoint, form, authentication: clientAuthMethod(advertised: metadata.tokenEndpointAuthMethodsSupported),
+            dpop: dpop)
     }
 
     /// The metadata before a state-changing request: when it cannot be had,
@@ -296,7 +317,15 @@ public final class OAuthProvider: Sendable {
 
     /// Maps a token endpoint's answer (RFC 6749 §5.1, §5.2) to its tokens or
     /// an error. GitHub answers some errors with a 200 and an `error` member.
-    static func tokenAnswer(_ response: HTTPResponse) throws(ProviderError) -> TokenResponse {
+    /// `dpop`: the request carried a proof, so `token_type` `DPoP` is the
+    /// expected answer (a `Bearer` one only with `DPoP=auto`, RFC 9449 §5).
+    func tokenAnswer(_ response: HTTPResponse, dpop: Bool) throws(ProviderError) -> TokenResponse {
+        try Self.tokenAnswer(response, dpop: dpop, usage: settings.dpop)
+    }
+
+    static func tokenAnswer(_ response: HTTPResponse, dpop: Bool = false, usage: ProviderUsage = .auto)
+        throws(ProviderError) -> TokenResponse
+    {
         guard response.status == 200 else { try throwForUnexpected(response, what: "the token endpoint's answer") }
         let wire: TokenWire
         do {
@@ -310,8 +339,14 @@ public final class OAuthProvider: Sendable {
         guard let accessToken = wire.access_token, !accessToken.isEmpty else {
             throw .malformed(status: 200, "the token answer has no access_token")
         }
-        guard let tokenType = wire.token_type, tokenType.lowercased() == "bearer" else {
-            throw .malformed(status: 200, "the token answer's token_type is not Bearer")
+        guard let tokenType = wire.token_type else { throw .malformed(status: 200, "the token answer has no token_type") }
+        switch tokenType.lowercased() {
+        case "bearer" where dpop && usage == .yes:
+            throw .malformed(status: 200, "the provider answered a DPoP request with a Bearer token, and DPoP=yes")
+        case "bearer": break
+        case "dpop" where dpop: break
+        default:
+            throw .malformed(status: 200, "the token answer's token_type is not \(dpop ? "DPoP or Bearer" : "Bearer")")
         }
         return TokenResponse(
             accessToken: accessToken, tokenType: tokenType, expiresIn: wire.expires_in?.value,
@@ -357,17 +392,22 @@ public final class OAuthProvider: Sendable {
     /// `Authorization: Bearer` (when there is one); else the client
     /// authenticates as at the token endpoint. Throws `noRevocationEndpoint`
     /// when the provider has none.
-    public func revoke(token: String, hint: String, accessToken: String?) async throws(ProviderError) {
+    /// With `dpop` (a DPoP-bound session) the revoke carries a proof, with
+    /// `ath` when the access token goes as `Authorization: DPoP`.
+    public func revoke(token: String, hint: String, accessToken: String?, dpop: DPoPKey? = nil)
+        async throws(ProviderError)
+    {
         let metadata = try await metadataBeforeSending()
         guard let endpoint = metadata.revocationEndpoint else { throw ProviderError.noRevocationEndpoint }
         let form = [("token", token), ("token_type_hint", hint)]
         let response: HTTPResponse
         if settings.revocationAuth == .bearer, let accessToken {
-            response = try await postForm(endpoint, form, authentication: nil, bearer: accessToken)
+            response = try await postForm(endpoint, form, authentication: nil, bearer: accessToken, dpop: dpop)
         } else {
             let advertised =
                 metadata.revocationEndpointAuthMethodsSupported ?? metadata.tokenEndpointAuthMethodsSupported
-            response = try await postForm(endpoint, form, authentication: clientAuthMethod(advertised: advertised))
+            response = try await postForm(
+                endpoint, form, authentication: clientAuthMethod(advertised: advertised), dpop: dpop)
         }
         // RFC 7009 §2.2: 200 whether or not the token was valid; the body is ignored.
         if (200...299).contains(response.status) { return }
@@ -376,15 +416,18 @@ public final class OAuthProvider: Sendable {
 
     // MARK: Userinfo (OIDC Core §5.3)
 
-    public func userinfo(accessToken: String) async throws(ProviderError) -> UserInfo {
+    /// With `dpop` (a DPoP-bound access token): `Authorization: DPoP` and a proof with `ath`.
+    public func userinfo(accessToken: String, dpop: DPoPKey? = nil) async throws(ProviderError) -> UserInfo {
         let metadata = try await metadata()
         guard let endpoint = metadata.userinfoEndpoint else {
             throw .unsupported("the provider has no userinfo endpoint")
         }
-        let response = try await send(
-            makeRequest(
-                method: "GET", url: endpoint, headers: [HTTPHeader("Authorization", "Bearer \(accessToken)")],
-                body: nil, changesState: false))
+        let authorization = HTTPHeader("Authorization", (dpop != nil ? "DPoP " : "Bearer ") + accessToken)
+        let response = try await sendProved(method: "GET", url: endpoint, dpop: dpop, accessToken: accessToken) {
+            proof in
+            self.makeRequest(
+                method: "GET", url: endpoint, headers: [authorization] + proof, body: nil, changesState: false)
+        }
         switch response.status {
         case 200:
             let wire: UserinfoWire
@@ -538,7 +581,8 @@ public final class OAuthProvider: Sendable {
     /// POSTs a form, state-changing (never repeated). `authentication` adds
     /// the client's credentials (RFC 6749 §2.3.1); nil sends none.
     func postForm(
-        _ url: String, _ form: [(String, String)], authentication: ClientAuthMethod?, bearer: String? = nil
+        _ url: String, _ form: [(String, String)], authentication: ClientAuthMethod?, bearer: String? = nil,
+        dpop: DPoPKey? = nil
     ) async throws(ProviderError) -> HTTPResponse {
         var pairs = form
         var headers = [HTTPHeader("Content-Type", "application/x-www-form-urlencoded")]
@@ -552,11 +596,90 @@ public final class OAuthProvider: Sendable {
             let credentials = percentEncode(settings.clientId) + ":" + percentEncode(settings.clientSecret ?? "")
             headers.append(HTTPHeader("Authorization", "Basic " + Self.base64(Array(credentials.utf8))))
         }
-        if let bearer { headers.append(HTTPHeader("Authorization", "Bearer \(bearer)")) }
-        return try await send(
-            makeRequest(
-                method: "POST", url: url, headers: headers, body: Array(Self.formEncode(pairs).utf8),
-                changesState: true))
+        if let bearer { headers.append(HTTPHeader("Authorization", (dpop != nil ? "DPoP " : "Bearer ") + bearer)) }
+        let body = Array(Self.formEncode(pairs).utf8)
+        let fixed = headers
+        return try await sendProved(method: "POST", url: url, dpop: dpop, accessToken: bearer) { proof in
+            self.makeRequest(method: "POST", url: url, headers: fixed + proof, body: body, changesState: true)
+        }
+    }
+
+    // MARK: DPoP (RFC 9449)
+
+    /// Sends a request built with `proof` (the `DPoP` header, or none
+    /// without `dpop`). A refusal for want of a fresh nonce (`use_dpop_nonce`,
+    /// RFC 9449 §8, §9) was refused before processing: the request is built
+    /// again with the nonce given and sent once more, which is not a repeat.
+    func sendProved(
+        method: String, url: String, dpop: DPoPKey?, accessToken: String?,
+        _ build: ([HTTPHeader]) -> HTTPRequest
+    ) async throws(ProviderError) -> HTTPResponse {
+        guard let dpop else { return try await send(build([])) }
+        let used = nonce(for: url)
+        var response = try await send(
+            build([try proofHeader(dpop, method: method, url: url, accessToken: accessToken, nonce: used)]))
+        let fresh = rememberNonce(from: response, url: url)
+        if Self.asksForNonce(response), let fresh, fresh != used {
+            response = try await send(
+                build([try proofHeader(dpop, method: method, url: url, accessToken: accessToken, nonce: fresh)]))
+            rememberNonce(from: response, url: url)
+        }
+        return response
+    }
+
+    /// The `DPoP` header: a proof for `method` and `url` (with `ath` for an access token).
+    func proofHeader(_ key: DPoPKey, method: String, url: String, accessToken: String?, nonce: String?)
+        throws(ProviderError) -> HTTPHeader
+    {
+        do {
+            return HTTPHeader(
+                "DPoP",
+                try key.proof(
+                    method: method, url: url, accessToken: accessToken, nonce: nonce,
+                    now: clock.now().millisecondsSince1970 / 1000))
+        } catch {
+            throw .notSent("the DPoP proof could not be made")
+        }
+    }
+
+    /// The latest nonce of `url`'s origin.
+    public func nonce(for url: String) -> String? {
+        guard let origin = Self.origin(url) else { return nil }
+        return state.withLock { $0.nonces[origin] }
+    }
+
+    /// Keeps the answer's `DPoP-Nonce` (printable ASCII, at most 512 bytes) for its origin; answers it.
+    @discardableResult
+    public func rememberNonce(from response: HTTPResponse, url: String) -> String? {
+        guard let value = response.header("DPoP-Nonce"), !value.isEmpty, value.utf8.count <= 512,
+            value.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != 0x22 && $0 != 0x5C }), let origin = Self.origin(url)
+        else { return nil }
+        state.withLock {
+            // A few origins per provider (the issuer's, the app's API): a bound, not a cache policy.
+            if $0.nonces.count >= 16 && $0.nonces[origin] == nil { $0.nonces.removeAll() }
+            $0.nonces[origin] = value
+        }
+        return value
+    }
+
+    /// A `400 {"error":"use_dpop_nonce"}` (token endpoint) or a `401` whose
+    /// `WWW-Authenticate` says `error="use_dpop_nonce"` (a resource).
+    public static func asksForNonce(_ response: HTTPResponse) -> Bool {
+        switch response.status {
+        case 400:
+            return (try? WireJSON.decode(ErrorWire.self, from: response.body))?.error == "use_dpop_nonce"
+        case 401:
+            if response.header("WWW-Authenticate").flatMap(bearerError) == "use_dpop_nonce" { return true }
+            return (try? WireJSON.decode(ErrorWire.self, from: response.body))?.error == "use_dpop_nonce"
+        default:
+            return false
+        }
+    }
+
+    /// `scheme://authority`, lowercased.
+    static func origin(_ url: String) -> String? {
+        guard let parts = URLParts(splitting: url), let authority = parts.authority else { return nil }
+        return (parts.scheme + "://" + authority).lowercased()
     }
 
     func makeRequest(

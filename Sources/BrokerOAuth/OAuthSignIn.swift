@@ -52,8 +52,11 @@ public struct OAuthSignIn: SignInProtocol {
     /// the old one valid (RFC 6749 §6); expiries follow the answer.
     public func refresh(_ session: IssuedSession) async throws(LoginServerError) -> IssuedSession {
         guard let token = session.refreshToken else { throw .notSent("the session has no refresh token") }
+        let dpop = try Self.dpopKey(of: session)
         let tokens: TokenResponse
-        do { tokens = try await provider.refresh(refreshToken: token) } catch { throw Self.loginServerError(error) }
+        do { tokens = try await provider.refresh(refreshToken: token, dpop: dpop) } catch {
+            throw Self.loginServerError(error)
+        }
         let now = clock.now()
         var next = session
         next.accessToken = tokens.accessToken
@@ -69,11 +72,12 @@ public struct OAuthSignIn: SignInProtocol {
     /// A provider without a revocation endpoint is not asked (`revoked: false`).
     public func revoke(_ session: IssuedSession) async throws(LoginServerError) -> RevokeResponse {
         guard await provider.hasRevocation else { return RevokeResponse(revoked: false) }
+        let dpop = try Self.dpopKey(of: session)
         do {
             // Issue 31: refresh first when a Bearer revoke's access token has expired (BrokerOAuth/SessionRevoke.swift).
             _ = try await provider.revokeSession(
                 refreshToken: session.refreshToken, accessToken: session.accessToken,
-                accessTokenExpiresAt: session.accessTokenExpiresAt)
+                accessTokenExpiresAt: session.accessTokenExpiresAt, dpop: dpop)
         } catch {
             if error == .noRevocationEndpoint { return RevokeResponse(revoked: false) }
             throw Self.loginServerError(error)
@@ -125,8 +129,8 @@ public struct OAuthSignIn: SignInProtocol {
     /// view"): the ID token checked first when there is one (and required
     /// when `idTokenRequired`), the account completed from userinfo.
     /// `nonce` is the attempt's (nil for a device grant).
-    public func issue(_ tokens: TokenResponse, nonce: String?, idTokenRequired: Bool) async throws(SignInFailure)
-        -> IssuedSession
+    public func issue(_ tokens: TokenResponse, nonce: String?, idTokenRequired: Bool, dpop: DPoPKey? = nil)
+        async throws(SignInFailure) -> IssuedSession
     {
         let now = clock.now()
         var claims: IDTokenClaims?
@@ -140,7 +144,7 @@ public struct OAuthSignIn: SignInProtocol {
         do { metadata = try await provider.metadata() } catch { throw .provider(error) }
         if metadata.userinfoEndpoint != nil {
             do {
-                info = try await provider.userinfo(accessToken: tokens.accessToken)
+                info = try await provider.userinfo(accessToken: tokens.accessToken, dpop: dpop)
             } catch {
                 // With an ID token, userinfo only completes the view.
                 if claims == nil { throw .provider(error) }
@@ -166,7 +170,7 @@ public struct OAuthSignIn: SignInProtocol {
             expiresAt: tokens.refreshExpiresIn.map { now.adding(milliseconds: Int64($0) * 1000) },
             // An `auth_time` of 0 (Glewlwyd's) says nothing: the sign-in happened now.
             authenticatedAt: claims?.authTime.flatMap { $0 > 0 ? Timestamp(millisecondsSince1970: $0 * 1000) : nil } ?? now,
-            authMethod: settings.kind.rawValue, account: account)
+            authMethod: settings.kind.rawValue, account: account, dpopKey: dpop?.serialized)
     }
 
     /// OpenID Connect Core §3.1.3.7 with the provider's keys; an unknown key

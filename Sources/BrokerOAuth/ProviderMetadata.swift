@@ -16,6 +16,12 @@ public struct ProviderMetadata: Sendable, Equatable {
     public var issParameterSupported: Bool
     public var tokenEndpointAuthMethodsSupported: [String]?
     public var revocationEndpointAuthMethodsSupported: [String]?
+    /// `dpop_signing_alg_values_supported` (RFC 9449 §5.1).
+    public var dpopSigningAlgValuesSupported: [String]? = nil
+    /// `pushed_authorization_request_endpoint` (RFC 9126 §5).
+    public var pushedAuthorizationRequestEndpoint: String? = nil
+    /// `require_pushed_authorization_requests` (RFC 9126 §5).
+    public var requirePushedAuthorizationRequests: Bool = false
     public var fetchedAt: Timestamp
 
     public init(
@@ -73,6 +79,9 @@ public struct ProviderMetadata: Sendable, Equatable {
         var authorization_response_iss_parameter_supported: Bool?
         var token_endpoint_auth_methods_supported: [String]?
         var revocation_endpoint_auth_methods_supported: [String]?
+        var dpop_signing_alg_values_supported: [String]?
+        var pushed_authorization_request_endpoint: String?
+        var require_pushed_authorization_requests: Bool?
         /// Only in the cache's copy.
         var fetched_at: Int64?
 
@@ -88,11 +97,14 @@ public struct ProviderMetadata: Sendable, Equatable {
             authorization_response_iss_parameter_supported = m.issParameterSupported
             token_endpoint_auth_methods_supported = m.tokenEndpointAuthMethodsSupported
             revocation_endpoint_auth_methods_supported = m.revocationEndpointAuthMethodsSupported
+            dpop_signing_alg_values_supported = m.dpopSigningAlgValuesSupported
+            pushed_authorization_request_endpoint = m.pushedAuthorizationRequestEndpoint
+            require_pushed_authorization_requests = m.requirePushedAuthorizationRequests
             fetched_at = m.fetchedAt.millisecondsSince1970
         }
 
         func metadata(fetchedAt: Timestamp) -> ProviderMetadata {
-            ProviderMetadata(
+            var metadata = ProviderMetadata(
                 issuer: issuer, authorizationEndpoint: authorization_endpoint, tokenEndpoint: token_endpoint,
                 revocationEndpoint: revocation_endpoint, userinfoEndpoint: userinfo_endpoint,
                 deviceAuthorizationEndpoint: device_authorization_endpoint, jwksURI: jwks_uri,
@@ -101,8 +113,15 @@ public struct ProviderMetadata: Sendable, Equatable {
                 tokenEndpointAuthMethodsSupported: token_endpoint_auth_methods_supported,
                 revocationEndpointAuthMethodsSupported: revocation_endpoint_auth_methods_supported,
                 fetchedAt: fetchedAt)
+            metadata.dpopSigningAlgValuesSupported = dpop_signing_alg_values_supported
+            metadata.pushedAuthorizationRequestEndpoint = pushed_authorization_request_endpoint
+            metadata.requirePushedAuthorizationRequests = require_pushed_authorization_requests ?? false
+            return metadata
         }
     }
+
+    /// DPoP with ES256 is offered (RFC 9449 §5.1).
+    public var offersDPoP: Bool { dpopSigningAlgValuesSupported?.contains("ES256") ?? false }
 
     /// The endpoints, each replaced by its `*Endpoint` key when the client
     /// file sets one (docs/providers.md: a key always wins).
@@ -130,6 +149,10 @@ public struct ProviderMetadata: Sendable, Equatable {
                 deviceAuthorizationEndpoint
             ),
             ("JwksUri=", "jwks_uri", keys.jwks, jwksURI),
+            (
+                "pushed_authorization_request_endpoint", "pushed_authorization_request_endpoint", nil,
+                pushedAuthorizationRequestEndpoint
+            ),
         ]
         return all.compactMap { key, member, fromKey, value in
             guard let value else { return nil }

@@ -1,4 +1,5 @@
 import BrokerCore
+import BrokerJOSE
 import BrowserLoginProtocol
 
 extension ProviderError {
@@ -30,10 +31,11 @@ extension OAuthProvider {
     /// A refresh (RFC 6749 §6), sent once, with a bodiless `400`/`401`
     /// taken as the refusal it is (docs/providers.md "Glewlwyd": a revoked
     /// refresh token gets an empty 400).
-    func refreshClassified(refreshToken: String) async throws(ProviderError) -> TokenResponse {
+    func refreshClassified(refreshToken: String, dpop: DPoPKey? = nil) async throws(ProviderError) -> TokenResponse {
         do {
-            let response = try await tokenRequest([("grant_type", "refresh_token"), ("refresh_token", refreshToken)])
-            return try Self.tokenAnswer(response)
+            let response = try await tokenRequest(
+                [("grant_type", "refresh_token"), ("refresh_token", refreshToken)], dpop: dpop)
+            return try tokenAnswer(response, dpop: dpop != nil)
         } catch {
             if case .malformed(let status, _) = error, status == 400 || status == 401 {
                 throw .refused(
@@ -62,9 +64,9 @@ extension OAuthProvider {
     /// there is nothing left to revoke. Throws `noRevocationEndpoint` when
     /// the provider has none; any other failure as `revoke` does (a refresh
     /// that never left is `notSent`: the revoke stays owed).
-    public func revokeSession(refreshToken: String?, accessToken: String, accessTokenExpiresAt: Timestamp?)
-        async throws(ProviderError) -> SessionRevokeOutcome
-    {
+    public func revokeSession(
+        refreshToken: String?, accessToken: String, accessTokenExpiresAt: Timestamp?, dpop: DPoPKey? = nil
+    ) async throws(ProviderError) -> SessionRevokeOutcome {
         let metadata = try await metadataBeforeSending()
         guard metadata.revocationEndpoint != nil else { throw ProviderError.noRevocationEndpoint }
         var refresh = refreshToken
@@ -73,7 +75,7 @@ extension OAuthProvider {
             expiresAt < clock.now().adding(milliseconds: Self.bearerMarginMilliseconds)
         {
             do {
-                let renewed = try await refreshClassified(refreshToken: refreshToken)
+                let renewed = try await refreshClassified(refreshToken: refreshToken, dpop: dpop)
                 bearer = renewed.accessToken
                 refresh = renewed.refreshToken ?? refreshToken
             } catch {
@@ -82,9 +84,9 @@ extension OAuthProvider {
             }
         }
         if let refresh {
-            try await revoke(token: refresh, hint: "refresh_token", accessToken: bearer)
+            try await revoke(token: refresh, hint: "refresh_token", accessToken: bearer, dpop: dpop)
         } else {
-            try await revoke(token: bearer, hint: "access_token", accessToken: bearer)
+            try await revoke(token: bearer, hint: "access_token", accessToken: bearer, dpop: dpop)
         }
         return .revoked
     }

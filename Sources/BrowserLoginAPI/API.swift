@@ -79,4 +79,8 @@ public enum BrokerErrorCode: String, Codable, Sendable, CaseIterable {
     case idTokenInvalid = "ID_TOKEN_INVALID"
     /// A device sign-in was asked of a client whose provider has no device authorization endpoint.
     case deviceFlowUnsupported = "DEVICE_FLOW_UNSUPPORTED"
+    /// The session's DPoP key is gone from the vault (docs/providers.md): sign in again.
+    case dpopKeyUnavailable = "DPOP_KEY_UNAVAILABLE"
+    /// A pushed authorization request (RFC 9126) was refused or not answered; nothing was opened.
+    case parFailed = "PAR_FAILED"
 }

@@ -102,10 +102,15 @@ public struct IssuedSession: Codable, Sendable, Equatable {
     public var authenticatedAt: Timestamp
     public var authMethod: String
     public var account: Account
+    /// A standard provider's DPoP-bound session (RFC 9449): its private key
+    /// (BrokerJOSE's `DPoPKey.serialized`), kept with the tokens in the vault
+    /// only. Nil for a Bearer session; never sent by a server.
+    public var dpopKey: String?
 
     public init(
         sessionId: String, accessToken: String, accessTokenExpiresAt: Timestamp?, refreshToken: String?,
-        expiresAt: Timestamp?, authenticatedAt: Timestamp, authMethod: String, account: Account
+        expiresAt: Timestamp?, authenticatedAt: Timestamp, authMethod: String, account: Account,
+        dpopKey: String? = nil
     ) {
         self.sessionId = sessionId
         self.accessToken = accessToken
@@ -115,6 +120,7 @@ public struct IssuedSession: Codable, Sendable, Equatable {
         self.authenticatedAt = authenticatedAt
         self.authMethod = authMethod
         self.account = account
+        self.dpopKey = dpopKey
     }
 }
 

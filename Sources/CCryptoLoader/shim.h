@@ -65,7 +65,19 @@
     X(OSSL_PARAM_BLD_push_utf8_string)                                                                                \
     X(OSSL_PARAM_BLD_push_octet_string)                                                                               \
     X(OSSL_PARAM_BLD_to_param)                                                                                        \
-    X(OSSL_PARAM_free)
+    X(OSSL_PARAM_free)                                                                                                \
+    X(EVP_PKEY_keygen_init)                                                                                           \
+    X(EVP_PKEY_CTX_set_group_name)                                                                                    \
+    X(EVP_PKEY_generate)                                                                                              \
+    X(EVP_PKEY_get_bn_param)                                                                                          \
+    X(EVP_PKEY_get_octet_string_param)                                                                                \
+    X(BN_bn2binpad)                                                                                                   \
+    X(BN_clear_free)                                                                                                  \
+    X(EVP_DigestSignInit)                                                                                             \
+    X(EVP_DigestSign)                                                                                                 \
+    X(d2i_ECDSA_SIG)                                                                                                  \
+    X(ECDSA_SIG_get0_r)                                                                                               \
+    X(ECDSA_SIG_get0_s)
 
 /// The resolved functions. Swift calls them as members (`LibCrypto.functions.EVP_sha256()`).
 struct bl_crypto_functions {
@@ -95,6 +107,8 @@ static inline int bl_crypto_load(const char *soname, int skip_configuration, str
 /// EVP_PKEY_PUBLIC_KEY is a multi-line macro that Swift does not import: the selection for EVP_PKEY_fromdata
 /// of a public key.
 static inline int bl_evp_pkey_public_key_selection(void) { return EVP_PKEY_PUBLIC_KEY; }
+/// EVP_PKEY_KEYPAIR likewise: the selection for EVP_PKEY_fromdata of a private key with its public part (DPoP).
+static inline int bl_evp_pkey_keypair_selection(void) { return EVP_PKEY_KEYPAIR; }
 
 /// Compares `length` bytes in time that depends only on `length` (what CRYPTO_memcmp does, without loading
 /// libcrypto for it): every byte is read, the differences accumulate, and the accumulator is volatile so the

@@ -73,7 +73,7 @@ import Testing
             "TokenEndpoint": "https://github.com/login/oauth/access_token",
             "DeviceAuthorizationEndpoint": "https://github.com/login/device/code",
             "UserinfoEndpoint": "https://api.github.com/user", "RevocationEndpoint": "http://127.0.0.1:9000/revoke",
-            "RevocationAuth": "bearer", "Flow": "device",
+            "RevocationAuth": "bearer", "Flow": "device", "DPoP": "yes", "PAR": "no",
         ])
         #expect(problems.isEmpty)
         let p = try #require(config?.provider)
@@ -86,6 +86,9 @@ import Testing
         #expect(p.endpoints.revocation == "http://127.0.0.1:9000/revoke")
         #expect(p.revocationAuth == .bearer)
         #expect(p.flow == .device)
+        #expect(p.dpop == .yes && p.par == .no)
+        let (plain, _) = validate(["Protocol": "oauth2", "Scopes": nil])
+        #expect(plain?.provider?.dpop == .auto && plain?.provider?.par == .auto, "auto by default")
     }
 
     @Test func anOAuth2ClientNeedsNoScopes() throws {
@@ -174,6 +177,8 @@ import Testing
             name: "authorize param encoded reserved", changes: ["AuthorizeParams": "sco%70e=x"], key: "AuthorizeParams"),
         Case(name: "bad RevocationAuth", changes: ["RevocationAuth": "basic"], key: "RevocationAuth"),
         Case(name: "bad Flow", changes: ["Flow": "implicit"], key: "Flow"),
+        Case(name: "bad DPoP", changes: ["DPoP": "maybe"], key: "DPoP"),
+        Case(name: "bad PAR", changes: ["PAR": "true"], key: "PAR"),
         Case(
             name: "localhost redirect", changes: ["ReturnUrl": "http://localhost/callback"], key: "ReturnUrl",
             says: "RFC 8252 §8.3"),

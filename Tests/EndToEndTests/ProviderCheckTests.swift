@@ -134,4 +134,44 @@ struct ProviderCheckTests {
         #expect(found["server:com.example.slash"]?["status"] == "problem")
         #expect(found["server:com.example.slash"]?["fix"]?.stringValue?.contains("slash.conf") == true)
     }
+
+    /// django-oauth-toolkit offers neither DPoP nor PAR: `auto` (the
+    /// default) leaves its clients as they were, `DPoP=yes` and `PAR=yes`
+    /// are configuration errors that `--check-servers` names.
+    @Test(.enabled(if: TestProvider.shouldRun))
+    func dpopAndPARYesAreRefusedAtAProviderWithoutThem() throws {
+        let h = try Harness()
+        defer { h.stopAll() }
+        let provider = try TestProvider.start(in: h.dir + "/provider")
+        defer { provider.stop() }
+        writeProvider(h, "chat.conf", id: "com.example.chat", issuer: provider.issuer, api: provider.baseURL)
+        for (file, key) in [("dpop.conf", "DPoP"), ("par.conf", "PAR")] {
+            write(
+                h, file,
+                """
+                Id=com.example.\(key.lowercased())
+                AppName=Example Chat
+                Protocol=oidc
+                Issuer=\(provider.issuer)
+                ClientId=chat-desktop
+                Scopes=openid email
+                ReturnUrl=http://127.0.0.1/callback
+                ApiOrigin=\(provider.baseURL)
+                \(key)=yes
+                """)
+        }
+        let check = try runProgram(
+            binDirectory + "/browser-login-broker", ["--check-servers", "--json"], environment: h.environment())
+        var results: [String: JSONValue] = [:]
+        for r in try JSONValue.parse(check.out).arrayValue ?? [] {
+            if let id = r["client"]?.stringValue { results[id] = r }
+        }
+        #expect(results["com.example.chat"]?["ok"] == true, "auto leaves DOT's client as it was")
+        #expect(results["com.example.dpop"]?["ok"] == false)
+        #expect(
+            results["com.example.dpop"]?["problem"]?.stringValue?.contains("DPoP=yes") == true,
+            "\(String(describing: results["com.example.dpop"]))")
+        #expect(results["com.example.par"]?["ok"] == false)
+        #expect(results["com.example.par"]?["problem"]?.stringValue?.contains("PAR=yes") == true)
+    }
 }

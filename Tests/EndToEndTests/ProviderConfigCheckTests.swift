@@ -45,6 +45,7 @@ struct ProviderConfigCheckTests {
             ReturnUrl=http://localhost:8000/callback
             ApiOrigin=https://api.github.com
             Flow=sideways
+            DPoP=always
             """)
         let check = try runProgram(binDirectory + "/browser-login-broker", ["--check-config"], environment: h.environment())
         #expect(check.status == 78)
@@ -53,6 +54,7 @@ struct ProviderConfigCheckTests {
         #expect(text.contains("bad.conf: ReturnUrl: error: 'localhost' is not allowed"))
         #expect(text.contains("RFC 8252 §8.3"))
         #expect(text.contains("bad.conf: Flow: error: "))
+        #expect(text.contains("bad.conf: DPoP: error: must be 'auto' (the default), 'yes' or 'no'"))
         #expect(text.contains("chat.conf: ClientSecret: warning: "))
         #expect(!text.contains("chat.conf: Issuer"))
         #expect(text.contains("1 client(s) valid in 2 file(s)"))

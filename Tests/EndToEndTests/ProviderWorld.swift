@@ -18,9 +18,13 @@ final class ProviderWorld {
     /// `paused`: a fault point (`TestFaults`) where the broker holds still until the test removes its marker.
     /// `kind`: which real provider (Glewlwyd: the loopback client has a fixed
     /// port, registered at the provider, and revokes with a Bearer).
+    /// `dpop`, `par`: the `DPoP=` and `PAR=` of the Glewlwyd clients — `no`
+    /// unless a test asks (the Bearer paths and authorize URLs the suites
+    /// inspect; DPoPAndPARTests runs the DPoP and PAR ones), nothing at DOT.
     init(
         _ kind: TestProvider.Kind = .djangoOAuthToolkit, accessTokenTTL: Int = 300, extra: String = "",
-        extraAfterStart: ((Harness, TestProvider) throws -> String)? = nil, paused: String? = nil
+        extraAfterStart: ((Harness, TestProvider) throws -> String)? = nil, paused: String? = nil,
+        dpop: String = "no", par: String = "no"
     ) throws {
         h = try Harness()
         provider = try TestProvider.start(kind, in: h.dir + "/provider", accessTokenTTL: accessTokenTTL)
@@ -32,7 +36,7 @@ final class ProviderWorld {
             // Glewlwyd matches redirect URIs exactly, port included (docs/providers.md).
             loopback = "http://127.0.0.1:\(try freeLoopbackPort())/callback"
             try provider.allowRedirects([loopback])
-            perProvider = "RevocationAuth=bearer"
+            perProvider = "RevocationAuth=bearer\nDPoP=\(dpop)\nPAR=\(par)"
             deviceEndpoint = ""
         }
         self.loopbackRedirect = loopback

@@ -28,19 +28,23 @@ enum Reply: Sendable {
 final class RecordingTransport: HTTPTransport {
     private let routes: Mutex<[String: Reply]>
     private let recorded = Mutex<[HTTPRequest]>([])
+    /// Answers given once each, in order, before the route's.
+    private let queued = Mutex<[String: [Reply]]>([:])
 
     init(_ routes: [String: Reply] = [:]) {
         self.routes = Mutex(routes)
     }
 
     func set(_ url: String, _ reply: Reply) { routes.withLock { $0[url] = reply } }
+    func queue(_ url: String, _ replies: [Reply]) { queued.withLock { $0[url, default: []] += replies } }
 
     var requests: [HTTPRequest] { recorded.withLock { $0 } }
     func requests(to url: String) -> [HTTPRequest] { requests.filter { $0.url == url } }
 
     func send(_ request: HTTPRequest) async throws(HTTPTransportError) -> HTTPResponse {
         recorded.withLock { $0.append(request) }
-        let reply = routes.withLock { $0[request.url] } ?? .raw(404, Array("not found".utf8))
+        let next = queued.withLock { $0[request.url]?.isEmpty == false ? $0[request.url]!.removeFirst() : nil }
+        let reply = next ?? routes.withLock { $0[request.url] } ?? .raw(404, Array("not found".utf8))
         return try reply.result.get()
     }
 }

@@ -432,6 +432,20 @@ export class DeviceFlowUnsupportedError extends BrowserLoginError {
   constructor(message: string, data?: ErrorData);
 }
 
+/** `DPOP_KEY_UNAVAILABLE`: the session's DPoP key is gone from the vault: sign in again. */
+export class DpopKeyUnavailableError extends BrowserLoginError {
+  static readonly code: "DPOP_KEY_UNAVAILABLE";
+  readonly code: "DPOP_KEY_UNAVAILABLE";
+  constructor(message: string, data?: ErrorData);
+}
+
+/** `PAR_FAILED`: the provider refused the pushed authorization request; nothing was opened. */
+export class ParFailedError extends BrowserLoginError {
+  static readonly code: "PAR_FAILED";
+  readonly code: "PAR_FAILED";
+  constructor(message: string, data?: ErrorData);
+}
+
 /** `RESPONSE_TOO_LARGE`: The API's answer is over 8 MiB: page the request. */
 export class ResponseTooLargeError extends BrowserLoginError {
   static readonly code: "RESPONSE_TOO_LARGE";
@@ -480,6 +494,8 @@ export const errorClasses: {
   readonly PROVIDER_ERROR: typeof ProviderError;
   readonly ID_TOKEN_INVALID: typeof IdTokenInvalidError;
   readonly DEVICE_FLOW_UNSUPPORTED: typeof DeviceFlowUnsupportedError;
+  readonly DPOP_KEY_UNAVAILABLE: typeof DpopKeyUnavailableError;
+  readonly PAR_FAILED: typeof ParFailedError;
   readonly RESPONSE_TOO_LARGE: typeof ResponseTooLargeError;
   readonly STORAGE_UNAVAILABLE: typeof StorageUnavailableError;
   readonly BUSY: typeof BusyError;

@@ -34,6 +34,8 @@ export const {
   ProviderError,
   IdTokenInvalidError,
   DeviceFlowUnsupportedError,
+  DpopKeyUnavailableError,
+  ParFailedError,
   ResponseTooLargeError,
   StorageUnavailableError,
   BusyError,

@@ -42,6 +42,8 @@ __all__ = [
     "ProviderError",
     "IdTokenInvalidError",
     "DeviceFlowUnsupportedError",
+    "DpopKeyUnavailableError",
+    "ParFailedError",
     "ResponseTooLargeError",
     "StorageUnavailableError",
     "BusyError",
@@ -288,6 +290,18 @@ class DeviceFlowUnsupportedError(BrowserLoginError):
     code = "DEVICE_FLOW_UNSUPPORTED"
 
 
+class DpopKeyUnavailableError(BrowserLoginError):
+    """The session's DPoP key is gone from the vault: sign in again."""
+
+    code = "DPOP_KEY_UNAVAILABLE"
+
+
+class ParFailedError(BrowserLoginError):
+    """The provider refused the pushed authorization request; nothing was opened."""
+
+    code = "PAR_FAILED"
+
+
 class ResponseTooLargeError(BrowserLoginError):
     """The API's answer is over 8 MiB: page the request."""
 
@@ -317,7 +331,8 @@ ERROR_CLASSES: Mapping[str, Type[BrowserLoginError]] = {
         ServerUnreachableError, ServerProtocolError, ServerError, VaultUnavailableError,
         VaultLockedError, BrowserFailedError, EphemeralUnsupportedError, WaitTimeoutError,
         NotSignedInError, ProviderUnreachableError, ProviderError, IdTokenInvalidError,
-        DeviceFlowUnsupportedError, ResponseTooLargeError, StorageUnavailableError, BusyError,
+        DeviceFlowUnsupportedError, DpopKeyUnavailableError, ParFailedError, ResponseTooLargeError,
+        StorageUnavailableError, BusyError,
     )
 }
 
