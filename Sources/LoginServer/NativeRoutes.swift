@@ -14,6 +14,8 @@ extension LoginService {
         guard ProofSecret.isWellFormed(body.recoveryChallenge) else {
             throw APIError(.invalidRequest, "recoveryChallenge is 43 base64url characters")
         }
+        try Self.checkPrompt(body.prompt)
+        try Self.checkLoginHint(body.loginHint)
         guard let client = clients[body.clientId] else {
             throw APIError(.clientUnknown, "no client is registered with this client id")
         }
@@ -32,9 +34,9 @@ extension LoginService {
             try db.run(
                 """
                 INSERT INTO attempts (id_hash, client_id, return_url, code_challenge, recovery_challenge, ephemeral,
-                    state, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?)
+                    state, created_at, expires_at, prompt, login_hint) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)
                 """, Records.hash(attemptId), client.clientId, returnURL.text, body.codeChallenge,
-                body.recoveryChallenge, body.ephemeral, now, expiresAt)
+                body.recoveryChallenge, body.ephemeral, now, expiresAt, body.prompt, body.loginHint)
         }
         let answer = CreateAttemptResponse(
             attemptId: attemptId,
@@ -42,6 +44,32 @@ extension LoginService {
             expiresAt: Timestamp(millisecondsSince1970: expiresAt), issuer: issuer)
         Log.info("attempt created", ["client.id": client.clientId])
         return json(201, answer)
+    }
+
+    /// §5.1: `prompt`, when present, is `"login"`, the one value defined.
+    /// Another value is refused rather than ignored (as OpenID Connect's
+    /// `prompt_values_supported` rule does): the app asked the page for
+    /// something this server would not do. JSON null is absent.
+    static func checkPrompt(_ prompt: String?) throws(APIError) {
+        guard let prompt, prompt != "login" else { return }
+        throw APIError(.invalidRequest, "prompt is \"login\" when present (the only value defined)")
+    }
+
+    /// The longest `loginHint`, in UTF-8 bytes (an address's limit, RFC 5321).
+    static let maximumLoginHintBytes = 254
+
+    /// §5.1: `loginHint`, when present, is an email address of at most 254
+    /// bytes, by the rules the page's sign-in applies to an address (so what
+    /// is pre-filled can be sent). It is shown in a page: the page sets it as
+    /// the address field's value, never as markup.
+    static func checkLoginHint(_ hint: String?) throws(APIError) {
+        guard let hint else { return }
+        guard hint.utf8.count <= maximumLoginHintBytes else {
+            throw APIError(.invalidRequest, "loginHint is at most \(maximumLoginHintBytes) bytes")
+        }
+        guard EmailAddress(hint) != nil else {
+            throw APIError(.invalidRequest, "loginHint is an email address")
+        }
     }
 
     // MARK: §5.2 Exchange

@@ -174,6 +174,13 @@ enum Schema {
         UpstreamIdentities.migration,
         TestAccountSessions.migration,
         Passkeys.migration,
+        // §5.1's optional `prompt` ("login") and `loginHint` of a create request.
+        Migration(
+            "0012-attempt-prompt",
+            """
+            ALTER TABLE attempts ADD COLUMN prompt TEXT;
+            ALTER TABLE attempts ADD COLUMN login_hint TEXT;
+            """),
     ]
 }
 
