@@ -78,17 +78,30 @@ extension LoginService {
         try limit("exchange.address", request.remoteAddress, configuration.rateLimits.exchange)
         let body = try decode(ExchangeRequest.self, request)
         let now = clock()
-        // The client's bucket is taken before the exchange's transaction (on
-        // PostgreSQL a rate limit is its own statement, not part of it).
-        let clientId: String? = try store.perform { db in
-            try db.queryOne("SELECT client_id FROM attempts WHERE id_hash = ?", Records.hash(attemptId))?.string("client_id")
+        let clientLimit = { (clientId: String) throws(APIError) in
+            try self.limit(
+                "exchange.client", clientId, self.configuration.rateLimits.exchange,
+                message: "too many exchanges for this client")
         }
-        guard let clientId else { throw APIError(.attemptUnknown, "no such attempt") }
-        try limit("exchange.client", clientId, configuration.rateLimits.exchange, message: "too many exchanges for this client")
+        // The client's bucket is taken before anything of the exchange. On
+        // SQLite the buckets are in memory: taken inside the exchange's one
+        // transaction, once the attempt names its client. On PostgreSQL a rate
+        // limit is its own statement, not part of a transaction that may run
+        // again: the client is read first, in a transaction of its own.
+        let limitInside = !store.sharesRateLimits
+        if !limitInside {
+            let clientId: String? = try store.perform { db in
+                try db.queryOne("SELECT client_id FROM attempts WHERE id_hash = ?", Records.hash(attemptId))?.string(
+                    "client_id")
+            }
+            guard let clientId else { throw APIError(.attemptUnknown, "no such attempt") }
+            try clientLimit(clientId)
+        }
         let answer: ExchangeResponse = try store.perform { db in
             guard var attempt = try Records.attempt(db, id: attemptId, now: now) else {
                 throw APIError(.attemptUnknown, "no such attempt")
             }
+            if limitInside { try clientLimit(attempt.clientId) }
             guard ProofSecret.isWellFormed(body.codeVerifier),
                 ProofSecret(value: body.codeVerifier).verifies(challenge: attempt.codeChallenge)
             else {

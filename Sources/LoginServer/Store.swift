@@ -268,6 +268,16 @@ final class Store: Sendable {
         }
     }
 
+    /// True when the rate limits live in the database, shared by every
+    /// instance (PostgreSQL); false when they are this process's, in memory
+    /// (SQLite), and so may be taken inside a transaction's body.
+    var sharesRateLimits: Bool {
+        switch backend {
+        case .sqlite: false
+        case .postgres: true
+        }
+    }
+
     /// Takes one token from the rate-limit bucket `key`; answers nil when
     /// allowed, else the seconds until a token is available. SQLite: the
     /// in-memory buckets. PostgreSQL: the `rate_limits` table, one atomic
