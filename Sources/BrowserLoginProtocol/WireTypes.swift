@@ -242,9 +242,13 @@ public struct DescribeResponse: Codable, Sendable, Equatable {
     public var policy: ClientPolicy
     public var state: ServerAttemptState
     public var expiresAt: Timestamp
+    /// §5.1: the create request's `prompt` (`"login"`), null when it had none.
+    public var prompt: String?
+    /// §5.1: the create request's `loginHint`, null when it had none.
+    public var loginHint: String?
     public init(
         attemptId: String, appName: String, clientId: String, policy: ClientPolicy, state: ServerAttemptState,
-        expiresAt: Timestamp
+        expiresAt: Timestamp, prompt: String? = nil, loginHint: String? = nil
     ) {
         self.attemptId = attemptId
         self.appName = appName
@@ -252,6 +256,29 @@ public struct DescribeResponse: Codable, Sendable, Equatable {
         self.policy = policy
         self.state = state
         self.expiresAt = expiresAt
+        self.prompt = prompt
+        self.loginHint = loginHint
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case attemptId, appName, clientId, policy, state, expiresAt, prompt, loginHint
+    }
+
+    /// `prompt` and `loginHint` are always present: null when absent (§6).
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(attemptId, forKey: .attemptId)
+        try container.encode(appName, forKey: .appName)
+        try container.encode(clientId, forKey: .clientId)
+        try container.encode(policy, forKey: .policy)
+        try container.encode(state, forKey: .state)
+        try container.encode(expiresAt, forKey: .expiresAt)
+        if let prompt { try container.encode(prompt, forKey: .prompt) } else { try container.encodeNil(forKey: .prompt) }
+        if let loginHint {
+            try container.encode(loginHint, forKey: .loginHint)
+        } else {
+            try container.encodeNil(forKey: .loginHint)
+        }
     }
 }
 

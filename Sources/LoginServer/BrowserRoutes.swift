@@ -159,7 +159,8 @@ extension LoginService {
             DescribeResponse(
                 attemptId: attemptId, appName: client.appName, clientId: client.clientId,
                 policy: appliedPolicy(client: client, returnUrl: attempt.returnUrl), state: attempt.state,
-                expiresAt: Timestamp(millisecondsSince1970: attempt.expiresAt)))
+                expiresAt: Timestamp(millisecondsSince1970: attempt.expiresAt), prompt: attempt.prompt,
+                loginHint: attempt.loginHint))
     }
 
     /// §1: `automatic` applies only to an https return URL.

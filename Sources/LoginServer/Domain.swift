@@ -20,6 +20,10 @@ struct AttemptRecord: Sendable {
     var sessionId: String?
     var issuedAt: Int64?
     var tokenDigest: String?
+    /// §5.1: `"login"` (a fresh sign-in on the page) or nil.
+    var prompt: String?
+    /// §5.1: the address the page pre-fills, or nil.
+    var loginHint: String?
 
     init(_ row: Row) {
         idHash = row.text("id_hash")
@@ -37,6 +41,8 @@ struct AttemptRecord: Sendable {
         sessionId = row.string("session_id")
         issuedAt = row.int("issued_at")
         tokenDigest = row.string("token_digest")
+        prompt = row.string("prompt")
+        loginHint = row.string("login_hint")
     }
 }
 

@@ -121,6 +121,11 @@ enum HostedPage {
           let shownSessionId = null;
           let automaticSessionId = null;
           let leaving = false;
+          // prompt "login" (docs/protocol.md §5.1): the browser session this page itself signed in (the only
+          // one it may offer); a session that was here before is never offered, nor approved automatically.
+          let freshSessionId = null;
+          // After a sign-in with an upstream provider, the server names the session it started in the fragment.
+          const upstreamSessionId = new URLSearchParams((window.location.hash || "").slice(1)).get("signed_in");
 
           const stateMessages = {
             completed: "This sign-in is already complete. You can close this page.",
@@ -220,6 +225,8 @@ enum HostedPage {
             }
           }
 
+          function freshSignInOnly() { return attempt !== null && attempt.prompt === "login"; }
+
           function showSignIn() {
             show("confirm", false);
             show("signin", true);
@@ -227,8 +234,9 @@ enum HostedPage {
             show("code-form", false);
             const offered = config.emailSignInEnabled === true || config.passkeyEnabled === true
               || (config.upstreamProviders || []).some((p) => p.usable);
-            say(offered ? "Sign in to continue to " + attempt.appName + "."
-                        : "No way to sign in is available right now. Try again later.");
+            say(!offered ? "No way to sign in is available right now. Try again later."
+              : freshSignInOnly() ? "Sign in with the account you want to use with " + attempt.appName + "."
+              : "Sign in to continue to " + attempt.appName + ".");
             if (window.blPasskeys) { window.blPasskeys.signInShown(); }
           }
 
@@ -258,6 +266,11 @@ enum HostedPage {
               return;
             }
             const session = answer.data;
+            if (freshSignInOnly() && session.sessionId !== freshSessionId) {
+              // prompt "login": the session already in this browser is not offered; a new sign-in replaces it.
+              showSignIn();
+              return;
+            }
             show("signin", false);
             if (attempt.policy === "automatic") {
               // Captured once: a later session refresh never approves again.
@@ -273,7 +286,11 @@ enum HostedPage {
             if (window.blPasskeys) { window.blPasskeys.sessionShown(session); }
           }
           // For the passkey script (passkeys/page.js, loaded after this one when the server offers passkeys).
-          window.blPage = { call: call, signedIn: () => { newUser = false; return withSession(); } };
+          // `started`: the sign-in's answer (the new browser session).
+          window.blPage = { call: call, signedIn: (started) => { newUser = false; signedInHere(started); return withSession(); } };
+          function signedInHere(started) {
+            if (started && typeof started.sessionId === "string") { freshSessionId = started.sessionId; }
+          }
 
           $("email-form").addEventListener("submit", async (event) => {
             event.preventDefault();
@@ -313,6 +330,7 @@ enum HostedPage {
               return;
             }
             newUser = answer.data && answer.data.isNewUser === true;
+            signedInHere(answer.data);
             $("code").value = "";
             await withSession();
           });
@@ -320,7 +338,9 @@ enum HostedPage {
           $("continue").addEventListener("click", () => authorize("continue", shownSessionId));
 
           $("switch").addEventListener("click", async () => {
-            await call("POST", "/browser/signout", {});
+            // prompt "login": the next sign-in replaces this session in the browser; nothing is signed out.
+            if (!freshSignInOnly()) { await call("POST", "/browser/signout", {}); }
+            freshSessionId = null;
             shownSessionId = null;
             automaticSessionId = null;
             showSignIn();
@@ -355,6 +375,12 @@ enum HostedPage {
               $("invite").value = inviteFromLink;
               show("invite-field", true);
             }
+            // loginHint: the address field's value (a property, never markup: the hint is the app's input).
+            if (typeof attempt.loginHint === "string" && attempt.loginHint !== "") { $("email").value = attempt.loginHint; }
+            if (upstreamSessionId) {
+              freshSessionId = upstreamSessionId;
+              window.history.replaceState(null, "", window.location.pathname + window.location.search);
+            }
             const linkToken = new URLSearchParams((window.location.hash || "").slice(1)).get("signin_token");
             if (linkToken) {
               // Off the address bar and the history before it is used.
@@ -370,7 +396,7 @@ enum HostedPage {
             const invite = $("invite").value.trim();
             const answer = await call("POST", "/browser/signin/link",
                                       { token: token, attemptId: attemptId, invite: invite === "" ? undefined : invite });
-            if (answer.status === 200) { await withSession(); return; }
+            if (answer.status === 200) { signedInHere(answer.data); await withSession(); return; }
             const code = codeOf(answer);
             say(linkMessages[code] || errorMessages[code] || "Something went wrong. Try again.");
             if (code === "BROWSER_MISMATCH") {

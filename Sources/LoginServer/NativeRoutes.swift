@@ -14,6 +14,8 @@ extension LoginService {
         guard ProofSecret.isWellFormed(body.recoveryChallenge) else {
             throw APIError(.invalidRequest, "recoveryChallenge is 43 base64url characters")
         }
+        try Self.checkPrompt(body.prompt)
+        try Self.checkLoginHint(body.loginHint)
         guard let client = clients[body.clientId] else {
             throw APIError(.clientUnknown, "no client is registered with this client id")
         }
@@ -32,9 +34,9 @@ extension LoginService {
             try db.run(
                 """
                 INSERT INTO attempts (id_hash, client_id, return_url, code_challenge, recovery_challenge, ephemeral,
-                    state, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?)
+                    state, created_at, expires_at, prompt, login_hint) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)
                 """, Records.hash(attemptId), client.clientId, returnURL.text, body.codeChallenge,
-                body.recoveryChallenge, body.ephemeral, now, expiresAt)
+                body.recoveryChallenge, body.ephemeral, now, expiresAt, body.prompt, body.loginHint)
         }
         let answer = CreateAttemptResponse(
             attemptId: attemptId,
@@ -44,23 +46,62 @@ extension LoginService {
         return json(201, answer)
     }
 
+    /// §5.1: `prompt`, when present, is `"login"`, the one value defined.
+    /// Another value is refused rather than ignored (as OpenID Connect's
+    /// `prompt_values_supported` rule does): the app asked the page for
+    /// something this server would not do. JSON null is absent.
+    static func checkPrompt(_ prompt: String?) throws(APIError) {
+        guard let prompt, prompt != "login" else { return }
+        throw APIError(.invalidRequest, "prompt is \"login\" when present (the only value defined)")
+    }
+
+    /// The longest `loginHint`, in UTF-8 bytes (an address's limit, RFC 5321).
+    static let maximumLoginHintBytes = 254
+
+    /// §5.1: `loginHint`, when present, is an email address of at most 254
+    /// bytes, by the rules the page's sign-in applies to an address (so what
+    /// is pre-filled can be sent). It is shown in a page: the page sets it as
+    /// the address field's value, never as markup.
+    static func checkLoginHint(_ hint: String?) throws(APIError) {
+        guard let hint else { return }
+        guard hint.utf8.count <= maximumLoginHintBytes else {
+            throw APIError(.invalidRequest, "loginHint is at most \(maximumLoginHintBytes) bytes")
+        }
+        guard EmailAddress(hint) != nil else {
+            throw APIError(.invalidRequest, "loginHint is an email address")
+        }
+    }
+
     // MARK: §5.2 Exchange
 
     func exchange(_ request: HTTPServerRequest, attemptId: String) throws(APIError) -> HTTPServerResponse {
         try limit("exchange.address", request.remoteAddress, configuration.rateLimits.exchange)
         let body = try decode(ExchangeRequest.self, request)
         let now = clock()
-        // The client's bucket is taken before the exchange's transaction (on
-        // PostgreSQL a rate limit is its own statement, not part of it).
-        let clientId: String? = try store.perform { db in
-            try db.queryOne("SELECT client_id FROM attempts WHERE id_hash = ?", Records.hash(attemptId))?.string("client_id")
+        let clientLimit = { (clientId: String) throws(APIError) in
+            try self.limit(
+                "exchange.client", clientId, self.configuration.rateLimits.exchange,
+                message: "too many exchanges for this client")
         }
-        guard let clientId else { throw APIError(.attemptUnknown, "no such attempt") }
-        try limit("exchange.client", clientId, configuration.rateLimits.exchange, message: "too many exchanges for this client")
+        // The client's bucket is taken before anything of the exchange. On
+        // SQLite the buckets are in memory: taken inside the exchange's one
+        // transaction, once the attempt names its client. On PostgreSQL a rate
+        // limit is its own statement, not part of a transaction that may run
+        // again: the client is read first, in a transaction of its own.
+        let limitInside = !store.sharesRateLimits
+        if !limitInside {
+            let clientId: String? = try store.perform { db in
+                try db.queryOne("SELECT client_id FROM attempts WHERE id_hash = ?", Records.hash(attemptId))?.string(
+                    "client_id")
+            }
+            guard let clientId else { throw APIError(.attemptUnknown, "no such attempt") }
+            try clientLimit(clientId)
+        }
         let answer: ExchangeResponse = try store.perform { db in
             guard var attempt = try Records.attempt(db, id: attemptId, now: now) else {
                 throw APIError(.attemptUnknown, "no such attempt")
             }
+            if limitInside { try clientLimit(attempt.clientId) }
             guard ProofSecret.isWellFormed(body.codeVerifier),
                 ProofSecret(value: body.codeVerifier).verifies(challenge: attempt.codeChallenge)
             else {

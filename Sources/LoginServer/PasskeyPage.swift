@@ -4,8 +4,8 @@
 /// passkey", rename and delete, inside the confirmation section. Loaded
 /// after the page's own script, it talks to it through two objects: the page
 /// calls `window.blPasskeys.signInShown()` and `.sessionShown(session)`,
-/// this script calls `window.blPage.signedIn()` once a passkey signed the
-/// browser in. The page carries `data-passkeys="on"` only when the server's
+/// this script calls `window.blPage.signedIn(answer)` with the sign-in's
+/// answer once a passkey signed the browser in. The page carries `data-passkeys="on"` only when the server's
 /// origin names a relying party.
 enum PasskeyPage {
     static let script = #"""
@@ -79,7 +79,7 @@ enum PasskeyPage {
                                       { attemptId: attemptId, credential: credential.toJSON(),
                                         invite: invite === "" ? undefined : invite });
             if (answer.status !== 200) { signInStatus.textContent = errorText(answer); return; }
-            if (window.blPage) { await window.blPage.signedIn(); }
+            if (window.blPage) { await window.blPage.signedIn(answer.data); }
           });
 
           // The account's passkeys: inside the confirmation section.

@@ -174,6 +174,13 @@ enum Schema {
         UpstreamIdentities.migration,
         TestAccountSessions.migration,
         Passkeys.migration,
+        // §5.1's optional `prompt` ("login") and `loginHint` of a create request.
+        Migration(
+            "0012-attempt-prompt",
+            """
+            ALTER TABLE attempts ADD COLUMN prompt TEXT;
+            ALTER TABLE attempts ADD COLUMN login_hint TEXT;
+            """),
     ]
 }
 
@@ -258,6 +265,16 @@ final class Store: Sendable {
         switch backend {
         case .sqlite(let store): return try store.transaction(body)
         case .postgres(let store): return try store.transaction(body)
+        }
+    }
+
+    /// True when the rate limits live in the database, shared by every
+    /// instance (PostgreSQL); false when they are this process's, in memory
+    /// (SQLite), and so may be taken inside a transaction's body.
+    var sharesRateLimits: Bool {
+        switch backend {
+        case .sqlite: false
+        case .postgres: true
         }
     }
 

@@ -106,7 +106,7 @@ extension LoginService {
         let now = clock()
         let cookieName = bindingCookieName(attemptId: body.attemptId)
         // The attempt the page shows, in the browser it is bound to, still open.
-        try store.perform { db in
+        let hints = try store.perform { db -> SignInHints in
             guard let attempt = try Records.attempt(db, id: body.attemptId, now: now) else {
                 throw APIError(.attemptUnknown, "no such attempt")
             }
@@ -117,6 +117,7 @@ extension LoginService {
             case .completed: throw APIError(.attemptAlreadyExchanged, "the attempt was already completed")
             case .pending, .authorized: break
             }
+            return SignInHints(prompt: attempt.prompt, loginHint: attempt.loginHint)
         }
         let handle = try randomToken(bytes: 32)
         let secrets = upstreamSecrets(handle)
@@ -135,7 +136,7 @@ extension LoginService {
         let authorizeURL: String
         upstream.record(entry.name, answered: (try? built.get()) != nil, now: clock())
         switch built {
-        case .success(let url): authorizeURL = url
+        case .success(let url): authorizeURL = hints.applied(to: url)
         case .failure(let error):
             Log.warning("upstream provider unusable", ["provider": entry.name, "error": "\(error)"])
             let failure = UpstreamFailure.provider(entry.name, error)
@@ -223,7 +224,13 @@ extension LoginService {
             return HTTPServerResponse(
                 status: 303,
                 headers: [
-                    ("Location", issuer + configuration.basePath + "/browser/login?attempt=" + percentEncode(attempt)),
+                    // The fragment names the session just started: the page of a `prompt: "login"` attempt
+                    // offers that one (and no session that was in the browser before).
+                    (
+                        "Location",
+                        issuer + configuration.basePath + "/browser/login?attempt=" + percentEncode(attempt) + "#signed_in="
+                            + percentEncode(started.response.sessionId)
+                    ),
                     cookieHeader(name: Self.sessionCookie, value: started.secret, maxAgeSeconds: started.maxAgeMillis / 1000),
                     cookieHeader(name: Self.upstreamCookie, value: "", maxAgeSeconds: 0),
                 ])
@@ -404,5 +411,38 @@ extension LoginService {
         return SignInIdentity(
             email: address, method: entry.name, displayName: name.flatMap { $0.isEmpty ? nil : $0 },
             upstream: UpstreamSubject(issuer: entry.configuration.issuer, subject: claims.subject, provider: entry.name))
+    }
+}
+
+/// A native attempt's `prompt` and `loginHint` (docs/protocol.md §5.1),
+/// passed on to an upstream provider as OpenID Connect's `prompt=login` (the
+/// provider signs the person in again instead of reusing its own session)
+/// and `login_hint`.
+struct SignInHints: Sendable {
+    var prompt: String?
+    var loginHint: String?
+
+    /// `url` (the provider's authorization request) with `prompt` and
+    /// `login_hint` set: a parameter of the same name already in it (e.g. a
+    /// configured `authorizeParams` `prompt=consent`) is replaced, never sent
+    /// twice. Unchanged when the attempt has neither.
+    func applied(to url: String) -> String {
+        var added: [(String, String)] = []
+        if let prompt { added.append(("prompt", prompt)) }
+        if let loginHint { added.append(("login_hint", loginHint)) }
+        guard !added.isEmpty else { return url }
+        let names = Set(added.map(\.0))
+        var base = url
+        var query = ""
+        if let question = url.firstIndex(of: "?") {
+            base = String(url[..<question])
+            query = String(url[url.index(after: question)...])
+        }
+        var pairs = query.split(separator: "&", omittingEmptySubsequences: true).map(String.init).filter { pair in
+            let name = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+            return !names.contains(percentDecode(name) ?? String(name))
+        }
+        pairs += added.map { percentEncode($0.0) + "=" + percentEncode($0.1) }
+        return base + "?" + pairs.joined(separator: "&")
     }
 }

@@ -47,8 +47,8 @@ public final class ScriptedBrowser: Sendable {
     // MARK: The whole flow
 
     /// Loads `authorizeURL`, signs in with `email` and `code` (a test
-    /// account's `000000`, or the emailed code) unless already signed in,
-    /// and approves: `continue` on a confirm attempt (as the user pressing
+    /// account's `000000`, or the emailed code) unless already signed in
+    /// (always, for an attempt created with `prompt: "login"`), and approves: `continue` on a confirm attempt (as the user pressing
     /// Continue), `automatic` on an automatic one. Answers the callback URL.
     public func signInAndAuthorize(authorizeURL: String, email: String, code: String) throws -> String {
         try signInAndAuthorize(authorizeURL: authorizeURL, email: email, code: { code })
@@ -61,7 +61,8 @@ public final class ScriptedBrowser: Sendable {
         try loadPage(authorizeURL)
         let attempt = try describe(attemptId: target.attemptId, basePath: target.basePath)
         var session = try currentSession(basePath: target.basePath)
-        if session == nil {
+        // `prompt: "login"` (PROTOCOL.md §5.1): as the page, a fresh sign-in replaces the browser's session.
+        if session == nil || attempt.prompt == "login" {
             try startSignIn(email: email, basePath: target.basePath)
             session = try verifySignIn(email: email, code: try code(), basePath: target.basePath)
         }

@@ -120,7 +120,16 @@ let wireCases: [WireCase] = [
             expiresAt: t2),
         #"""
         {"attemptId": "att_1", "appName": "Notes", "clientId": "notes-desktop", "policy": "confirm",
-         "state": "pending", "expiresAt": "2026-11-30T16:22:38.123Z"}
+         "state": "pending", "expiresAt": "2026-11-30T16:22:38.123Z", "prompt": null, "loginHint": null}
+        """#),
+    WireCase(
+        "describe with prompt and loginHint",
+        DescribeResponse(
+            attemptId: "att_1", appName: "Notes", clientId: "notes-desktop", policy: .confirm, state: .pending,
+            expiresAt: t2, prompt: "login", loginHint: "ada@example.com"),
+        #"""
+        {"attemptId": "att_1", "appName": "Notes", "clientId": "notes-desktop", "policy": "confirm",
+         "state": "pending", "expiresAt": "2026-11-30T16:22:38.123Z", "prompt": "login", "loginHint": "ada@example.com"}
         """#),
     WireCase(
         "authorize continue", AuthorizeRequest(decision: .continue, expectedSessionId: "bs_1"),

@@ -17,6 +17,25 @@ import Testing
 /// Skipped only when the provider is not installed and `BL_REQUIRE_PROVIDER`
 /// is unset (CI sets it).
 @Suite(.dedicatedThread, .enabled(if: TestProvider.shouldRun)) struct UpstreamSignInTests {
+    /// An attempt's `prompt: "login"` and `loginHint` (PROTOCOL.md §5.1) go on
+    /// to the provider as OpenID Connect's `prompt=login` and `login_hint`;
+    /// an attempt without them sends neither.
+    @Test func promptAndLoginHintGoOnToTheProvider() throws {
+        let world = try UpstreamWorld()
+        let browser = try world.browser()
+        let plain = try world.createAttempt()
+        try browser.loadPage(plain.authorizeUrl)
+        let without = try world.startUpstream(browser, attemptId: plain.attemptId).authorizeUrl
+        #expect(without.hasPrefix(world.provider.issuer + "/authorize/?"))
+        #expect(!without.contains("prompt=") && !without.contains("login_hint="), "\(without)")
+        let asked = try world.createAttempt(prompt: "login", loginHint: "alice+work@example.com")
+        try browser.loadPage(asked.authorizeUrl)
+        let with = try world.startUpstream(browser, attemptId: asked.attemptId).authorizeUrl
+        #expect(with.contains("&prompt=login"), "\(with)")
+        #expect(with.contains("&login_hint=alice%2Bwork%40example.com"), "\(with)")
+        #expect(with.components(separatedBy: "prompt=").count == 2)
+    }
+
     /// Sign in with the provider on the hosted page, land back on the
     /// attempt's page signed in, approve, and let the real broker finish:
     /// the browser session and the app's session record the provider's name
@@ -50,8 +69,8 @@ import Testing
 
         let landed = try browser.request("GET", redirect, stateChanging: false)
         #expect(landed.status == 303, "\(landed.text)")
-        #expect(landed.header("location") == authorizeURL)
         let session = try #require(try browser.currentSession())
+        #expect(landed.header("location") == authorizeURL + "#signed_in=" + session.sessionId)
         #expect(session.authMethod == "dot")
         #expect(session.account.email == "alice@example.com")
         #expect(session.account.displayName == "Alice Example")
@@ -438,14 +457,15 @@ final class UpstreamWorld {
         var verifier: ProofSecret
     }
 
-    /// A native attempt of `com.example.notes`, created over the native route as an app would.
-    func createAttempt() throws -> Attempt {
+    /// A native attempt of `com.example.notes`, created over the native route as an app would
+    /// (with PROTOCOL.md §5.1's `prompt` and `loginHint` when given).
+    func createAttempt(prompt: String? = nil, loginHint: String? = nil) throws -> Attempt {
         let verifier = try ProofSecret.generate()
         let recovery = try ProofSecret.generate()
         let body = try JSONEncoder().encode(
             CreateAttemptRequest(
                 clientId: "com.example.notes", returnUrl: "com.example.notes:/callback", codeChallenge: verifier.challenge,
-                recoveryChallenge: recovery.challenge))
+                recoveryChallenge: recovery.challenge, prompt: prompt, loginHint: loginHint))
         let answer = try browser().request(
             "POST", origin + "/browser-login/native/attempts", headers: [("Content-Type", "application/json")],
             body: [UInt8](body), stateChanging: false)

@@ -102,15 +102,16 @@ struct NativeAttempt {
     var id: String { created.attemptId }
     var recoveryJSON: String { #"{"recoveryKey":"\#(recovery.value)"}"# }
 
-    static func create(_ server: TestServer, client: String = confirmClient, returnUrl: String = confirmReturn) throws
-        -> NativeAttempt
-    {
+    static func create(
+        _ server: TestServer, client: String = confirmClient, returnUrl: String = confirmReturn, prompt: String? = nil,
+        loginHint: String? = nil
+    ) throws -> NativeAttempt {
         let verifier = try ProofSecret.generate()
         let recovery = try ProofSecret.generate()
         let body = try JSONEncoder().encode(
             CreateAttemptRequest(
                 clientId: client, returnUrl: returnUrl, codeChallenge: verifier.challenge,
-                recoveryChallenge: recovery.challenge))
+                recoveryChallenge: recovery.challenge, prompt: prompt, loginHint: loginHint))
         let answer = try server.native("/attempts", String(decoding: body, as: UTF8.self))
         #expect(answer.status == 201, "\(answer.text)")
         return NativeAttempt(verifier: verifier, recovery: recovery, created: try answer.decode(CreateAttemptResponse.self))
