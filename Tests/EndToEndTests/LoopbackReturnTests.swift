@@ -94,7 +94,7 @@ struct HandbackWorld {
     }
 
     func waitSignedIn() throws {
-        try waitUntil(60, "the session") {
+        try waitUntil(120, "the session") {
             try h.rpc().call("session.get", params: ["client": .string(client)])["status"] == "signedIn"
         }
     }
@@ -207,6 +207,23 @@ struct HandbackWorld {
         #expect(attempt["returnVia"] == "loopback", "\(attempt)")
         try world.waitSignedIn()
         #expect(world.createdLine(attempt).contains("snap-browser"), "\(world.createdLine(attempt))")
+    }
+
+    /// The broker restarts while a loopback attempt waits: its listener opens again on the same port, and
+    /// the browser's callback (authorized before the restart) still signs in.
+    @Test func aWaitingLoopbackAttemptListensAgainAfterARestart() throws {
+        let world = try HandbackWorld(returnUrls: ["http://127.0.0.1/callback"])
+        defer { world.h.stopAll() }
+        try world.h.startBroker()
+        let attempt = try world.start(openBrowser: false)
+        let authorizeUrl = try #require(attempt["authorizeUrl"]?.stringValue)
+        let callback = try world.h.browser().signInAndAuthorize(
+            authorizeURL: authorizeUrl, email: world.h.testEmail, code: "000000")
+        try world.h.restartBroker()
+        let delivered = try runProgram("/usr/bin/curl", ["-sS", "-o", "/dev/null", "-w", "%{http_code}", callback])
+        #expect(delivered.out == "200", "\(delivered)")
+        try world.waitSignedIn()
+        #expect(try world.status(attempt)["state"] == "completed")
     }
 
     /// Hostile requests on a Browser Login attempt's listener: another Host, another path, a forged code —
