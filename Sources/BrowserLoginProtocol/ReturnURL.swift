@@ -148,9 +148,12 @@ public struct ReturnURL: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The URL an attempt keeps for `requested` (which matches this one): the
-    /// registered text, or for a loopback redirect the requested URL with its
-    /// port, which the attempt's callback must then match exactly (§1).
-    public func attemptURL(requested: String) -> String { isLoopback ? requested : text }
+    /// registered text, or for a loopback redirect the registered URL with the
+    /// requested port, which the attempt's callback must then match exactly (§1).
+    public func attemptURL(requested: String) -> String {
+        guard isLoopback, let host = parts.host, let port = URLParts(splitting: requested)?.portText else { return text }
+        return "http://" + host + ":" + port + parts.path
+    }
 
     /// True when `callback`'s scheme + authority + path equal an attempt's
     /// return URL exactly (a loopback redirect's port included; scheme and host

@@ -108,6 +108,7 @@ import Testing
         let loopback = try ReturnURL("http://127.0.0.1/cb")
         let kept = loopback.attemptURL(requested: "http://127.0.0.1:4000/cb")
         #expect(kept == "http://127.0.0.1:4000/cb")
+        #expect(loopback.attemptURL(requested: "HTTP://127.0.0.1:4000/cb") == "http://127.0.0.1:4000/cb")
         let scheme = try ReturnURL("com.example.notes:/cb")
         #expect(scheme.attemptURL(requested: "COM.example.notes:/cb") == "com.example.notes:/cb")
         func parts(_ text: String) throws -> URLParts { try #require(URLParts(splitting: text)) }
