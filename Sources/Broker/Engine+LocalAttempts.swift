@@ -97,6 +97,52 @@ extension BrokerEngine {
         return result
     }
 
+    // MARK: - Browser Login's return URL
+
+    /// The return URL a new Browser Login attempt registers at create, and the
+    /// listener that receives it when it is a loopback redirect.
+    struct ReturnRoute {
+        /// The URL sent at create and kept by the attempt (a loopback one with its port).
+        var url: String
+        var listener: LoopbackListener?
+        /// `scheme` or `loopback` (the attempt view's `returnVia`).
+        var via: String
+        /// Why: `only-scheme`, `only-loopback`, `scheme-handler-ok`, or the HandbackProblem.
+        var reason: String
+    }
+
+    /// Picks a Browser Login attempt's return URL (docs/desktop.md, "When the
+    /// browser does not come back"): the client's only one; or, when it lists
+    /// a custom scheme and a loopback redirect, the scheme unless the
+    /// launcher finds a reason the callback would not come back through it —
+    /// the scheme's handler is not the broker's, xdg-open mangles the
+    /// scheme, the default browser is a Flatpak or a Snap — and then the
+    /// loopback redirect, on a listener of the attempt's own.
+    func chooseReturn(_ client: ClientConfig, attemptId: String, ephemeral: Bool) throws -> ReturnRoute {
+        guard let loopback = client.loopback else {
+            return ReturnRoute(url: client.redirectText, listener: nil, via: "scheme", reason: "only-scheme")
+        }
+        var reason = "only-loopback"
+        if let scheme = client.returnURL {
+            let command = ephemeral ? client.privateBrowserCommand : client.browserCommand
+            guard let problem = launcher.handbackProblem(scheme: scheme.scheme, command: command) else {
+                return ReturnRoute(url: scheme.text, listener: nil, via: "scheme", reason: "scheme-handler-ok")
+            }
+            reason = problem.rawValue
+        }
+        let listener = try openListener(loopback, port: loopback.port ?? 0, attemptId: attemptId, client: client)
+        return ReturnRoute(
+            url: loopback.redirectURI(port: listener.port), listener: listener, via: "loopback", reason: reason)
+    }
+
+    /// Whether `target` is one of `client`'s return URLs (a loopback one on any port).
+    func isReturnTarget(_ target: URLParts, of client: ClientConfig) -> Bool {
+        if client.returnURL?.matches(target) == true { return true }
+        guard let loopback = client.loopback, let registered = try? ReturnURL("http://\(loopback.host.urlHost)\(loopback.path)")
+        else { return false }
+        return registered.matches(target)
+    }
+
     // MARK: - The loopback listener
 
     func openListener(_ loopback: LoopbackRedirect, port: UInt16, attemptId: String, client: ClientConfig) throws
@@ -106,7 +152,7 @@ extension BrokerEngine {
         do {
             return try LoopbackListener.open(host: host, port: port, path: loopback.path) { [weak self] url in
                 guard let self else { return LoopbackPage(status: 503, title: "Sign-in failed", message: "The broker stopped.") }
-                return await self.loopbackCallback(url, appName: client.appName)
+                return await self.loopbackCallback(url, appName: client.appName, attemptId: attemptId)
             }
         } catch {
             switch error {
@@ -123,8 +169,13 @@ extension BrokerEngine {
     }
 
     /// A request on a listener's exact path: a callback like any other, and
-    /// the page says how it ended, in words (never a code or a URL).
-    func loopbackCallback(_ url: String, appName: String) async -> LoopbackPage {
+    /// the page says how it ended, in words (never a code or a URL). The
+    /// listener closes once its attempt has ended.
+    func loopbackCallback(_ url: String, appName: String, attemptId: String) async -> LoopbackPage {
+        defer {
+            let state = try? store.attempt(id: attemptId)?.state
+            if state != .waiting && state != .exchanging { closeListener(attemptId) }
+        }
         do {
             let view = try await finish(url: url)
             if view.state == .completed {
@@ -161,13 +212,29 @@ extension BrokerEngine {
 
     /// After a restart (docs/providers.md): a waiting loopback attempt
     /// listens on its port again (ended `failed` when the port is taken),
-    /// and a waiting device sign-in polls again.
+    /// and a waiting device sign-in polls again. A Browser Login attempt that
+    /// returns over loopback listens again too (when its port is taken, its
+    /// callback can still be pasted: `browser-login finish URL`).
     func resumeLocalAttempts() async {
         guard let waiting = try? store.list(states: [.waiting]) else { return }
         for var record in waiting {
-            guard let client = clients[record.client], server(client.id).localAttempts != nil, loopbacks[record.id] == nil,
-                !devicePolls.contains(record.id)
-            else { continue }
+            guard let client = clients[record.client], loopbacks[record.id] == nil else { continue }
+            if server(client.id).localAttempts == nil {
+                if let loopback = client.loopback, let parts = URLParts(splitting: record.returnURL),
+                    parts.scheme == "http", let port = parts.portText.flatMap({ UInt16($0) })
+                {
+                    do {
+                        loopbacks[record.id] = try openListener(
+                            loopback, port: port, attemptId: record.id, client: client)
+                    } catch {
+                        logger.warning(
+                            "after a restart the sign-in's loopback port is taken; its callback can still be finished by hand",
+                            ["attempt.id": record.id, "port": "\(port)"])
+                    }
+                }
+                continue
+            }
+            guard !devicePolls.contains(record.id) else { continue }
             if let loopback = client.loopback, let parts = URLParts(splitting: record.returnURL),
                 let portText = parts.portText, let port = UInt16(portText)
             {

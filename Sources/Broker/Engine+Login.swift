@@ -87,8 +87,12 @@ extension BrokerEngine {
         // `starting` row, which start-up recovery fails and cleans up, never
         // a vault item that nothing names.
         let createdAt = now()
+        // The scheme or a loopback listener of its own (Engine+LocalAttempts.swift), closed unless the attempt waits.
+        let route = try chooseReturn(client, attemptId: id, ephemeral: ephemeral)
+        var routeKept = false
+        defer { if !routeKept { route.listener?.close() } }
         var record = AttemptRecord(
-            id: id, client: client.id, state: .starting, returnURL: client.redirectText,
+            id: id, client: client.id, state: .starting, returnURL: route.url,
             issuer: client.server.serialized, ephemeral: ephemeral, createdAt: createdAt)
         try attempts.insert(record)
         do {
@@ -98,14 +102,16 @@ extension BrokerEngine {
             try attempts.discard(record)
             throw error.brokerError
         }
-        logger.info("attempt created", ["attempt.id": id, "client": client.id])
+        logger.info(
+            "attempt created",
+            ["attempt.id": id, "client": client.id, "return.via": route.via, "return.reason": route.reason])
         attempts.publish(record)
 
         let created: CreateAttemptResponse
         do {
             created = try await attemptControl(client.id).create(
                 CreateAttemptRequest(
-                    clientId: client.id, returnUrl: client.redirectText, codeChallenge: codeVerifier.challenge,
+                    clientId: client.id, returnUrl: route.url, codeChallenge: codeVerifier.challenge,
                     recoveryChallenge: recoveryKey.challenge, ephemeral: ephemeral))
         } catch {
             let brokerError = error.brokerError(attemptId: id)
@@ -133,6 +139,10 @@ extension BrokerEngine {
         try attempts.commit(&record, .created) {
             $0.serverAttemptId = created.attemptId
             $0.expiresAt = created.expiresAt
+        }
+        if let listener = route.listener {
+            loopbacks[id] = listener
+            routeKept = true
         }
         var result = AttemptView(record)
         result.authorizeUrl = created.authorizeUrl
@@ -246,7 +256,7 @@ extension BrokerEngine {
         }
         var candidates = try store.attempts(serverAttemptId: callback.attempt)
         if candidates.isEmpty {
-            let knownTarget = clients.values.contains { $0.returnURL?.matches(callback.target) ?? false }
+            let knownTarget = clients.values.contains { isReturnTarget(callback.target, of: $0) }
             if !knownTarget {
                 throw BrokerError(
                     .callbackMismatch, "the callback URL matches no configured client's return URL; nothing was changed")
@@ -256,7 +266,7 @@ extension BrokerEngine {
         }
         candidates = candidates.filter {
             clients[$0.client].map { server($0.id).attemptControl != nil } ?? false
-                && ((try? ReturnURL($0.returnURL))?.matches(callback.target) ?? false)
+                && ReturnURL.attemptMatches($0.returnURL, callback.target)
         }
         guard var record = candidates.first else {
             throw BrokerError(

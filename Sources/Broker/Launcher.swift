@@ -1,4 +1,5 @@
 import BrokerCore
+import DesktopEntry
 import SystemSupport
 
 #if canImport(Glibc)
@@ -19,6 +20,13 @@ public protocol BrowserLauncher: Sendable {
     /// cannot be known yet (whether the command fails a moment later) to the
     /// watch it answers (nil: nothing left to watch).
     func launch(_ url: String, command: String?, activationToken: String?) async throws(BrokerError) -> LaunchWatch?
+
+    /// Why a callback to custom `scheme` would not come back to the broker
+    /// when the browser is opened with `command` (nil: the default browser),
+    /// or nil when nothing stands in its way (docs/desktop.md, "When the
+    /// browser does not come back"). A Browser Login client with a loopback
+    /// return URL too then returns over loopback.
+    func handbackProblem(scheme: String, command: String?) -> HandbackProblem?
 }
 
 /// What is left of a launch after `launch` answered: watching the browser
@@ -33,6 +41,9 @@ extension BrowserLauncher {
         try await open(url, command: command)
     }
 
+    /// A launcher that knows nothing of the desktop trusts the scheme handler.
+    public func handbackProblem(scheme: String, command: String?) -> HandbackProblem? { nil }
+
     /// A launcher without a watch of its own opens the browser as `open` does.
     public func launch(_ url: String, command: String?, activationToken: String?) async throws(BrokerError)
         -> LaunchWatch?
@@ -43,7 +54,8 @@ extension BrowserLauncher {
 }
 
 /// Launches a browser process: a configured command template, else the
-/// OpenURI portal in a Flatpak sandbox, `$BROWSER` (a `:`-separated list,
+/// OpenURI portal in a Flatpak sandbox, `flatpak run APP-ID` when the
+/// default browser is a Flatpak, `$BROWSER` (a `:`-separated list,
 /// `%s` for the URL, as `sensible-browser` reads it), `xdg-open`, `gio open`. The URL is passed as one argument, never
 /// through a shell. A command that exits non-zero within two seconds is a
 /// failure; one still running then (a browser in the foreground) is success.
@@ -55,10 +67,20 @@ extension BrowserLauncher {
 public struct ProcessBrowserLauncher: BrowserLauncher {
     let environment: [String: String]
     let logger: Logger
+    /// The desktop's handlers, xdg-open and default browser, read at most every 30 s.
+    let desktop: DesktopFacts
 
     public init(environment: [String: String] = ProcessEnvironment.current, logger: Logger) {
         self.environment = environment
         self.logger = logger
+        self.desktop = DesktopFacts(DesktopSetup(environment: environment))
+    }
+
+    public func handbackProblem(scheme: String, command: String?) -> HandbackProblem? {
+        DesktopSetup.handbackProblem(
+            handlerIsDefault: desktop.brokerHandles(scheme: scheme),
+            xdgOpenMangles: desktop.setup.xdgOpenMangles(scheme: scheme, version: desktop.xdgOpenVersion()),
+            browser: command == nil ? desktop.defaultBrowser() : nil)
     }
 
     /// The argv for `url`: `%u` (or `%s`) replaced by the URL, or the URL appended.
@@ -106,7 +128,10 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
     /// The commands to try, in order, each an argv with the URL in place:
     /// the configured template alone when there is one; else the
     /// `org.freedesktop.portal.OpenURI` portal inside a Flatpak sandbox,
-    /// `$BROWSER`, `xdg-open`, then `gio open`.
+    /// `flatpak run APP-ID URL` when the default browser is a Flatpak (on the
+    /// host: the browser starts in its sandbox, as its desktop file would
+    /// start it, and the URL reaches it as an argument), `$BROWSER`,
+    /// `xdg-open`, then `gio open`.
     ///
     /// Under systemd (`INVOCATION_ID` is set) each command is started by the
     /// user manager in a transient unit of its own (`systemd-run --user`), so
@@ -130,6 +155,10 @@ public struct ProcessBrowserLauncher: BrowserLauncher {
                     Self.gvariantString(url),
                     activationToken.map { "{'activation_token': <\(Self.gvariantString($0))>}" } ?? "{}",
                 ])
+            } else if let browser = desktop.defaultBrowser(), browser.packaging == .flatpak,
+                let appId = browser.flatpakAppId, DesktopSetup.isFlatpakAppId(appId)
+            {
+                plans.append(["flatpak", "run", appId, url])
             }
             if let browser = environment["BROWSER"], !browser.isEmpty {
                 plans += browser.split(separator: ":").map { Self.arguments(template: String($0), url: url) }

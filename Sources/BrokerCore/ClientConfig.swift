@@ -8,9 +8,10 @@ public struct ClientConfig: Sendable, Equatable {
     /// The login server's origin, also the expected issuer.
     public var server: Origin
     public var basePath: String
-    /// The private-use scheme (or https) return URL; nil for a loopback redirect.
+    /// The private-use scheme return URL; nil for a client with only a loopback redirect.
     public var returnURL: ReturnURL?
-    /// The loopback redirect of an OAuth client (RFC 8252 §7.3); nil otherwise.
+    /// The loopback redirect (RFC 8252 §7.3); nil when there is none. A
+    /// Browser Login client may have both: the broker picks one per attempt.
     public var loopback: LoopbackRedirect?
     /// The OAuth 2.0 / OpenID Connect settings; nil for a Browser Login client.
     public var provider: ProviderSettings?
@@ -101,7 +102,7 @@ public enum ClientConfigValidator {
     public static let knownKeys: Set<String> = Set(
         [
             "Id", "AppName", "Server", "BasePath", "ReturnUrl", "Policy", "ApiOrigin", "CAFile", "Browser",
-            "PrivateBrowser", "Peers", "InstallHandler", "Protocol",
+            "PrivateBrowser", "Peers", "InstallHandler", "Protocol", "ReturnUrls",
         ] + providerKeys)
     /// Authorize parameters the broker sets itself: `AuthorizeParams` may not name them.
     public static let reservedAuthorizeParams: Set<String> = [
@@ -179,30 +180,29 @@ public enum ClientConfigValidator {
 
         var returnURL: ReturnURL?
         var loopback: LoopbackRedirect?
-        if let text = required("ReturnUrl") {
+        for (key, text) in returnURLTexts(keys, kind: kind, error: error) {
             if let parsed = LoopbackRedirect.parse(text) {
                 switch parsed {
-                case .success(let redirect) where isProvider: loopback = redirect
-                case .success:
-                    error(
-                        "ReturnUrl",
-                        "a loopback return URL (http://127.0.0.1/…) is only for Protocol=oidc and Protocol=oauth2 clients; a Browser Login client returns to a custom scheme such as com.example.app:/callback"
-                    )
-                case .failure(let problem): error("ReturnUrl", problem.message)
+                case .success where loopback != nil:
+                    error(key, "at most one loopback return URL (http://127.0.0.1/…) per client")
+                case .success(let redirect): loopback = redirect
+                case .failure(let problem): error(key, problem.message)
                 }
             } else {
                 do {
                     let url = try ReturnURL(text)
                     if url.isHTTPS {
                         error(
-                            "ReturnUrl",
-                            "https return URLs cannot be used on Linux: nothing can claim an https link for an app; register a custom scheme such as com.example.app:/callback"
-                                + (isProvider ? " or use a loopback redirect such as http://127.0.0.1/callback" : ""))
+                            key,
+                            "https return URLs cannot be used on Linux: nothing can claim an https link for an app; register a custom scheme such as com.example.app:/callback or use a loopback redirect such as http://127.0.0.1/callback"
+                        )
+                    } else if returnURL != nil {
+                        error(key, "at most one custom-scheme return URL per client (and at most one loopback one)")
                     } else {
                         returnURL = url
                     }
                 } catch let refusal {
-                    error("ReturnUrl", "\(refusal.rule): \(refusal.message)")
+                    error(key, "\(refusal.rule): \(refusal.message)")
                 }
             }
         }
@@ -238,7 +238,7 @@ public enum ClientConfigValidator {
             default: error("InstallHandler", "must be 'true' or 'false'")
             }
         }
-        if installHandler, loopback != nil {
+        if installHandler, returnURL == nil, loopback != nil {
             warning("InstallHandler", "a loopback redirect needs no URL handler, ignored")
             installHandler = false
         }
@@ -252,6 +252,41 @@ public enum ClientConfigValidator {
             provider: provider, policy: policy, apiOrigin: apiOrigin, caFile: caFile, browserCommand: browser,
             privateBrowserCommand: privateBrowser, peers: peers, installHandler: installHandler, file: file)
         return (config, problems)
+    }
+
+    /// The return URLs of a file with the key each came from: `ReturnUrl=` (a
+    /// file that repeats it has its values joined with `;` by the reader) or
+    /// `ReturnUrls=` (a `;`-separated list), not both. A Browser Login client
+    /// may list a custom scheme and a loopback redirect, and the broker picks
+    /// one per attempt (docs/desktop.md); a provider client has exactly one.
+    private static func returnURLTexts(
+        _ keys: [String: String], kind: SignInKind, error: (String?, String) -> Void
+    ) -> [(key: String, text: String)] {
+        let single = keys["ReturnUrl"]?.trimmed.nonEmpty
+        let list = keys["ReturnUrls"]?.trimmed.nonEmpty
+        if single != nil && list != nil {
+            error("ReturnUrls", "give the return URLs either in ReturnUrl= or in ReturnUrls=, not both")
+            return []
+        }
+        guard let value = single ?? list else {
+            error("ReturnUrl", "required; add 'ReturnUrl=…' (or 'ReturnUrls=…;…') to the [\(group)] group")
+            return []
+        }
+        let key = single != nil ? "ReturnUrl" : "ReturnUrls"
+        let texts = value.split(separator: ";").map { String($0).trimmed }.filter { !$0.isEmpty }
+        if texts.isEmpty {
+            error("ReturnUrl", "required; add 'ReturnUrl=…' (or 'ReturnUrls=…;…') to the [\(group)] group")
+            return []
+        }
+        if texts.count > 2 {
+            error(key, "at most two return URLs: one custom scheme and one loopback redirect (http://127.0.0.1/…)")
+            return []
+        }
+        if texts.count > 1 && kind != .browserLogin {
+            error(key, "a Protocol=\(kind.rawValue) client has one return URL (the one registered with the provider)")
+            return []
+        }
+        return texts.map { (key, $0) }
     }
 
     /// The provider keys of an `oidc` or `oauth2` client, and the issuer's origin

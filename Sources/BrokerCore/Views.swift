@@ -1,4 +1,5 @@
 @_exported import BrowserLoginAPI
+import BrowserLoginProtocol
 
 // The wire-visible types (views, states, error codes) live in BrowserLoginAPI;
 // re-exported so that every BrokerCore user sees them.
@@ -13,5 +14,9 @@ extension AttemptView {
                 ReceiptView(issuedAt: $0, sessionExpiresAt: record.receiptSessionExpiresAt)
             },
             reconciled: record.state == .uncertain ? record.resolution != .none : true)
+        // The return URL the attempt registered says how the browser comes back (docs/desktop.md).
+        if let scheme = URLParts(splitting: record.returnURL)?.scheme.lowercased() {
+            returnVia = scheme == "http" ? "loopback" : "scheme"
+        }
     }
 }

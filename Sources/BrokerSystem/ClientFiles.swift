@@ -52,8 +52,33 @@ public enum ClientFiles {
         let loaded = loadKeyFile(keyFile, contents: contents, error: &error)
         switch loaded ? readGroup(keyFile, path: file, group: ClientConfigValidator.group) : unreadable(file, error) {
         case .failure(let problem): return (nil, [problem])
-        case .success(let keys): return ClientConfigValidator.validate(file: file, keys: keys)
+        case .success(var keys):
+            // GKeyFile keeps the last of a repeated key; `ReturnUrl=` may be given twice (a custom
+            // scheme and a loopback redirect), so every value of it is handed on, joined with `;`.
+            let repeated = repeatedValues(of: "ReturnUrl", in: contents, group: ClientConfigValidator.group)
+            if repeated.count > 1 { keys["ReturnUrl"] = repeated.joined(separator: ";") }
+            return ClientConfigValidator.validate(file: file, keys: keys)
         }
+    }
+
+    /// The values of `key` in `[group]`, in file order, as written (blanks around `=` trimmed).
+    static func repeatedValues(of key: String, in contents: [UInt8], group: String) -> [String] {
+        func trim(_ text: Substring) -> String {
+            String(
+                text.drop { $0 == " " || $0 == "\t" || $0 == "\r" }.reversed().drop { $0 == " " || $0 == "\t" || $0 == "\r" }
+                    .reversed())
+        }
+        var inGroup = false
+        var values: [String] = []
+        for raw in contents.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
+            let line = trim(Substring(String(decoding: raw, as: UTF8.self)))
+            if line.hasPrefix("[") {
+                inGroup = line == "[\(group)]"
+            } else if inGroup, let eq = line.firstIndex(of: "="), trim(line[..<eq]) == key {
+                values.append(trim(line[line.index(after: eq)...]))
+            }
+        }
+        return values
     }
 
     /// What GKeyFile would read differently from what the file says: a NUL byte (GKeyFile's strings end

@@ -136,6 +136,11 @@ public struct AttemptView: Codable, Sendable, Equatable {
     public var serverState: String?
     /// Only for a waiting device sign-in.
     public var device: DeviceView?
+    /// How the browser returns to the broker: `scheme` (the client's custom
+    /// scheme, through its URL handler) or `loopback` (a listener of the
+    /// broker on 127.0.0.1 or [::1]); absent for a device sign-in. A client
+    /// that lists both gets the one the broker chose (docs/desktop.md).
+    public var returnVia: String?
 
     public init(
         attemptId: String, client: String, state: AttemptState, createdAt: Timestamp, expiresAt: Timestamp?,
@@ -167,5 +172,6 @@ public struct AttemptView: Codable, Sendable, Equatable {
         try c.encodeIfPresent(session, forKey: .session)
         try c.encodeIfPresent(serverState, forKey: .serverState)
         try c.encodeIfPresent(device, forKey: .device)
+        try c.encodeIfPresent(returnVia, forKey: .returnVia)
     }
 }

@@ -20,6 +20,8 @@ public enum ReturnURLRefusal: Error, Sendable, Equatable, CustomStringConvertibl
     case trailingDot
     case portNot443
     case portOnCustomScheme
+    case httpNotLoopback
+    case portOnLoopback
 
     /// A stable name for the rule, for logs and configuration errors.
     public var rule: String {
@@ -43,6 +45,8 @@ public enum ReturnURLRefusal: Error, Sendable, Equatable, CustomStringConvertibl
         case .trailingDot: "no-trailing-dot"
         case .portNot443: "port-443"
         case .portOnCustomScheme: "no-port-on-custom-scheme"
+        case .httpNotLoopback: "http-only-on-loopback-ip"
+        case .portOnLoopback: "no-port-on-loopback"
         }
     }
 
@@ -69,6 +73,10 @@ public enum ReturnURLRefusal: Error, Sendable, Equatable, CustomStringConvertibl
         case .trailingDot: "the host name may not end with a dot"
         case .portNot443: "an https return URL must use port 443"
         case .portOnCustomScheme: "a custom-scheme return URL has no port"
+        case .httpNotLoopback:
+            "an http return URL is a loopback redirect on an IP literal: http://127.0.0.1/PATH or http://[::1]/PATH (never localhost, RFC 8252 §7.3)"
+        case .portOnLoopback:
+            "a loopback return URL is registered without a port; the native host sends the port it listens on at create"
         }
     }
 
@@ -76,8 +84,9 @@ public enum ReturnURLRefusal: Error, Sendable, Equatable, CustomStringConvertibl
 }
 
 /// A registered return URL (docs/protocol.md §1): an absolute URL with no query,
-/// no fragment and no userinfo, on a lower-case custom scheme or on https on
-/// a public host name, port 443.
+/// no fragment and no userinfo, on a lower-case custom scheme, on https on
+/// a public host name, port 443, or a loopback redirect `http://127.0.0.1/PATH`
+/// or `http://[::1]/PATH` registered without a port (RFC 8252 §7.3).
 public struct ReturnURL: Sendable, Hashable, CustomStringConvertible {
     public static let maximumLength = 2048
     public static let forbiddenSchemes: Set<String> = [
@@ -89,6 +98,8 @@ public struct ReturnURL: Sendable, Hashable, CustomStringConvertible {
     public let parts: URLParts
 
     public var isHTTPS: Bool { parts.scheme == "https" }
+    /// A loopback redirect: its port varies per attempt (§1).
+    public var isLoopback: Bool { parts.scheme == "http" }
     public var scheme: String { parts.scheme }
     public var description: String { text }
 
@@ -101,9 +112,13 @@ public struct ReturnURL: Sendable, Hashable, CustomStringConvertible {
         if parts.query != nil { throw .hasQuery }
         if parts.hasUserinfo { throw .hasUserinfo }
         let isHTTPS = parts.scheme == "https"
-        if Self.forbiddenSchemes.contains(parts.scheme), !isHTTPS { throw .forbiddenScheme(parts.scheme) }
+        let isHTTP = parts.scheme == "http"
+        if Self.forbiddenSchemes.contains(parts.scheme), !isHTTPS, !isHTTP { throw .forbiddenScheme(parts.scheme) }
 
-        if let authority = parts.authority {
+        if isHTTP {
+            guard let host = parts.host, Self.loopbackHosts.contains(host) else { throw .httpNotLoopback }
+            if parts.portText != nil { throw .portOnLoopback }
+        } else if let authority = parts.authority {
             if authority.isEmpty { throw .emptyAuthority }
             try Self.checkAuthority(parts, https: isHTTPS)
         } else if isHTTPS {
@@ -118,8 +133,47 @@ public struct ReturnURL: Sendable, Hashable, CustomStringConvertible {
     /// exactly (scheme and host case-insensitively, the path byte for byte).
     /// A URL that still carries a query or a fragment never matches (§1,
     /// §5.1); pass a parsed callback's `target`, which has neither.
+    ///
+    /// A loopback redirect is the one exception (§1, RFC 8252 §7.3): it
+    /// matches the same scheme, address and path with any port from 1 to
+    /// 65535 (digits as written, no leading zero), and nothing else — no
+    /// userinfo, no other address, no empty port.
     public func matches(_ callback: URLParts) -> Bool {
-        callback.query == nil && callback.fragment == nil && callback.matchKey == parts.matchKey
+        guard callback.query == nil, callback.fragment == nil else { return false }
+        guard isLoopback else { return callback.matchKey == parts.matchKey }
+        guard callback.scheme.lowercased() == "http", !callback.hasUserinfo, callback.host == parts.host,
+            let port = callback.portText, Self.isPort(port), callback.path == parts.path
+        else { return false }
+        return callback.authority == parts.host! + ":" + port
+    }
+
+    /// The URL an attempt keeps for `requested` (which matches this one): the
+    /// registered text, or for a loopback redirect the registered URL with the
+    /// requested port, which the attempt's callback must then match exactly (§1).
+    public func attemptURL(requested: String) -> String {
+        guard isLoopback, let host = parts.host, let port = URLParts(splitting: requested)?.portText else { return text }
+        return "http://" + host + ":" + port + parts.path
+    }
+
+    /// True when `callback`'s scheme + authority + path equal an attempt's
+    /// return URL exactly (a loopback redirect's port included; scheme and host
+    /// case-insensitively, the path byte for byte), with no query or fragment.
+    public static func attemptMatches(_ attemptURL: String, _ callback: URLParts) -> Bool {
+        guard callback.query == nil, callback.fragment == nil, let kept = URLParts(splitting: attemptURL),
+            kept.query == nil, kept.fragment == nil
+        else { return false }
+        return kept.matchKey == callback.matchKey
+    }
+
+    /// The hosts of a loopback redirect: IP literals only (RFC 8252 §7.3, §8.3).
+    public static let loopbackHosts: Set<String> = ["127.0.0.1", "[::1]"]
+
+    /// A TCP port as a URL writes it: 1 to 65535, digits only, no leading zero.
+    static func isPort(_ text: String) -> Bool {
+        guard let first = text.utf8.first, first != UInt8(ascii: "0"), text.utf8.count <= 5,
+            text.utf8.allSatisfy(isASCIIDigit), let value = Int(text)
+        else { return false }
+        return value <= 65535
     }
 
     private static func checkAuthority(_ parts: URLParts, https: Bool) throws(ReturnURLRefusal) {

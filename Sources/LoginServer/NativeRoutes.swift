@@ -20,7 +20,8 @@ extension LoginService {
             throw APIError(.clientUnknown, "no client is registered with this client id")
         }
         // §1: matched exactly, scheme and host case-insensitively; the attempt
-        // keeps the URL as registered, so every callback is built on it.
+        // keeps the URL as registered (a loopback redirect with the port it
+        // was sent with), so every callback is built on it.
         guard let returnURL = client.registeredReturnURL(matching: body.returnUrl) else {
             throw APIError(.returnURLNotRegistered, "the return URL is not registered for this client (matched exactly)")
         }
@@ -35,8 +36,9 @@ extension LoginService {
                 """
                 INSERT INTO attempts (id_hash, client_id, return_url, code_challenge, recovery_challenge, ephemeral,
                     state, created_at, expires_at, prompt, login_hint) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)
-                """, Records.hash(attemptId), client.clientId, returnURL.text, body.codeChallenge,
-                body.recoveryChallenge, body.ephemeral, now, expiresAt, body.prompt, body.loginHint)
+                """, Records.hash(attemptId), client.clientId, returnURL.attemptURL(requested: body.returnUrl),
+                body.codeChallenge, body.recoveryChallenge, body.ephemeral, now, expiresAt, body.prompt,
+                body.loginHint)
         }
         let answer = CreateAttemptResponse(
             attemptId: attemptId,

@@ -319,10 +319,13 @@ func keyringFindings(_ env: [String: String]) -> [Finding] {
     return findings
 }
 
-/// Whether the broker's desktop file handles each scheme and is its default (`xdg-mime query default`).
+/// Whether the broker's desktop file handles each scheme and is its default
+/// (the `mimeapps.list` lookup of `xdg-mime query default`, DesktopSetup: the
+/// check the broker makes before it picks a return URL).
 func handlerFindings(_ schemes: [(client: String, scheme: String)], _ env: [String: String]) -> [Finding] {
     let installer = HandlerInstaller(environment: env)
     let installed = Set(installer.installedSchemes())
+    let setup = DesktopSetup(environment: env)
     let fix = "browser-login install-handler"
     return schemes.map { client, scheme in
         let check = "handler:\(scheme)"
@@ -332,12 +335,7 @@ func handlerFindings(_ schemes: [(client: String, scheme: String)], _ env: [Stri
                 check: check, status: .problem,
                 message: "\(installer.desktopFilePath) does not handle \(type) (client \(client))", fix: fix)
         }
-        guard let answer = runBounded(["xdg-mime", "query", "default", type], env) else {
-            return Finding(
-                check: check, status: .warning, message: "xdg-mime is missing or hangs: the default of \(type) is unknown",
-                fix: "sudo apt install xdg-utils")
-        }
-        let handler = answer.output.trimmingCharacters(in: .whitespacesAndNewlines)
+        let handler = setup.defaultApplication(for: type) ?? ""
         guard handler == DesktopEntry.fileName else {
             let other = handler.isEmpty ? "no application" : handler
             return Finding(
@@ -355,123 +353,54 @@ func handlerFindings(_ schemes: [(client: String, scheme: String)], _ env: [Stri
 /// exist". Browsers that hand custom schemes to xdg-open (Chromium, Chrome)
 /// then never deliver the callback. On GNOME, Cinnamon, MATE, Xfce, KDE and
 /// Deepin xdg-open hands the URL to the desktop's opener first, which is right.
+/// The version is read from the xdg-open script, as the broker reads it (DesktopSetup).
 func xdgOpenFinding(_ schemes: [String], _ env: [String: String]) -> Finding {
     let check = "xdg-open"
-    guard let answer = runBounded(["xdg-open", "--version"], env, seconds: 3) else {
+    let setup = DesktopSetup(environment: env)
+    guard Subprocess.findProgram("xdg-open", environment: env) != nil else {
         return Finding(
             check: check, status: .warning,
             message: "xdg-open is not installed: Chromium-based browsers hand custom schemes to it",
             fix: "sudo apt install xdg-utils")
     }
-    let version = answer.output.split(separator: " ").last.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
-    let numbers = (version ?? "").split(separator: ".").map { Int($0) ?? 0 }
-    let old = numbers.count >= 2 && (numbers[0], numbers[1]) < (1, 2)
+    let version = setup.xdgOpenVersion()
     let affected = schemes.filter { $0.contains(where: \.isNumber) }
-    guard old, !affected.isEmpty else {
+    guard DesktopSetup.isOldXdgOpen(version), !affected.isEmpty else {
         return Finding(check: check, status: .ok, message: "xdg-open \(version ?? "?") opens the clients' schemes")
     }
     let list = affected.map { $0 + ":" }.joined(separator: " ")
     let message =
         "xdg-open \(version ?? "?") takes \(list) URLs for file names (a digit in the scheme): Chromium's callback fails"
+        + " (clients that also list a loopback return URL sign in over loopback)"
     let fix = "upgrade xdg-utils to 1.2 or later (or open such URLs with 'gio open URL')"
-    return Finding(check: check, status: desktopOpensURLsItself(env) ? .warning : .problem, message: message, fix: fix)
+    return Finding(
+        check: check, status: setup.desktopOpensURLsItself() ? .warning : .problem, message: message, fix: fix)
 }
-
-/// Whether xdg-open 1.1.3 would hand URLs to the desktop's own opener
-/// (gio, kde-open, exo-open, dde-open) rather than check them itself.
-func desktopOpensURLsItself(_ env: [String: String]) -> Bool {
-    let desktop = env["XDG_CURRENT_DESKTOP"] ?? ""
-    let own = ["Cinnamon", "X-Cinnamon", "KDE", "DEEPIN", "Deepin", "deepin", "MATE", "XFCE"]
-    if own.contains(desktop) || desktop.hasPrefix("GNOME") { return true }
-    if ["ENLIGHTENMENT", "LXDE", "LXQt", "X-Generic"].contains(desktop) { return false }
-    let sessions = ["KDE_FULL_SESSION", "GNOME_DESKTOP_SESSION_ID", "MATE_DESKTOP_SESSION_ID"]
-    if sessions.contains(where: { !(env[$0] ?? "").isEmpty }) { return true }
-    return ["gnome", "MATE", "xfce", "xfce4", "Xfce Session"].contains(env["DESKTOP_SESSION"] ?? "")
-}
-
-/// Browsers whose usual desktop file ids are Flatpak or Snap packages.
-let sandboxedBrowserIds = [
-    "org.mozilla.firefox", "org.chromium.Chromium", "com.google.Chrome", "com.brave.Browser", "com.microsoft.Edge",
-    "com.opera.Opera", "com.vivaldi.Vivaldi", "io.gitlab.librewolf-community", "firefox_firefox", "chromium_chromium",
-    "brave_brave", "opera_opera",
-]
 
 /// The default browser is known, and not a Flatpak or Snap package: those
 /// hand a custom scheme back to the desktop only through a portal or
-/// snapd, which ask the user or fail in sessions without them.
+/// snapd, which ask the user or fail in sessions without them. (The broker
+/// then uses a client's loopback return URL, and opens a Flatpak browser
+/// with `flatpak run`: docs/desktop.md.)
 func defaultBrowserFinding(_ env: [String: String]) -> Finding {
     let check = "default-browser"
     let setFix = "xdg-settings set default-web-browser firefox-esr.desktop  # or another installed browser"
-    var id = runBounded(["xdg-settings", "get", "default-web-browser"], env)?.output ?? ""
-    id = id.trimmingCharacters(in: .whitespacesAndNewlines)
-    if id.isEmpty {
-        id = (runBounded(["xdg-mime", "query", "default", "x-scheme-handler/https"], env)?.output ?? "")
-            .trimmingCharacters(in: .whitespacesAndNewlines)
-    }
-    guard !id.isEmpty else {
+    guard let browser = DesktopSetup(environment: env).defaultBrowser() else {
         return Finding(
             check: check, status: .warning, message: "no default browser is set (xdg-settings, xdg-mime)", fix: setFix)
     }
-    let entry = desktopFile(id, env).flatMap { try? String(contentsOfFile: $0, encoding: .utf8) }
-    let name = String(id.dropLast(id.hasSuffix(".desktop") ? ".desktop".count : 0))
-    let sandbox: String?
-    if let entry, let exec = desktopEntryValue("Exec", in: entry) {
-        let words = exec.split(separator: " ").map(String.init).drop { $0 == "env" || $0.contains("=") }
-        let program = words.first.map { URL(fileURLWithPath: $0).lastPathComponent } ?? ""
-        if program == "flatpak" || desktopEntryValue("X-Flatpak", in: entry) != nil {
-            sandbox = "a Flatpak"
-        } else if program == "snap" || words.first?.hasPrefix("/snap/") == true {
-            sandbox = "a Snap"
-        } else {
-            sandbox = nil
-        }
-    } else if sandboxedBrowserIds.contains(name) {
-        sandbox = name.contains("_") ? "a Snap" : "a Flatpak"
-    } else {
-        sandbox = nil
-    }
-    if let sandbox {
+    let id = browser.id
+    if let sandbox = browser.sandboxWords {
         return Finding(
             check: check, status: .warning,
             message:
-                "\(id) is \(sandbox): it hands the callback back only through the desktop portal (or snapd), which may ask or fail",
+                "\(id) is \(sandbox): it hands the callback back only through the desktop portal (or snapd), which may ask or fail; clients with a loopback return URL use it instead",
             fix: setFix)
     }
-    if entry == nil && !sandboxedBrowserIds.contains(name) {
+    if browser.path == nil {
         return Finding(check: check, status: .ok, message: "the default browser is \(id) (its desktop file was not found)")
     }
     return Finding(check: check, status: .ok, message: "the default browser is \(id)")
-}
-
-/// The path of desktop file `id` in the XDG data directories (a `-` in the
-/// id may stand for a subdirectory, as the Desktop Entry Specification says).
-func desktopFile(_ id: String, _ env: [String: String]) -> String? {
-    let home = env["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? ((env["HOME"] ?? "") + "/.local/share")
-    let dirs =
-        [home]
-        + (env["XDG_DATA_DIRS"].flatMap { $0.isEmpty ? nil : $0 } ?? "/usr/local/share:/usr/share")
-        .split(separator: ":").map(String.init)
-    let names = [id] + (id.contains("-") ? [id.replacingOccurrences(of: "-", with: "/")] : [])
-    for dir in dirs {
-        for name in names where FileManager.default.fileExists(atPath: dir + "/applications/" + name) {
-            return dir + "/applications/" + name
-        }
-    }
-    return nil
-}
-
-/// A key's value in a desktop file's `[Desktop Entry]` group.
-func desktopEntryValue(_ key: String, in text: String) -> String? {
-    var inEntry = false
-    for line in text.split(separator: "\n") {
-        let line = line.trimmingCharacters(in: .whitespaces)
-        if line.hasPrefix("[") {
-            inEntry = line == "[Desktop Entry]"
-        } else if inEntry, line.hasPrefix(key + "=") {
-            return String(line.dropFirst(key.count + 1))
-        }
-    }
-    return nil
 }
 
 let doctorCommand = Subcommand(

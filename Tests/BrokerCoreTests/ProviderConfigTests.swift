@@ -199,11 +199,11 @@ import Testing
         Case(name: "http off loopback", changes: ["ReturnUrl": "http://192.168.1.2/cb"], key: "ReturnUrl"),
         Case(name: "upper-case HTTP", changes: ["ReturnUrl": "HTTP://127.0.0.1/cb"], key: "ReturnUrl"),
         Case(name: "https return URL", changes: ["ReturnUrl": "https://app.example.com/cb"], key: "ReturnUrl"),
+        // (A Browser Login client may return over loopback too: ReturnUrlsConfigTests.)
         Case(
-            name: "loopback for a Browser Login client",
-            changes: [
-                "Protocol": nil, "Server": "https://login.example.com", "ReturnUrl": "http://127.0.0.1/callback",
-            ], key: "ReturnUrl", says: "only for Protocol=oidc"),
+            name: "two return URLs for a provider client",
+            changes: ["ReturnUrls": "com.example.chat:/cb;http://127.0.0.1/callback", "ReturnUrl": nil],
+            key: "ReturnUrls", says: "one return URL"),
     ]
 
     @Test(arguments: refusals)
