@@ -465,7 +465,8 @@ extension BrokerEngine {
             throw brokerError
         }
         let device = grant.view
-        let secrets = AttemptSecrets(codeVerifier: "", recoveryKey: "", deviceCode: grant.deviceCode, device: device)
+        let secrets = AttemptSecrets(
+            codeVerifier: "", recoveryKey: "", deviceCode: grant.deviceCode, device: device, dpopKey: grant.dpopKey)
         do {
             try await vault.storeJSON(
                 secrets, label: VaultKeys.attemptLabel(appName: client.appName),
@@ -509,7 +510,7 @@ extension BrokerEngine {
             guard let secrets = try? await attemptSecrets(record), let deviceCode = secrets.deviceCode else {
                 continue  // The keyring cannot be read now: try again at the next interval.
             }
-            let poll = await signIn.poll(deviceCode: deviceCode)
+            let poll = await signIn.poll(deviceCode: deviceCode, dpopKey: secrets.dpopKey)
             switch poll {
             case .refused(let refusal):
                 guard var record = try? attempt(attemptId), record.state == .waiting else { return }

@@ -26,8 +26,9 @@ public protocol LocalAttemptSignIn: Sendable {
     func deviceAvailable() async throws(BrokerError)
     /// Begins a device sign-in (RFC 8628 §3.1–3.2).
     func authorizeDevice() async throws(BrokerError) -> DeviceGrant
-    /// One poll of a device sign-in (RFC 8628 §3.4–3.5).
-    func poll(deviceCode: String) async -> DevicePollOutcome
+    /// One poll of a device sign-in (RFC 8628 §3.4–3.5), proving `dpopKey`
+    /// (the grant's) when there is one.
+    func poll(deviceCode: String, dpopKey: String?) async -> DevicePollOutcome
 }
 
 /// The secrets of a browser sign-in at a protocol without server attempts:
@@ -137,11 +138,18 @@ public struct DeviceGrant: Sendable {
     public var expiresInSeconds: Int
     /// The attempt's key (stored as its `serverAttemptId`).
     public var lookupKey: String
-    public init(deviceCode: String, view: AttemptView.DeviceView, expiresInSeconds: Int, lookupKey: String) {
+    /// Secret: the DPoP key pair every poll proves (RFC 9449), serialized;
+    /// it becomes the session's. Nil when the client does not use DPoP.
+    public var dpopKey: String?
+    public init(
+        deviceCode: String, view: AttemptView.DeviceView, expiresInSeconds: Int, lookupKey: String,
+        dpopKey: String? = nil
+    ) {
         self.deviceCode = deviceCode
         self.view = view
         self.expiresInSeconds = expiresInSeconds
         self.lookupKey = lookupKey
+        self.dpopKey = dpopKey
     }
 }
 

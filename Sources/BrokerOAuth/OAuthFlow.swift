@@ -137,7 +137,16 @@ extension OAuthSignIn: LocalAttemptSignIn {
 
     public func authorizeDevice() async throws(BrokerError) -> DeviceGrant {
         let authorization: DeviceAuthorization
-        do { authorization = try await provider.deviceAuthorization() } catch { throw error.brokerError() }
+        let dpopKey: DPoPKey?
+        do throws(ProviderError) {
+            // The device authorization request itself carries no proof (OAUTH.md §6); every poll does.
+            authorization = try await provider.deviceAuthorization()
+            if try provider.usesDPoP(try await provider.metadata()) {
+                do { dpopKey = try DPoPKey.generate() } catch { throw .notSent("no DPoP key could be made") }
+            } else {
+                dpopKey = nil
+            }
+        } catch { throw error.brokerError() }
         let view = AttemptView.DeviceView(
             userCode: authorization.userCode, verificationUri: authorization.verificationURI,
             verificationUriComplete: authorization.verificationURIComplete, interval: max(1, authorization.interval))
@@ -145,12 +154,17 @@ extension OAuthSignIn: LocalAttemptSignIn {
         // removal of its device code once it ends) run the same way.
         return DeviceGrant(
             deviceCode: authorization.deviceCode, view: view, expiresInSeconds: max(authorization.expiresIn, 1),
-            lookupKey: "dv_" + Crypto.digest(authorization.deviceCode))
+            lookupKey: "dv_" + Crypto.digest(authorization.deviceCode), dpopKey: dpopKey?.serialized)
     }
 
-    public func poll(deviceCode: String) async -> DevicePollOutcome {
+    public func poll(deviceCode: String, dpopKey: String?) async -> DevicePollOutcome {
+        var dpop: DPoPKey?
+        if let dpopKey {
+            guard let key = DPoPKey(serialized: dpopKey) else { return .refused(Self.keyUnavailable) }
+            dpop = key
+        }
         let poll: DevicePoll
-        do { poll = try await provider.pollDevice(deviceCode: deviceCode) } catch {
+        do { poll = try await provider.pollDevice(deviceCode: deviceCode, dpop: dpop) } catch {
             return error.isDefinite ? .refused(error.brokerError()) : .unreachable
         }
         switch poll {
@@ -158,7 +172,7 @@ extension OAuthSignIn: LocalAttemptSignIn {
         case .slowDown: return .slowDown
         case .denied: return .denied
         case .expired: return .expired
-        case .tokens(let tokens): return .granted(grant(tokens, nonce: nil, idTokenRequired: false))
+        case .tokens(let tokens): return .granted(grant(tokens, nonce: nil, idTokenRequired: false, dpop: dpop))
         }
     }
 }

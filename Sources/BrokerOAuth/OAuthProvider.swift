@@ -260,13 +260,13 @@ public final class OAuthProvider: Sendable {
         try await refreshClassified(refreshToken: refreshToken, dpop: dpop)
     }
 
-    /// One poll with a device code (RFC 8628 §3.4, §3.5).
-    public func pollDevice(deviceCode: String) async throws(ProviderError) -> DevicePoll {
-        let response = try await tokenRequest([
-            ("grant_type", "urn:ietf:params:oauth:grant-type:device_code"), ("device_code", deviceCode),
-        ])
+    /// One poll with a device code (RFC 8628 §3.4, §3.5); with `dpop`, it
+    /// carries a proof of that key (RFC 9449 §5).
+    public func pollDevice(deviceCode: String, dpop: DPoPKey? = nil) async throws(ProviderError) -> DevicePoll {
+        let response = try await tokenRequest(
+            [("grant_type", "urn:ietf:params:oauth:grant-type:device_code"), ("device_code", deviceCode)], dpop: dpop)
         do {
-            return .tokens(try tokenAnswer(response, dpop: false))
+            return .tokens(try tokenAnswer(response, dpop: dpop != nil))
         } catch {
             if case .refused(_, let code, _) = error {
                 switch code {

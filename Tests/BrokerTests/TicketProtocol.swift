@@ -93,7 +93,7 @@ final class TicketServer: SignInProtocol, LocalAttemptSignIn {
     static let noDevice = BrokerError(.deviceFlowUnsupported, "a ticket server has no device sign-in")
     func deviceAvailable() async throws(BrokerError) { throw Self.noDevice }
     func authorizeDevice() async throws(BrokerError) -> DeviceGrant { throw Self.noDevice }
-    func poll(deviceCode: String) async -> DevicePollOutcome { .refused(Self.noDevice) }
+    func poll(deviceCode: String, dpopKey: String?) async -> DevicePollOutcome { .refused(Self.noDevice) }
 }
 
 /// The ticket server's callbacks: they name a `ticket`.

@@ -105,6 +105,37 @@ struct DPoPAndPARTests {
         }
     }
 
+    /// A device sign-in (RFC 8628) with `DPoP=yes`: the device authorization
+    /// request carries no proof, every token poll does (OAUTH.md §6), so the
+    /// granted tokens are bound to the session's key and the key is kept in
+    /// the session's keyring item; `http.request` then proves it.
+    @Test func aDeviceSignInProvesItsPolls() throws {
+        let world = try ProviderWorld(.glewlwyd, dpop: "yes")
+        let rpc = try world.h.rpc()
+        let attempt = try rpc.call("login.start", params: ["client": "com.example.chatdevice"])
+        let device = try #require(attempt["device"], "\(attempt)")
+        _ = try world.provider.approveDevice(
+            verificationURI: try #require(device["verificationUri"]?.stringValue),
+            userCode: try #require(device["userCode"]?.stringValue))
+        let session = try rpc.call("session.wait", params: ["client": "com.example.chatdevice", "timeoutMs": 30_000])
+        #expect(session["status"] == "signedIn", "\(session)")
+        let key = world.keyringDPoPKey("com.example.chatdevice")
+        #expect(key != nil, "the session keeps the key its polls proved")
+        let tokens = try world.keyringTokens("com.example.chatdevice")
+        #expect(jwtClaims(tokens.access)?["cnf"]?["jkt"]?.stringValue != nil, "the polled token is DPoP-bound")
+        #expect(try world.provider.apiMe(accessToken: tokens.access).status == 401, "useless as a Bearer")
+        let answer = try rpc.call(
+            "http.request",
+            params: [
+                "client": "com.example.chatdevice", "method": "GET",
+                "path": .string(TestProvider.Kind.glewlwyd.apiPath),
+            ])
+        #expect(answer["status"] == 200, "\(answer)")
+        let log = world.h.broker?.output ?? ""
+        if let key { #expect(!log.contains(key), "the key is not in the log") }
+        #expect(!log.contains(tokens.access) && !log.contains(tokens.refresh), "no token in the log")
+    }
+
     /// PAR (RFC 9126): Glewlwyd's metadata has a push endpoint, so
     /// `PAR=auto` (the default) pushes; the URL the browser gets holds only
     /// `client_id` and `request_uri`, and the sign-in completes through it.
