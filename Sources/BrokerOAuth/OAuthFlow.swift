@@ -6,7 +6,7 @@ import BrowserLoginProtocol
 /// through the browser, and the device authorization grant. The provider keeps
 /// no attempt the broker can ask about; the attempt is found by a digest of
 /// its `state` (or device code).
-extension OAuthSignIn: LocalAttemptSignIn {
+extension OAuthSignIn: LocalAttemptSignIn, AccountPromptingSignIn {
     public var localAttempts: (any LocalAttemptSignIn)? { self }
     /// Not Browser Login's base path: every path of the API origin is the app's.
     public func reservesAppPath(_ path: String, client: ClientConfig) -> Bool { false }
@@ -23,6 +23,16 @@ extension OAuthSignIn: LocalAttemptSignIn {
     static func stateKey(_ state: String) -> String { "st_" + Crypto.digest(state) }
 
     public func authorize(redirectURI: String) async throws(BrokerError) -> LocalAuthorization {
+        try await authorize(redirectURI: redirectURI, addAccount: false, loginHint: nil)
+    }
+
+    /// An added account (docs/rpc.md) asks the provider to let the user pick
+    /// or sign in as another account: `prompt=select_account`, or `login` when
+    /// the metadata lists `prompt_values_supported` without it; `login_hint`
+    /// pre-fills the address.
+    public func authorize(redirectURI: String, addAccount: Bool, loginHint: String?) async throws(BrokerError)
+        -> LocalAuthorization
+    {
         do throws(ProviderError) {
             let metadata = try await provider.metadata()
             let verifier: ProofSecret
@@ -33,8 +43,14 @@ extension OAuthSignIn: LocalAttemptSignIn {
                 state = try Crypto.randomToken(bytes: 32)
                 nonce = settings.kind == .oidc ? try Crypto.randomToken(bytes: 32) : nil
             } catch { throw .notSent("no randomness") }
+            var prompt: String?
+            if addAccount {
+                let supported = metadata.promptValuesSupported
+                prompt = supported == nil || supported!.contains("select_account") ? "select_account" : "login"
+            }
             let url = try await provider.authorizeURL(
-                redirectURI: redirectURI, state: state, nonce: nonce, codeChallenge: verifier.challenge)
+                redirectURI: redirectURI, state: state, nonce: nonce, codeChallenge: verifier.challenge, prompt: prompt,
+                loginHint: loginHint)
             return LocalAuthorization(
                 authorizeUrl: url,
                 proofs: LocalProofs(codeVerifier: verifier.value, state: state, nonce: nonce, redirectURI: redirectURI),

@@ -17,6 +17,8 @@ public struct ProviderMetadata: Sendable, Equatable {
     public var tokenEndpointAuthMethodsSupported: [String]?
     public var revocationEndpointAuthMethodsSupported: [String]?
     public var fetchedAt: Timestamp
+    /// `prompt_values_supported` (OpenID Connect Prompt Create §4.1): which `prompt` an added account may ask for.
+    public var promptValuesSupported: [String]? = nil
 
     public init(
         issuer: String, authorizationEndpoint: String? = nil, tokenEndpoint: String? = nil,
@@ -73,6 +75,7 @@ public struct ProviderMetadata: Sendable, Equatable {
         var authorization_response_iss_parameter_supported: Bool?
         var token_endpoint_auth_methods_supported: [String]?
         var revocation_endpoint_auth_methods_supported: [String]?
+        var prompt_values_supported: [String]? = nil
         /// Only in the cache's copy.
         var fetched_at: Int64?
 
@@ -88,11 +91,12 @@ public struct ProviderMetadata: Sendable, Equatable {
             authorization_response_iss_parameter_supported = m.issParameterSupported
             token_endpoint_auth_methods_supported = m.tokenEndpointAuthMethodsSupported
             revocation_endpoint_auth_methods_supported = m.revocationEndpointAuthMethodsSupported
+            prompt_values_supported = m.promptValuesSupported
             fetched_at = m.fetchedAt.millisecondsSince1970
         }
 
         func metadata(fetchedAt: Timestamp) -> ProviderMetadata {
-            ProviderMetadata(
+            var metadata = ProviderMetadata(
                 issuer: issuer, authorizationEndpoint: authorization_endpoint, tokenEndpoint: token_endpoint,
                 revocationEndpoint: revocation_endpoint, userinfoEndpoint: userinfo_endpoint,
                 deviceAuthorizationEndpoint: device_authorization_endpoint, jwksURI: jwks_uri,
@@ -101,6 +105,8 @@ public struct ProviderMetadata: Sendable, Equatable {
                 tokenEndpointAuthMethodsSupported: token_endpoint_auth_methods_supported,
                 revocationEndpointAuthMethodsSupported: revocation_endpoint_auth_methods_supported,
                 fetchedAt: fetchedAt)
+            metadata.promptValuesSupported = prompt_values_supported
+            return metadata
         }
     }
 

@@ -20,6 +20,8 @@ public enum RPCMethod: String, Sendable, CaseIterable {
     case sessionGet = "session.get"
     case sessionWait = "session.wait"
     case sessionSignOut = "session.signOut"
+    case sessionList = "session.list"
+    case sessionUse = "session.use"
     case httpRequest = "http.request"
     case eventsSubscribe = "events.subscribe"
     case eventsUnsubscribe = "events.unsubscribe"
@@ -79,4 +81,8 @@ public enum BrokerErrorCode: String, Codable, Sendable, CaseIterable {
     case idTokenInvalid = "ID_TOKEN_INVALID"
     /// A device sign-in was asked of a client whose provider has no device authorization endpoint.
     case deviceFlowUnsupported = "DEVICE_FLOW_UNSUPPORTED"
+    /// An `account` that is not one of the client's accounts.
+    case accountUnknown = "ACCOUNT_UNKNOWN"
+    /// `login.start` with `addAccount` on a client that holds its 16 accounts.
+    case accountLimit = "ACCOUNT_LIMIT"
 }
