@@ -259,6 +259,51 @@ struct AccountsTests {
     }
 }
 
+/// The accounts over D-Bus (docs/dbus.md): `ListSessions`, `UseAccount`,
+/// `GetAccountSession`, `SignOutAccount`, the `account` option, and
+/// `SessionChanged` carrying the key.
+@Suite("Several accounts over D-Bus", .dedicatedThread)
+struct AccountsDBusTests {
+    @Test func theBusListsSwitchesAndNamesAccounts() throws {
+        let h = try Harness()
+        defer { h.stopAll() }
+        try h.startServer()
+        h.writeClient(extra: "Accounts=multiple")
+        try DBusAPITests.start(h)
+        let rpc = try h.rpc()
+        try h.signIn()
+        let first = try #require(try rpc.call("session.get", params: ["client": "com.example.notes"])["accountKey"]?.stringValue)
+        let other = h.testEmail.replacingOccurrences(of: "@", with: "bus@")
+        let listener = try DBusAPITests.listen(h, ["--timeout", "120"], log: h.dir + "/listen.log")
+        defer { listener.stop() }
+        let attempt = try rpc.call(
+            "login.start", params: ["client": "com.example.notes", "openBrowser": false, "addAccount": true])
+        let callback = try h.browser().signInAndAuthorize(
+            authorizeURL: try #require(attempt["authorizeUrl"]?.stringValue), email: other, code: "000000")
+        _ = try rpc.call("login.finish", params: ["url": .string(callback)])
+        let second = try #require(try rpc.call("session.get", params: ["client": "com.example.notes"])["accountKey"]?.stringValue)
+
+        let listed = try DBusAPITests.ok(h, "ListSessions", "com.example.notes")
+        #expect(listed.contains(first) && listed.contains(second) && listed.contains("'current': <true>"), "\(listed)")
+        let used = try DBusAPITests.ok(h, "UseAccount", "com.example.notes", first)
+        #expect(DBusAPITests.member("accountKey", in: used) == first, "\(used)")
+        let named = try DBusAPITests.ok(h, "GetAccountSession", "com.example.notes", second)
+        #expect(named.contains(other) && named.contains("'current': <false>"), "\(named)")
+        let asSecond = try DBusAPITests.ok(
+            h, "Request", "com.example.notes", "GET", "/api/me", "{'account': <'\(second)'>}")
+        #expect(asSecond.contains(other), "\(asSecond)")
+        let waited = try DBusAPITests.ok(h, "WaitSession", "com.example.notes", "{'account': <'\(second)'>}")
+        #expect(DBusAPITests.member("accountKey", in: waited) == second)
+        let unknown = try DBusAPITests.call(
+            h, "GetAccountSession", "com.example.notes", "acct_" + String(repeating: "A", count: 22))
+        #expect(unknown.err.contains("org.browserlogin.Error.ACCOUNT_UNKNOWN"), "\(unknown.err)")
+        let out = try DBusAPITests.ok(h, "SignOutAccount", "com.example.notes", second)
+        #expect(out.contains("'status': <'signedOut'>"), "\(out)")
+        // SessionChanged carried each account's key.
+        try waitUntil(10, "the signals") { listener.output.contains(second) && listener.output.contains(first) }
+    }
+}
+
 /// Two users of one real provider (django-oauth-toolkit, Glewlwyd) signed in
 /// to one `Accounts=multiple` client at once, each keyed by issuer + `sub`.
 @Suite(.dedicatedThread) struct ProviderAccountsTests {

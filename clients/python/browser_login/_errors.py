@@ -45,6 +45,8 @@ __all__ = [
     "ResponseTooLargeError",
     "StorageUnavailableError",
     "BusyError",
+    "AccountUnknownError",
+    "AccountLimitError",
     "ERROR_CLASSES",
 ]
 
@@ -307,6 +309,18 @@ class BusyError(BrowserLoginError):
     code = "BUSY"
 
 
+class AccountUnknownError(BrowserLoginError):
+    """An `account` that is not one of this client's accounts: list them with `accounts`."""
+
+    code = "ACCOUNT_UNKNOWN"
+
+
+class AccountLimitError(BrowserLoginError):
+    """``add_account`` on a client that holds 16 accounts: sign one out first."""
+
+    code = "ACCOUNT_LIMIT"
+
+
 #: The class for each `data.code` of docs/rpc.md's error table.
 ERROR_CLASSES: Mapping[str, Type[BrowserLoginError]] = {
     cls.code: cls
@@ -318,6 +332,7 @@ ERROR_CLASSES: Mapping[str, Type[BrowserLoginError]] = {
         VaultLockedError, BrowserFailedError, EphemeralUnsupportedError, WaitTimeoutError,
         NotSignedInError, ProviderUnreachableError, ProviderError, IdTokenInvalidError,
         DeviceFlowUnsupportedError, ResponseTooLargeError, StorageUnavailableError, BusyError,
+        AccountUnknownError, AccountLimitError,
     )
 }
 
