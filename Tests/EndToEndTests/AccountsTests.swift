@@ -213,6 +213,44 @@ struct AccountsTests {
                 == "-32602")
     }
 
+    @Test func aPeersBoundClientsAccountsAreHiddenFromOtherPrograms() throws {
+        let h = try Harness()
+        try h.startServer(clients: [
+            ("com.example.notes", "Example Notes", "com.example.notes:/callback"),
+            ("com.example.bound", "Bound Notes", "com.example.bound:/callback"),
+        ])
+        h.writeClient(extra: "Accounts=multiple")
+        h.writeClient(
+            file: "bound.conf", id: "com.example.bound", appName: "Bound Notes",
+            returnURL: "com.example.bound:/callback", extra: "Accounts=multiple\nPeers=/usr/bin/true")
+        try h.startBroker()
+        let rpc = try h.rpc()
+        let watcher = try h.rpc()
+        _ = try watcher.call("events.subscribe", params: [:])
+        try h.signIn()
+        for method in ["session.list", "session.get"] {
+            #expect(try errorCode(rpc, method, ["client": "com.example.bound"]) == "CLIENT_FORBIDDEN", "\(method)")
+        }
+        #expect(
+            try errorCode(
+                rpc, "session.use",
+                ["client": "com.example.bound", "account": .string("acct_" + String(repeating: "A", count: 22))])
+                == "CLIENT_FORBIDDEN")
+        #expect(
+            try errorCode(rpc, "login.start", ["client": "com.example.bound", "addAccount": true, "openBrowser": false])
+                == "CLIENT_FORBIDDEN")
+        // The subscriber sees the notes client's accounts, never the bound one's.
+        var clients: Set<String> = []
+        while let message = try? watcher.nextMessage(timeout: .milliseconds(500)) {
+            if case .notification("session.changed", let params) = message,
+                let client = params?["session"]?["client"]?.stringValue
+            {
+                clients.insert(client)
+            }
+        }
+        #expect(clients == ["com.example.notes"])
+    }
+
     @Test func aStateDatabaseOfThePreviousReleaseMigratesInPlace() throws {
         // A single client signed in, then its database put back in the previous release's schema.
         let h = try Harness()
