@@ -1,6 +1,6 @@
 # bash completion for browser-login(1): commands, options, client ids (from
 # `browser-login clients --json`) and attempt ids (from `browser-login status
-# --json`). Installed as share/bash-completion/completions/browser-login.
+# --json`), account keys (from `browser-login accounts CLIENT --json`). Installed as share/bash-completion/completions/browser-login.
 
 # The ids of the broker's clients, or of its attempts that need attention
 # (`--all`: every attempt). Silent when the broker is not running.
@@ -10,6 +10,8 @@ _browser_login_ids() {
     [ -n "$_browser_login_socket" ] && cmd+=(--socket "$_browser_login_socket")
     if [ "$kind" = client ]; then
         "${cmd[@]}" clients --json 2>/dev/null | grep -o '"id":"[^"]*"' | cut -d'"' -f4
+    elif [ "$kind" = account ]; then
+        [ -n "$all" ] && "${cmd[@]}" accounts "$all" --json 2>/dev/null | grep -o '"accountKey":"[^"]*"' | cut -d'"' -f4
     else
         "${cmd[@]}" status --json --no-reconcile $all 2>/dev/null | grep -o '"attemptId":"[^"]*"' | cut -d'"' -f4
     fi
@@ -17,8 +19,8 @@ _browser_login_ids() {
 
 _browser_login() {
     local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD - 1]}
-    local commands="status start finish cancel resume acknowledge session sign-out request clients watch install-handler doctor vault help"
-    local i word command="" position=0
+    local commands="status start finish cancel resume acknowledge session sign-out accounts use request clients watch install-handler doctor vault help"
+    local i word command="" position=0 client=""
     _browser_login_prog=${COMP_WORDS[0]}
     _browser_login_socket=""
     COMPREPLY=()
@@ -35,9 +37,9 @@ _browser_login() {
             esac
         else
             case $word in
-                --client | --scheme | --timeout | --activation-token | -d | --data | -H | --header | --passphrase-file | --new-passphrase-file | --directory) ((i++)) ;;
+                --client | --scheme | --timeout | --activation-token | -d | --data | -H | --header | --passphrase-file | --new-passphrase-file | --directory | --account | --login-hint) ((i++)) ;;
                 -*) ;;
-                *) ((position++)) ;;
+                *) [ "$position" = 0 ] && client=$word; ((position++)) ;;
             esac
         fi
     done
@@ -56,7 +58,8 @@ _browser_login() {
 
     case $prev in
         --client) COMPREPLY=($(compgen -W "$(_browser_login_ids client)" -- "$cur")); return ;;
-        --scheme | --timeout | --activation-token) return ;;
+        --account) COMPREPLY=($(compgen -W "$(_browser_login_ids account "$client")" -- "$cur")); return ;;
+        --scheme | --timeout | --activation-token | --login-hint) return ;;
         --passphrase-file | --new-passphrase-file | --directory) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         -H | --header)
             COMPREPLY=($(compgen -W "'Content-Type: application/json' 'Accept: application/json'" -- "$cur"))
@@ -71,9 +74,10 @@ _browser_login() {
     local options="--json -h --help"
     case $command in
         status) options+=" --all --client --no-reconcile" ;;
-        start) options+=" --no-browser --ephemeral --switch-account --device --wait --timeout --activation-token" ;;
+        start) options+=" --no-browser --ephemeral --switch-account --add-account --login-hint --device --wait --timeout --activation-token" ;;
+        session | sign-out) options+=" --account" ;;
         resume) options+=" --no-browser --activation-token" ;;
-        request) options+=" -d --data -H --header --timeout" ;;
+        request) options+=" -d --data -H --header --timeout --account" ;;
         watch) options+=" --client" ;;
         install-handler) options+=" --scheme --uninstall" ;;
         vault) options+=" --passphrase-file --new-passphrase-file --directory" ;;
@@ -84,8 +88,9 @@ _browser_login() {
     fi
 
     case $command:$position in
-        start:0 | session:0 | sign-out:0 | request:0)
+        start:0 | session:0 | sign-out:0 | request:0 | accounts:0 | use:0)
             COMPREPLY=($(compgen -W "$(_browser_login_ids client)" -- "$cur")) ;;
+        use:1) COMPREPLY=($(compgen -W "$(_browser_login_ids account "$client")" -- "$cur")) ;;
         request:1) COMPREPLY=($(compgen -W "GET HEAD POST PUT PATCH DELETE" -- "$cur")) ;;
         cancel:0 | resume:0) COMPREPLY=($(compgen -W "$(_browser_login_ids attempt)" -- "$cur")) ;;
         acknowledge:0) COMPREPLY=($(compgen -W "$(_browser_login_ids attempt --all)" -- "$cur")) ;;

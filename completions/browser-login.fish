@@ -1,8 +1,8 @@
 # fish completion for browser-login(1): commands, options, client ids (from
 # `browser-login clients --json`) and attempt ids (from `browser-login status
-# --json`). Installed as share/fish/vendor_completions.d/browser-login.fish.
+# --json`), account keys (from `browser-login accounts CLIENT --json`). Installed as share/fish/vendor_completions.d/browser-login.fish.
 
-set -l commands status start finish cancel resume acknowledge session sign-out request clients watch install-handler doctor vault help
+set -l commands status start finish cancel resume acknowledge session sign-out accounts use request clients watch install-handler doctor vault help
 
 # The broker's client ids, or attempt ids ($argv[1]: client, attempt or all-attempts).
 function __browser_login_ids
@@ -17,6 +17,26 @@ function __browser_login_ids
             $cmd status --json --no-reconcile 2>/dev/null | string match -ar '"attemptId":"[^"]*"' | string split -f4 '"'
         case all-attempts
             $cmd status --json --no-reconcile --all 2>/dev/null | string match -ar '"attemptId":"[^"]*"' | string split -f4 '"'
+        case account
+            # The client: the first argument after the command.
+            set -l client
+            set -l skip 0
+            for token in $tokens[3..-1]
+                if test $skip = 1
+                    set skip 0
+                    continue
+                end
+                switch $token
+                    case --socket --client --scheme --timeout -d --data -H --header --account --login-hint
+                        set skip 1
+                    case '-*'
+                    case '*'
+                        set client $token
+                        break
+                end
+            end
+            test -n "$client"
+            and $cmd accounts $client --json 2>/dev/null | string match -ar '"accountKey":"[^"]*"' | string split -f4 '"'
     end
 end
 
@@ -32,7 +52,7 @@ function __browser_login_position
             continue
         end
         switch $token
-            case --socket --client --scheme --timeout -d --data -H --header
+            case --socket --client --scheme --timeout -d --data -H --header --account --login-hint
                 set skip 1
             case '-*'
             case '*'
@@ -56,6 +76,8 @@ complete -c browser-login -n "not __fish_seen_subcommand_from $commands" -a resu
 complete -c browser-login -n "not __fish_seen_subcommand_from $commands" -a acknowledge -d 'clear a finished or reconciled attempt'
 complete -c browser-login -n "not __fish_seen_subcommand_from $commands" -a session -d "show a client's session"
 complete -c browser-login -n "not __fish_seen_subcommand_from $commands" -a sign-out -d 'sign a client out'
+complete -c browser-login -n "not __fish_seen_subcommand_from $commands" -a accounts -d "list a client's accounts"
+complete -c browser-login -n "not __fish_seen_subcommand_from $commands" -a use -d "make one of a client's accounts the current one"
 complete -c browser-login -n "not __fish_seen_subcommand_from $commands" -a request -d "call the client's API with its session"
 complete -c browser-login -n "not __fish_seen_subcommand_from $commands" -a clients -d 'list the configured clients'
 complete -c browser-login -n "not __fish_seen_subcommand_from $commands" -a watch -d 'stream session and attempt changes'
@@ -70,6 +92,9 @@ complete -c browser-login -n "__fish_seen_subcommand_from status" -l no-reconcil
 complete -c browser-login -n "__fish_seen_subcommand_from start resume" -l no-browser -d 'print the link instead of opening it'
 complete -c browser-login -n "__fish_seen_subcommand_from start" -l ephemeral -d 'private-session browser'
 complete -c browser-login -n "__fish_seen_subcommand_from start" -l switch-account -d 'sign the current account out first'
+complete -c browser-login -n "__fish_seen_subcommand_from start" -l add-account -d 'sign in one more account'
+complete -c browser-login -n "__fish_seen_subcommand_from start" -l login-hint -x -d 'the address the sign-in page fills in'
+complete -c browser-login -n "__fish_seen_subcommand_from session sign-out request" -l account -x -a '(__browser_login_ids account)' -d 'this account of the client'
 complete -c browser-login -n "__fish_seen_subcommand_from start" -l device -d 'sign in on another device'
 complete -c browser-login -n "__fish_seen_subcommand_from start" -l wait -d 'wait until signed in'
 complete -c browser-login -n "__fish_seen_subcommand_from start resume" -l activation-token -x -d 'bring the browser to the front'
@@ -79,7 +104,8 @@ complete -c browser-login -n "__fish_seen_subcommand_from request" -s H -l heade
 complete -c browser-login -n "__fish_seen_subcommand_from install-handler" -l scheme -x -d 'register this scheme'
 complete -c browser-login -n "__fish_seen_subcommand_from install-handler" -l uninstall -d 'remove the desktop file'
 
-complete -c browser-login -n "__fish_seen_subcommand_from start session sign-out request; and test (__browser_login_position) = 0" -a '(__browser_login_ids client)'
+complete -c browser-login -n "__fish_seen_subcommand_from start session sign-out request accounts use; and test (__browser_login_position) = 0" -a '(__browser_login_ids client)'
+complete -c browser-login -n "__fish_seen_subcommand_from use; and test (__browser_login_position) = 1" -a '(__browser_login_ids account)'
 complete -c browser-login -n "__fish_seen_subcommand_from request; and test (__browser_login_position) = 1" -a 'GET HEAD POST PUT PATCH DELETE'
 complete -c browser-login -n "__fish_seen_subcommand_from cancel resume; and test (__browser_login_position) = 0" -a '(__browser_login_ids attempt)'
 complete -c browser-login -n "__fish_seen_subcommand_from acknowledge; and test (__browser_login_position) = 0" -a '(__browser_login_ids all-attempts)'

@@ -4,6 +4,8 @@ import BrowserLoginProtocol
 /// An `http.request` call after its params were checked.
 public struct AppRequest: Sendable {
     public var client: String
+    /// The account whose session is used (an `accountKey`); nil: the current one.
+    public var account: String? = nil
     public var method: String
     public var path: String
     public var query: [(String, String)]
@@ -102,9 +104,11 @@ struct AppRequestProxy: Sendable {
             throw InvalidAppRequest(
                 message: "paths under the login server's base path (\(client.basePath)) belong to the broker, not the app")
         }
-        var secrets = try await engine.currentSession(client.id)
-        if try engine.sessions.tokenNeedsRefresh(client.id, secrets) {
-            secrets = try await engine.refreshSession(client.id, current: secrets)
+        let slot = try engine.sessions.slot(client.id, account: request.account)
+        var secrets = try await engine.currentSession(slot)
+        if request.account != nil { engine.sessions.used(slot) }
+        if try engine.sessions.tokenNeedsRefresh(slot, secrets) {
+            secrets = try await engine.refreshSession(slot, current: secrets)
         }
         let server = engine.server(client.id)
         func authorization() throws -> [HTTPHeader] {
@@ -117,13 +121,13 @@ struct AppRequestProxy: Sendable {
         }
         if server.rejectsAccessToken(response) {
             // The request was not processed: refresh and send it once more.
-            secrets = try await engine.refreshSession(client.id, current: secrets)
+            secrets = try await engine.refreshSession(slot, current: secrets)
             response = try await send(request, client: client, url: url, authorization: try authorization())
         }
         if let code = serverCode(response), response.status == 401 || response.status == 403 {
             if code == .sessionRevoked || code == .sessionExpired || code == .authUserDisabled {
                 try await engine.sessions.end(
-                    client.id, status: code == .sessionExpired ? .expired : .revoked, reason: code.rawValue,
+                    slot, status: code == .sessionExpired ? .expired : .revoked, reason: code.rawValue,
                     generation: secrets.generation)
             }
         }

@@ -55,6 +55,11 @@ final class BusAPI: Sendable {
         "Request": Route(
             method: .httpRequest, arguments: ["client", "method", "path"], options: true,
             memberTypes: ["headers": "a{ss}"]),
+        // Several accounts per client (docs/dbus.md); WaitSession and Request take an `account` option.
+        "GetAccountSession": Route(method: .sessionGet, arguments: ["client", "account"], options: false),
+        "SignOutAccount": Route(method: .sessionSignOut, arguments: ["client", "account"], options: false),
+        "ListSessions": Route(method: .sessionList, arguments: ["client"], options: false),
+        "UseAccount": Route(method: .sessionUse, arguments: ["client", "account"], options: false),
     ]
 
     private struct Caller {

@@ -54,6 +54,25 @@ extension BusAPI {
               <arg name="client" type="s" direction="in"/>
               <arg name="session" type="a{sv}" direction="out"/>
             </method>
+            <method name="GetAccountSession">
+              <arg name="client" type="s" direction="in"/>
+              <arg name="account" type="s" direction="in"/>
+              <arg name="session" type="a{sv}" direction="out"/>
+            </method>
+            <method name="SignOutAccount">
+              <arg name="client" type="s" direction="in"/>
+              <arg name="account" type="s" direction="in"/>
+              <arg name="session" type="a{sv}" direction="out"/>
+            </method>
+            <method name="ListSessions">
+              <arg name="client" type="s" direction="in"/>
+              <arg name="sessions" type="aa{sv}" direction="out"/>
+            </method>
+            <method name="UseAccount">
+              <arg name="client" type="s" direction="in"/>
+              <arg name="account" type="s" direction="in"/>
+              <arg name="session" type="a{sv}" direction="out"/>
+            </method>
             <method name="Request">
               <arg name="client" type="s" direction="in"/>
               <arg name="method" type="s" direction="in"/>

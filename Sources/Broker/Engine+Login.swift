@@ -2,6 +2,13 @@ import BrokerCore
 import BrokerStore
 import BrowserLoginProtocol
 
+/// What a `login.start` asks of accounts: one more (`addAccount`, a fresh
+/// sign-in rather than the browser's current one) and the address to pre-fill.
+struct AccountRequest: Sendable {
+    var add: Bool
+    var loginHint: String?
+}
+
 extension BrokerEngine {
     // MARK: - login.start
 
@@ -9,9 +16,10 @@ extension BrokerEngine {
     /// this call opens the focus (`XDG_ACTIVATION_TOKEN`, `DESKTOP_STARTUP_ID`).
     public func start(
         client clientId: String, ephemeral: Bool, openBrowser: Bool, switchAccount: Bool, flow: SignInFlow? = nil,
-        activationToken: String? = nil
+        activationToken: String? = nil, addAccount: Bool = false, loginHint: String? = nil
     ) async throws -> AttemptView {
         let client = try client(clientId)
+        let accounts = AccountRequest(add: addAccount, loginHint: loginHint)
         if flow == .device && server(client.id).localAttempts == nil {
             throw BrokerError(
                 .deviceFlowUnsupported,
@@ -31,7 +39,7 @@ extension BrokerEngine {
             let queued = work.submit {
                 await self.runStart(
                     client, ephemeral: ephemeral, openBrowser: openBrowser, switchAccount: switchAccount, flow: flow,
-                    activationToken: activationToken)
+                    activationToken: activationToken, accounts: accounts)
             }
             if !queued { startEnded(clientId, .failure(BrokerError.workRefused)) }
         }
@@ -39,14 +47,14 @@ extension BrokerEngine {
 
     private func runStart(
         _ client: ClientConfig, ephemeral: Bool, openBrowser: Bool, switchAccount: Bool, flow: SignInFlow?,
-        activationToken: String?
+        activationToken: String?, accounts: AccountRequest
     ) async {
         let result: Result<AttemptView, any Error>
         do {
             result = .success(
                 try await startNow(
                     client, ephemeral: ephemeral, openBrowser: openBrowser, switchAccount: switchAccount, flow: flow,
-                    activationToken: activationToken))
+                    activationToken: activationToken, accounts: accounts))
         } catch { result = .failure(error) }
         startEnded(client.id, result)
     }
@@ -57,9 +65,17 @@ extension BrokerEngine {
 
     private func startNow(
         _ client: ClientConfig, ephemeral: Bool, openBrowser: Bool, switchAccount: Bool, flow: SignInFlow?,
-        activationToken: String?
+        activationToken: String?, accounts: AccountRequest
     ) async throws -> AttemptView {
-        if let session = try store.session(client: client.id), session.status == .signedIn {
+        if accounts.add && !switchAccount {
+            // docs/rpc.md: a new account beside the signed-in ones, at most 16.
+            if try sessions.heldAccounts(client.id) >= AccountLimits.maximumAccounts {
+                throw BrokerError(
+                    .accountLimit,
+                    "\(client.appName) holds \(AccountLimits.maximumAccounts) accounts, the most a client may; sign one out first (browser-login sign-out \(client.id) --account KEY)"
+                )
+            }
+        } else if let session = try store.session(client: client.id), session.status == .signedIn {
             guard switchAccount else {
                 throw BrokerError(
                     .alreadySignedIn,
@@ -71,7 +87,11 @@ extension BrokerEngine {
         if var live = try store.list(client: client.id, states: [.waiting], limit: 1).first, try !expireIfDue(&live) {
             return try await resume(attemptId: live.id, openBrowser: openBrowser, activationToken: activationToken)
         }
-        if let signIn = server(client.id).localAttempts {
+        if var signIn = server(client.id).localAttempts {
+            if accounts.add || accounts.loginHint != nil {
+                // OpenID Connect's prompt and login_hint (docs/rpc.md "Several accounts per client").
+                signIn = AccountSignIn(signIn, addAccount: accounts.add, loginHint: accounts.loginHint)
+            }
             return try await startLocal(
                 client, signIn: signIn, ephemeral: ephemeral, openBrowser: openBrowser, flow: flow,
                 activationToken: activationToken)
@@ -112,7 +132,8 @@ extension BrokerEngine {
             created = try await attemptControl(client.id).create(
                 CreateAttemptRequest(
                     clientId: client.id, returnUrl: route.url, codeChallenge: codeVerifier.challenge,
-                    recoveryChallenge: recoveryKey.challenge, ephemeral: ephemeral))
+                    recoveryChallenge: recoveryKey.challenge, ephemeral: ephemeral,
+                    prompt: accounts.add ? "login" : nil, loginHint: accounts.loginHint))
         } catch {
             let brokerError = error.brokerError(attemptId: id)
             try attempts.commit(

@@ -171,18 +171,33 @@ public actor BrokerEngine {
 
     // MARK: - Sessions
 
-    public func session(client clientId: String) throws -> SessionView {
+    public func session(client clientId: String, account: String? = nil) throws -> SessionView {
         _ = try client(clientId)
-        return try sessions.view(clientId)
+        return try sessions.view(clientId, account: account)
     }
 
-    /// Answers once the client is signed in (also for a sign-in that starts
-    /// after the call), or nil after `timeoutMilliseconds` — or at once when
-    /// the calling task is cancelled (its connection closed): the waiter and
-    /// its timeout are removed then, nothing of the wait is left behind.
-    public func waitForSession(client clientId: String, timeoutMilliseconds: Int) async throws -> SessionView? {
+    /// `session.list`: the client's accounts, the current one first.
+    public func accounts(client clientId: String) throws -> [SessionView] {
         _ = try client(clientId)
-        let current = try sessions.view(clientId)
+        return try sessions.list(clientId)
+    }
+
+    /// `session.use`: makes one of the client's accounts current.
+    public func useAccount(client clientId: String, account: String) throws -> SessionView {
+        _ = try client(clientId)
+        return try sessions.use(client: clientId, account: account)
+    }
+
+    /// Answers once the client (or the account named) is signed in (also for
+    /// a sign-in that starts after the call), or nil after
+    /// `timeoutMilliseconds` — or at once when the calling task is cancelled
+    /// (its connection closed): the waiter and its timeout are removed then,
+    /// nothing of the wait is left behind. An unknown account is `ACCOUNT_UNKNOWN` at once.
+    public func waitForSession(client clientId: String, account: String? = nil, timeoutMilliseconds: Int) async throws
+        -> SessionView?
+    {
+        _ = try client(clientId)
+        let current = try sessions.view(clientId, account: account)
         if current.status == .signedIn { return current }
         if Task.isCancelled { return nil }
         let id = sessions.newWaiterId()
@@ -197,7 +212,7 @@ public actor BrokerEngine {
                 // Runs on this actor up to the suspension: the waiter is registered
                 // before anything else (the cancellation's removal included) can run here.
                 await withCheckedContinuation { continuation in
-                    sessions.addWaiter(client: clientId, id: id, continuation)
+                    sessions.addWaiter(client: clientId, account: account, id: id, continuation)
                 }
             } onCancel: {
                 self.work.submit { await self.timeOutWaiter(client: clientId, id: id) }
@@ -210,9 +225,16 @@ public actor BrokerEngine {
     /// Resumes every waiter (at shutdown).
     public func releaseWaiters() { sessions.releaseWaiters() }
 
-    /// `session.signOut` (`SessionKeeper.signOut`).
-    public func signOut(client clientId: String) async throws -> SessionView {
-        var view = try await sessions.signOut(client: clientId)
+    /// `session.signOut` (`SessionKeeper.signOut`) of the current account or the one named.
+    public func signOut(client clientId: String, account: String? = nil) async throws -> SessionView {
+        _ = try client(clientId)
+        let slot: AccountSlot
+        do { slot = try sessions.slot(clientId, account: account) } catch let error as BrokerError
+            where error.code == .notSignedIn
+        {
+            return try sessions.view(clientId)
+        }
+        var view = try await sessions.signOut(slot)
         if await !server(clientId).canRevoke {
             // docs/providers.md: the provider cannot revoke; its own sign-out page ends the browser session.
             view.revokedAtServer = false
@@ -220,31 +242,41 @@ public actor BrokerEngine {
         return view
     }
 
+    func currentSession(_ slot: AccountSlot) async throws -> SessionSecrets {
+        try await sessions.current(slot)
+    }
+
+    /// The current account's session secrets.
     func currentSession(_ clientId: String) async throws -> SessionSecrets {
-        try await sessions.current(clientId)
+        try await sessions.current(try sessions.slot(clientId, account: nil))
+    }
+
+    /// Refreshes the current account's session.
+    func refreshSession(_ clientId: String, current: SessionSecrets) async throws -> SessionSecrets {
+        try await refreshSession(try sessions.slot(clientId, account: nil), current: current)
     }
 
     /// Rotates the session's tokens (§5.7), as a work item that runs to its
     /// end whoever waits for it. Concurrent callers share one refresh.
-    func refreshSession(_ clientId: String, current: SessionSecrets) async throws -> SessionSecrets {
+    func refreshSession(_ slot: AccountSlot, current: SessionSecrets) async throws -> SessionSecrets {
         try await withCheckedThrowingContinuation { continuation in
-            guard sessions.awaitRefresh(clientId, continuation) else { return }
-            let queued = work.submit { await self.runRefresh(clientId, current: current) }
-            if !queued { sessions.refreshEnded(clientId, .failure(BrokerError.workRefused)) }
+            guard sessions.awaitRefresh(slot, continuation) else { return }
+            let queued = work.submit { await self.runRefresh(slot, current: current) }
+            if !queued { sessions.refreshEnded(slot, .failure(BrokerError.workRefused)) }
         }
     }
 
-    private func runRefresh(_ clientId: String, current: SessionSecrets) async {
+    private func runRefresh(_ slot: AccountSlot, current: SessionSecrets) async {
         let result: Result<SessionSecrets, any Error>
-        do { result = .success(try await sessions.refreshNow(clientId, current: current)) } catch {
+        do { result = .success(try await sessions.refreshNow(slot, current: current)) } catch {
             result = .failure(error)
         }
-        sessions.refreshEnded(clientId, result)
+        sessions.refreshEnded(slot, result)
     }
 
-    /// Checks the client's session; one whose access token expired at the server is refreshed.
-    private func verifySession(_ clientId: String) async {
-        if let expired = await sessions.verify(clientId) { _ = try? await refreshSession(clientId, current: expired) }
+    /// Checks the session; one whose access token expired at the server is refreshed.
+    private func verifySession(_ slot: AccountSlot) async {
+        if let expired = await sessions.verify(slot) { _ = try? await refreshSession(slot, current: expired) }
     }
 
     // MARK: - http.request
@@ -331,14 +363,14 @@ public actor BrokerEngine {
             consider(AttemptLedger.due(record, now: now))
         }
         let sessionWork = await sessions.maintain()
-        for client in sessionWork.refresh {
+        for slot in sessionWork.refresh {
             work.submit {
-                guard let current = try? await self.currentSession(client) else { return }
-                _ = try? await self.refreshSession(client, current: current)
+                guard let current = try? await self.currentSession(slot) else { return }
+                _ = try? await self.refreshSession(slot, current: current)
             }
         }
-        for client in sessionWork.verify {
-            work.submit { await self.verifySession(client) }
+        for slot in sessionWork.verify {
+            work.submit { await self.verifySession(slot) }
         }
         consider(sessionWork.due)
         // Not a deadline of the engine's work: the daemon's timer also sleeps

@@ -40,12 +40,21 @@ enum VaultKeys {
     static func attempt(client: String, attemptId: String) -> [String: String] {
         ["kind": "attempt", "client": client, "attempt": attemptId]
     }
-    static func session(client: String) -> [String: String] {
-        ["kind": "session", "client": client]
+    /// An account's session; `account` nil: keyed by client only (a session
+    /// of a `single` client, or one signed in before accounts). The schema
+    /// has three attributes and matches all three exactly; a session item
+    /// leaves `attempt` empty, so an account's items carry the account key
+    /// there: an item keyed by client only never matches an account's.
+    static func session(client: String, account: String? = nil) -> [String: String] {
+        var keys = ["kind": "session", "client": client]
+        if let account { keys["attempt"] = account }
+        return keys
     }
     /// A signed-out session whose revoke at the server is still owed.
-    static func pendingRevoke(client: String) -> [String: String] {
-        ["kind": "revoke", "client": client]
+    static func pendingRevoke(client: String, account: String? = nil) -> [String: String] {
+        var keys = ["kind": "revoke", "client": client]
+        if let account { keys["attempt"] = account }
+        return keys
     }
 
     static func attemptLabel(appName: String) -> String { "Sign-in attempt for \(appName)" }

@@ -20,14 +20,16 @@ extension BrokerEngine {
                 logger.warning(
                     "session signed out: the file vault's key is gone from the kernel keyring (cleared, or the machine restarted), so its tokens can never be read; sign in again",
                     ["client": client, "reason": Self.vaultKeyLostReason])
-                do { try await sessions.end(client, status: .signedOut, reason: Self.vaultKeyLostReason) } catch {
-                    logger.error("cannot record the signed-out session", ["client": client, "error": "\(error)"])
+                for slot in sessions.slots(forVaultItem: item) {
+                    do { try await sessions.end(slot, status: .signedOut, reason: Self.vaultKeyLostReason) } catch {
+                        logger.error("cannot record the signed-out session", ["client": client, "error": "\(error)"])
+                    }
                 }
             case "revoke":
                 logger.warning(
                     "owed sign-out revoke dropped: its token was in the file vault, whose key is gone from the kernel keyring; the session ends at the server when it expires",
                     ["client": client])
-                sessions.revokeLost(client)
+                for slot in sessions.slots(forVaultItem: item) { sessions.revokeLost(slot) }
             default:
                 logger.warning(
                     "sign-in attempt's proofs lost with the file vault's key; the attempt cannot finish, start a new sign-in",

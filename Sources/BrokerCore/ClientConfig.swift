@@ -29,6 +29,8 @@ public struct ClientConfig: Sendable, Equatable {
     public var installHandler: Bool
     /// The file it came from.
     public var file: String
+    /// One signed-in account at a time (`single`, the default) or several (`Accounts=multiple`).
+    public var accounts: AccountsMode = .single
 
     /// `{server origin}{basePath}`.
     public var base: String { server.serialized + basePath }
@@ -102,7 +104,7 @@ public enum ClientConfigValidator {
     public static let knownKeys: Set<String> = Set(
         [
             "Id", "AppName", "Server", "BasePath", "ReturnUrl", "Policy", "ApiOrigin", "CAFile", "Browser",
-            "PrivateBrowser", "Peers", "InstallHandler", "Protocol", "ReturnUrls",
+            "PrivateBrowser", "Peers", "InstallHandler", "Protocol", "ReturnUrls", "Accounts",
         ] + providerKeys)
     /// Authorize parameters the broker sets itself: `AuthorizeParams` may not name them.
     public static let reservedAuthorizeParams: Set<String> = [
@@ -242,15 +244,24 @@ public enum ClientConfigValidator {
             warning("InstallHandler", "a loopback redirect needs no URL handler, ignored")
             installHandler = false
         }
+        var accounts = AccountsMode.single
+        if let text = keys["Accounts"]?.trimmed {
+            if let mode = AccountsMode(rawValue: text) {
+                accounts = mode
+            } else {
+                error("Accounts", "must be 'single' (the default) or 'multiple'")
+            }
+        }
         guard problems.allSatisfy({ $0.severity == .warning }), let id, let appName, let server,
             returnURL != nil || loopback != nil, isProvider == (provider != nil)
         else {
             return (nil, problems)
         }
-        let config = ClientConfig(
+        var config = ClientConfig(
             id: id, appName: appName, server: server, basePath: basePath, returnURL: returnURL, loopback: loopback,
             provider: provider, policy: policy, apiOrigin: apiOrigin, caFile: caFile, browserCommand: browser,
             privateBrowserCommand: privateBrowser, peers: peers, installHandler: installHandler, file: file)
+        config.accounts = accounts
         return (config, problems)
     }
 
@@ -636,4 +647,10 @@ extension String {
         }
         return out + rest
     }
+}
+
+/// How many accounts a client may hold signed in at once (`Accounts=`, docs/rpc.md).
+public enum AccountsMode: String, Sendable, Equatable {
+    case single
+    case multiple
 }

@@ -7,7 +7,7 @@ import BrowserLoginProtocol
 /// through the browser, and the device authorization grant. The provider keeps
 /// no attempt the broker can ask about; the attempt is found by a digest of
 /// its `state` (or device code).
-extension OAuthSignIn: LocalAttemptSignIn {
+extension OAuthSignIn: LocalAttemptSignIn, AccountPromptingSignIn {
     public var localAttempts: (any LocalAttemptSignIn)? { self }
     /// Not Browser Login's base path: every path of the API origin is the app's.
     public func reservesAppPath(_ path: String, client: ClientConfig) -> Bool { false }
@@ -24,6 +24,16 @@ extension OAuthSignIn: LocalAttemptSignIn {
     static func stateKey(_ state: String) -> String { "st_" + Crypto.digest(state) }
 
     public func authorize(redirectURI: String) async throws(BrokerError) -> LocalAuthorization {
+        try await authorize(redirectURI: redirectURI, addAccount: false, loginHint: nil)
+    }
+
+    /// An added account (docs/rpc.md) asks the provider to let the user pick
+    /// or sign in as another account: `prompt=select_account`, or `login` when
+    /// the metadata lists `prompt_values_supported` without it; `login_hint`
+    /// pre-fills the address.
+    public func authorize(redirectURI: String, addAccount: Bool, loginHint: String?) async throws(BrokerError)
+        -> LocalAuthorization
+    {
         do throws(ProviderError) {
             let metadata = try await provider.metadata()
             let verifier: ProofSecret
@@ -34,6 +44,11 @@ extension OAuthSignIn: LocalAttemptSignIn {
                 state = try Crypto.randomToken(bytes: 32)
                 nonce = settings.kind == .oidc ? try Crypto.randomToken(bytes: 32) : nil
             } catch { throw .notSent("no randomness") }
+            var prompt: String?
+            if addAccount {
+                let supported = metadata.promptValuesSupported
+                prompt = supported == nil || supported!.contains("select_account") ? "select_account" : "login"
+            }
             let dpopKey: DPoPKey?
             if try provider.usesDPoP(metadata) {
                 do { dpopKey = try DPoPKey.generate() } catch { throw .notSent("no DPoP key could be made") }
@@ -42,7 +57,8 @@ extension OAuthSignIn: LocalAttemptSignIn {
             }
             let pushTo = try provider.pushEndpoint(metadata)
             let (endpoint, parameters) = try await provider.authorizeParameters(
-                redirectURI: redirectURI, state: state, nonce: nonce, codeChallenge: verifier.challenge)
+                redirectURI: redirectURI, state: state, nonce: nonce, codeChallenge: verifier.challenge, prompt: prompt,
+                loginHint: loginHint)
             let url = OAuthProvider.url(endpoint, adding: parameters)
             var push: (@Sendable () async throws(BrokerError) -> String)?
             if let pushTo {

@@ -198,19 +198,23 @@ public final class OAuthProvider: Sendable {
     /// `redirect_uri`, `scope`, `state`, `nonce` (oidc), `code_challenge`,
     /// `code_challenge_method=S256`, then `AuthorizeParams=`, added to any
     /// query the authorization endpoint already has.
-    public func authorizeURL(redirectURI: String, state: String, nonce: String?, codeChallenge: String)
-        async throws(ProviderError) -> String
-    {
+    /// `prompt` and `loginHint` (an added account, docs/rpc.md) take the place of `AuthorizeParams=`'s own.
+    public func authorizeURL(
+        redirectURI: String, state: String, nonce: String?, codeChallenge: String, prompt: String? = nil,
+        loginHint: String? = nil
+    ) async throws(ProviderError) -> String {
         let (endpoint, parameters) = try await authorizeParameters(
-            redirectURI: redirectURI, state: state, nonce: nonce, codeChallenge: codeChallenge)
+            redirectURI: redirectURI, state: state, nonce: nonce, codeChallenge: codeChallenge, prompt: prompt,
+            loginHint: loginHint)
         return Self.url(endpoint, adding: parameters)
     }
 
     /// The authorization endpoint and the parameters of an authorization
     /// request, in order: what the browser is sent or what is pushed (RFC 9126).
-    func authorizeParameters(redirectURI: String, state: String, nonce: String?, codeChallenge: String)
-        async throws(ProviderError) -> (endpoint: String, parameters: [(String, String)])
-    {
+    func authorizeParameters(
+        redirectURI: String, state: String, nonce: String?, codeChallenge: String, prompt: String? = nil,
+        loginHint: String? = nil
+    ) async throws(ProviderError) -> (endpoint: String, parameters: [(String, String)]) {
         let metadata = try await metadata()
         guard let endpoint = metadata.authorizationEndpoint else {
             throw .unsupported("the provider has no authorization endpoint")
@@ -226,8 +230,11 @@ public final class OAuthProvider: Sendable {
         parameters.append(("code_challenge", codeChallenge))
         parameters.append(("code_challenge_method", "S256"))
         for extra in settings.authorizeParams where !Self.reservedAuthorizeParameters.contains(extra.name) {
+            if (extra.name == "prompt" && prompt != nil) || (extra.name == "login_hint" && loginHint != nil) { continue }
             parameters.append((extra.name, extra.value))
         }
+        if let prompt { parameters.append(("prompt", prompt)) }
+        if let loginHint { parameters.append(("login_hint", loginHint)) }
         return (endpoint, parameters)
     }
 

@@ -23,6 +23,8 @@ public struct ProviderMetadata: Sendable, Equatable {
     /// `require_pushed_authorization_requests` (RFC 9126 §5).
     public var requirePushedAuthorizationRequests: Bool = false
     public var fetchedAt: Timestamp
+    /// `prompt_values_supported` (OpenID Connect Prompt Create §4.1): which `prompt` an added account may ask for.
+    public var promptValuesSupported: [String]? = nil
 
     public init(
         issuer: String, authorizationEndpoint: String? = nil, tokenEndpoint: String? = nil,
@@ -82,6 +84,7 @@ public struct ProviderMetadata: Sendable, Equatable {
         var dpop_signing_alg_values_supported: [String]?
         var pushed_authorization_request_endpoint: String?
         var require_pushed_authorization_requests: Bool?
+        var prompt_values_supported: [String]? = nil
         /// Only in the cache's copy.
         var fetched_at: Int64?
 
@@ -100,6 +103,7 @@ public struct ProviderMetadata: Sendable, Equatable {
             dpop_signing_alg_values_supported = m.dpopSigningAlgValuesSupported
             pushed_authorization_request_endpoint = m.pushedAuthorizationRequestEndpoint
             require_pushed_authorization_requests = m.requirePushedAuthorizationRequests
+            prompt_values_supported = m.promptValuesSupported
             fetched_at = m.fetchedAt.millisecondsSince1970
         }
 
@@ -116,6 +120,7 @@ public struct ProviderMetadata: Sendable, Equatable {
             metadata.dpopSigningAlgValuesSupported = dpop_signing_alg_values_supported
             metadata.pushedAuthorizationRequestEndpoint = pushed_authorization_request_endpoint
             metadata.requirePushedAuthorizationRequests = require_pushed_authorization_requests ?? false
+            metadata.promptValuesSupported = prompt_values_supported
             return metadata
         }
     }

@@ -81,6 +81,45 @@ public final class BrokerStore {
                 fetched_at INTEGER NOT NULL
             );
             """),
+        // Several accounts per client (docs/rpc.md): a session per client and
+        // account. Each client's one session becomes its current account; its
+        // key ('' here: SQLite has no SHA-256) is filled in at start-up
+        // (`fillAccountKey`), its vault items stay keyed by client only.
+        Migration(
+            "004-accounts",
+            """
+            CREATE TABLE account_sessions (
+                client TEXT NOT NULL,
+                account_key TEXT NOT NULL,
+                status TEXT NOT NULL,
+                user_id TEXT,
+                email TEXT,
+                display_name TEXT,
+                auth_method TEXT,
+                authenticated_at INTEGER,
+                expires_at INTEGER,
+                access_token_expires_at INTEGER,
+                reason TEXT,
+                attempt_id TEXT,
+                updated_at INTEGER NOT NULL,
+                revoke_pending INTEGER NOT NULL DEFAULT 0,
+                verified_at INTEGER,
+                is_current INTEGER NOT NULL DEFAULT 0,
+                used_at INTEGER,
+                vault_keyed INTEGER NOT NULL DEFAULT 0,
+                PRIMARY KEY (client, account_key)
+            );
+            INSERT INTO account_sessions (
+                client, account_key, status, user_id, email, display_name, auth_method, authenticated_at, expires_at,
+                access_token_expires_at, reason, attempt_id, updated_at, revoke_pending, verified_at, is_current,
+                used_at, vault_keyed)
+            SELECT client, '', status, user_id, email, display_name, auth_method, authenticated_at, expires_at,
+                access_token_expires_at, reason, attempt_id, updated_at, revoke_pending, verified_at, 1, updated_at, 0
+            FROM sessions;
+            DROP TABLE sessions;
+            ALTER TABLE account_sessions RENAME TO sessions;
+            CREATE UNIQUE INDEX sessions_current ON sessions (client) WHERE is_current = 1;
+            """),
     ]
 
     let db: Database
@@ -286,16 +325,37 @@ public final class BrokerStore {
     // MARK: Sessions
 
     private static let sessionColumns = """
-        client, status, user_id, email, display_name, auth_method, authenticated_at, expires_at,
-        access_token_expires_at, reason, attempt_id, updated_at, revoke_pending, verified_at
+        client, account_key, status, user_id, email, display_name, auth_method, authenticated_at, expires_at,
+        access_token_expires_at, reason, attempt_id, updated_at, revoke_pending, verified_at, is_current, used_at,
+        vault_keyed
         """
 
+    /// The client's current account's session.
     public func session(client: String) throws -> SessionRecord? {
-        try db.queryOne("SELECT \(Self.sessionColumns) FROM sessions WHERE client = ?", client).map(session)
+        try db.queryOne("SELECT \(Self.sessionColumns) FROM sessions WHERE client = ? AND is_current = 1", client)
+            .map(session)
     }
 
+    /// One account's session.
+    public func session(client: String, account: String) throws -> SessionRecord? {
+        try db.queryOne(
+            "SELECT \(Self.sessionColumns) FROM sessions WHERE client = ? AND account_key = ?", client, account
+        ).map(session)
+    }
+
+    /// The client's sessions: the current one first, then the most recently used.
+    public func sessions(client: String) throws -> [SessionRecord] {
+        try db.query(
+            """
+            SELECT \(Self.sessionColumns) FROM sessions WHERE client = ?
+            ORDER BY is_current DESC, COALESCE(used_at, updated_at) DESC, account_key
+            """, client
+        ).map(session)
+    }
+
+    /// Every session of every client.
     public func sessions() throws -> [SessionRecord] {
-        try db.query("SELECT \(Self.sessionColumns) FROM sessions ORDER BY client").map(session)
+        try db.query("SELECT \(Self.sessionColumns) FROM sessions ORDER BY client, account_key").map(session)
     }
 
     private func session(_ row: Row) -> SessionRecord {
@@ -306,31 +366,56 @@ public final class BrokerStore {
                 userId: userId, email: row.string("email") ?? "", displayName: row.string("display_name") ?? "")
         }
         return SessionRecord(
-            client: row.string("client") ?? "", status: SessionStatus(rawValue: row.string("status") ?? "") ?? .signedOut,
+            client: row.string("client") ?? "", accountKey: row.string("account_key") ?? "",
+            status: SessionStatus(rawValue: row.string("status") ?? "") ?? .signedOut,
             account: account, authMethod: row.string("auth_method"), authenticatedAt: ts("authenticated_at"),
             expiresAt: ts("expires_at"), accessTokenExpiresAt: ts("access_token_expires_at"),
             reason: row.string("reason"), attemptId: row.string("attempt_id"),
             updatedAt: ts("updated_at") ?? Timestamp(millisecondsSince1970: 0), revokePending: row.bool("revoke_pending"),
-            verifiedAt: ts("verified_at"))
+            verifiedAt: ts("verified_at"), current: row.bool("is_current"), usedAt: ts("used_at"),
+            vaultKeyed: row.bool("vault_keyed"))
     }
 
+    /// Saves one account's session. A current one makes the client's other
+    /// accounts not current, in the same transaction.
     public func save(_ s: SessionRecord) throws {
-        try db.run(
-            """
-            INSERT INTO sessions (\(Self.sessionColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            ON CONFLICT (client) DO UPDATE SET status = excluded.status, user_id = excluded.user_id,
-                email = excluded.email, display_name = excluded.display_name, auth_method = excluded.auth_method,
-                authenticated_at = excluded.authenticated_at, expires_at = excluded.expires_at,
-                access_token_expires_at = excluded.access_token_expires_at, reason = excluded.reason,
-                attempt_id = excluded.attempt_id, updated_at = excluded.updated_at,
-                revoke_pending = excluded.revoke_pending, verified_at = excluded.verified_at
-            """,
-            arguments: [
-                s.client, s.status.rawValue, s.account?.userId, s.account?.email, s.account?.displayName, s.authMethod,
-                s.authenticatedAt?.millisecondsSince1970, s.expiresAt?.millisecondsSince1970,
-                s.accessTokenExpiresAt?.millisecondsSince1970, s.reason, s.attemptId, s.updatedAt.millisecondsSince1970,
-                s.revokePending, s.verifiedAt?.millisecondsSince1970,
-            ])
+        try db.transaction {
+            if s.current {
+                try db.run(
+                    "UPDATE sessions SET is_current = 0 WHERE client = ? AND account_key != ? AND is_current = 1",
+                    s.client, s.accountKey)
+            }
+            try db.run(
+                """
+                INSERT INTO sessions (\(Self.sessionColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (client, account_key) DO UPDATE SET status = excluded.status, user_id = excluded.user_id,
+                    email = excluded.email, display_name = excluded.display_name, auth_method = excluded.auth_method,
+                    authenticated_at = excluded.authenticated_at, expires_at = excluded.expires_at,
+                    access_token_expires_at = excluded.access_token_expires_at, reason = excluded.reason,
+                    attempt_id = excluded.attempt_id, updated_at = excluded.updated_at,
+                    revoke_pending = excluded.revoke_pending, verified_at = excluded.verified_at,
+                    is_current = excluded.is_current, used_at = excluded.used_at, vault_keyed = excluded.vault_keyed
+                """,
+                arguments: [
+                    s.client, s.accountKey, s.status.rawValue, s.account?.userId, s.account?.email,
+                    s.account?.displayName, s.authMethod, s.authenticatedAt?.millisecondsSince1970,
+                    s.expiresAt?.millisecondsSince1970, s.accessTokenExpiresAt?.millisecondsSince1970, s.reason,
+                    s.attemptId, s.updatedAt.millisecondsSince1970, s.revokePending, s.verifiedAt?.millisecondsSince1970,
+                    s.current, s.usedAt?.millisecondsSince1970, s.vaultKeyed,
+                ])
+        }
+    }
+
+    /// Deletes one account's session row (nothing is owed for it any more).
+    public func deleteSession(client: String, account: String) throws {
+        _ = try db.run("DELETE FROM sessions WHERE client = ? AND account_key = ?", client, account)
+    }
+
+    /// Gives a session migrated from before accounts its key (`004-accounts`).
+    public func fillAccountKey(client: String, key: String) throws {
+        _ = try db.run(
+            "UPDATE sessions SET account_key = ? WHERE client = ? AND account_key = '' AND NOT EXISTS "
+                + "(SELECT 1 FROM sessions WHERE client = ? AND account_key = ?)", key, client, client, key)
     }
 
     // MARK: Provider metadata

@@ -20,6 +20,8 @@ public enum RPCMethod: String, Sendable, CaseIterable {
     case sessionGet = "session.get"
     case sessionWait = "session.wait"
     case sessionSignOut = "session.signOut"
+    case sessionList = "session.list"
+    case sessionUse = "session.use"
     case httpRequest = "http.request"
     case eventsSubscribe = "events.subscribe"
     case eventsUnsubscribe = "events.unsubscribe"
@@ -83,4 +85,8 @@ public enum BrokerErrorCode: String, Codable, Sendable, CaseIterable {
     case dpopKeyUnavailable = "DPOP_KEY_UNAVAILABLE"
     /// A pushed authorization request (RFC 9126) was refused or not answered; nothing was opened.
     case parFailed = "PAR_FAILED"
+    /// An `account` that is not one of the client's accounts.
+    case accountUnknown = "ACCOUNT_UNKNOWN"
+    /// `login.start` with `addAccount` on a client that holds its 16 accounts.
+    case accountLimit = "ACCOUNT_LIMIT"
 }

@@ -15,9 +15,13 @@ public struct LoginStartParams: Codable, Sendable, Equatable {
     /// and `DESKTOP_STARTUP_ID`, so the compositor lets its window come to
     /// the front. Used for this launch only, never stored.
     public var activationToken: String?
+    /// Sign in one more account (an `Accounts=multiple` client), the signed-in ones staying.
+    public var addAccount: Bool?
+    /// An email address the sign-in page pre-fills.
+    public var loginHint: String?
     public init(
         client: String, ephemeral: Bool? = nil, openBrowser: Bool? = nil, switchAccount: Bool? = nil,
-        flow: String? = nil, activationToken: String? = nil
+        flow: String? = nil, activationToken: String? = nil, addAccount: Bool? = nil, loginHint: String? = nil
     ) {
         self.client = client
         self.ephemeral = ephemeral
@@ -25,6 +29,17 @@ public struct LoginStartParams: Codable, Sendable, Equatable {
         self.switchAccount = switchAccount
         self.flow = flow
         self.activationToken = activationToken
+        self.addAccount = addAccount
+        self.loginHint = loginHint
+    }
+
+    /// The longest `loginHint`: an email address (RFC 5321's 254 bytes).
+    public static let maximumLoginHintBytes = 254
+
+    /// Whether `hint` may be a `loginHint`: 1 to 254 bytes, no control characters.
+    public static func isValidLoginHint(_ hint: String) -> Bool {
+        !hint.isEmpty && hint.utf8.count <= maximumLoginHintBytes
+            && hint.unicodeScalars.allSatisfy { $0.value >= 0x20 && $0.value != 0x7F }
     }
 
     /// The longest `activationToken` the broker takes: real ones (a
@@ -85,10 +100,36 @@ public struct LoginListParams: Codable, Sendable, Equatable {
     }
 }
 
-/// `session.get` and `session.signOut`.
+/// `session.get` and `session.signOut`: `account` (an `accountKey`) names
+/// one of the client's accounts; absent, the current one.
 public struct ClientParams: Codable, Sendable, Equatable {
     public var client: String
+    public var account: String?
+    public init(client: String, account: String? = nil) {
+        self.client = client
+        self.account = account
+    }
+}
+
+/// `session.list`.
+public struct SessionListParams: Codable, Sendable, Equatable {
+    public var client: String
     public init(client: String) { self.client = client }
+}
+
+/// `session.use`.
+public struct SessionUseParams: Codable, Sendable, Equatable {
+    public var client: String
+    public var account: String
+    public init(client: String, account: String) {
+        self.client = client
+        self.account = account
+    }
+}
+
+/// The most accounts one `Accounts=multiple` client holds (docs/rpc.md).
+public enum AccountLimits {
+    public static let maximumAccounts = 16
 }
 
 /// `session.wait`.
@@ -97,9 +138,11 @@ public struct SessionWaitParams: Codable, Sendable, Equatable {
     public static let maximumTimeoutMs = 300_000
     public var client: String
     public var timeoutMs: Int?
-    public init(client: String, timeoutMs: Int? = nil) {
+    public var account: String?
+    public init(client: String, timeoutMs: Int? = nil, account: String? = nil) {
         self.client = client
         self.timeoutMs = timeoutMs
+        self.account = account
     }
 }
 
@@ -113,11 +156,14 @@ public struct HTTPRequestParams: Codable, Sendable, Equatable {
     public var body: String?
     public var bodyBase64: String?
     public var timeoutMs: Int?
+    public var account: String?
     public init(
         client: String, method: String, path: String, query: [String: String]? = nil,
-        headers: [String: String]? = nil, body: String? = nil, bodyBase64: String? = nil, timeoutMs: Int? = nil
+        headers: [String: String]? = nil, body: String? = nil, bodyBase64: String? = nil, timeoutMs: Int? = nil,
+        account: String? = nil
     ) {
         self.client = client
+        self.account = account
         self.method = method
         self.path = path
         self.query = query

@@ -21,10 +21,17 @@ public struct SessionView: Codable, Sendable, Equatable {
     /// revocation endpoint (docs/providers.md), so only its own sign-out
     /// page ends the browser session there.
     public var revokedAtServer: Bool?
+    /// The account this session is of (docs/rpc.md "Several accounts per
+    /// client"): opaque, stable for one user at one server or issuer; nil
+    /// when the client has never been signed in.
+    public var accountKey: String?
+    /// Whether this is the client's current account (always true in `single` mode).
+    public var current: Bool
 
     public init(
         client: String, status: SessionStatus, account: Account? = nil, authMethod: String? = nil,
-        authenticatedAt: Timestamp? = nil, expiresAt: Timestamp? = nil, reason: String? = nil
+        authenticatedAt: Timestamp? = nil, expiresAt: Timestamp? = nil, reason: String? = nil,
+        accountKey: String? = nil, current: Bool = true
     ) {
         self.client = client
         self.status = status
@@ -33,6 +40,28 @@ public struct SessionView: Codable, Sendable, Equatable {
         self.authenticatedAt = authenticatedAt
         self.expiresAt = expiresAt
         self.reason = reason
+        self.accountKey = accountKey
+        self.current = current
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case client, status, account, authMethod, authenticatedAt, expiresAt, reason, revokedAtServer, accountKey,
+            current
+    }
+
+    /// A broker before accounts sends neither `accountKey` nor `current`: its one session is current.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        client = try c.decode(String.self, forKey: .client)
+        status = try c.decode(SessionStatus.self, forKey: .status)
+        account = try c.decodeIfPresent(Account.self, forKey: .account)
+        authMethod = try c.decodeIfPresent(String.self, forKey: .authMethod)
+        authenticatedAt = try c.decodeIfPresent(Timestamp.self, forKey: .authenticatedAt)
+        expiresAt = try c.decodeIfPresent(Timestamp.self, forKey: .expiresAt)
+        reason = try c.decodeIfPresent(String.self, forKey: .reason)
+        revokedAtServer = try c.decodeIfPresent(Bool.self, forKey: .revokedAtServer)
+        accountKey = try c.decodeIfPresent(String.self, forKey: .accountKey)
+        current = try c.decodeIfPresent(Bool.self, forKey: .current) ?? true
     }
 
     public static func signedOut(_ client: String) -> SessionView { SessionView(client: client, status: .signedOut) }
@@ -47,6 +76,8 @@ public struct SessionView: Codable, Sendable, Equatable {
         try c.encode(authenticatedAt, forKey: .authenticatedAt)
         try c.encode(expiresAt, forKey: .expiresAt)
         try c.encode(reason, forKey: .reason)
+        try c.encode(accountKey, forKey: .accountKey)
+        try c.encode(current, forKey: .current)
         try c.encodeIfPresent(revokedAtServer, forKey: .revokedAtServer)
     }
 }

@@ -54,15 +54,19 @@ public final class BrowserLoginClient: Sendable {
     /// `flow` `.device` signs in on another device (the attempt carries `device`).
     /// `activationToken`, an xdg-activation token (Wayland) or startup id
     /// (X11) from the app's toolkit, lets the browser window come to the front.
+    /// `addAccount` signs one more account in beside the signed-in ones (a
+    /// client whose file says `Accounts=multiple`); `loginHint` fills in the
+    /// sign-in page's address field.
     public func start(
         _ client: String, openBrowser: Bool = true, switchAccount: Bool = false, flow: LoginFlow? = nil,
-        ephemeral: Bool = false, activationToken: String? = nil
+        ephemeral: Bool = false, activationToken: String? = nil, addAccount: Bool = false, loginHint: String? = nil
     ) async throws(BrowserLoginError) -> AttemptView {
         try await call(
             .loginStart,
             LoginStartParams(
                 client: client, ephemeral: ephemeral ? true : nil, openBrowser: openBrowser,
-                switchAccount: switchAccount ? true : nil, flow: flow?.rawValue, activationToken: activationToken))
+                switchAccount: switchAccount ? true : nil, flow: flow?.rawValue, activationToken: activationToken,
+                addAccount: addAccount ? true : nil, loginHint: loginHint))
     }
 
     /// Reopens the login page of a waiting attempt (`login.resume`), with
@@ -105,21 +109,35 @@ public final class BrowserLoginClient: Sendable {
 
     // MARK: Sessions
 
-    /// A client's public session (`session.get`).
-    public func session(_ client: String) async throws(BrowserLoginError) -> SessionView {
-        try await call(.sessionGet, ClientParams(client: client))
+    /// A client's public session (`session.get`): its current account's, or
+    /// that of `account` (an `accountKey`).
+    public func session(_ client: String, account: String? = nil) async throws(BrowserLoginError) -> SessionView {
+        try await call(.sessionGet, ClientParams(client: client, account: account))
+    }
+
+    /// The client's accounts (`session.list`): the current one first, then
+    /// the most recently used.
+    public func accounts(_ client: String) async throws(BrowserLoginError) -> [SessionView] {
+        try await call(.sessionList, SessionListParams(client: client))
+    }
+
+    /// Makes `account` (an `accountKey`) the client's current account (`session.use`).
+    public func use(_ client: String, account: String) async throws(BrowserLoginError) -> SessionView {
+        try await call(.sessionUse, SessionUseParams(client: client, account: account))
     }
 
     /// Waits until `client` is signed in and answers its session; throws
     /// `WAIT_TIMEOUT` when `timeout` passes first. Any length: beyond the
     /// broker's 300 s per call, it asks again.
-    public func wait(_ client: String, timeout: Duration) async throws(BrowserLoginError) -> SessionView {
+    public func wait(_ client: String, timeout: Duration, account: String? = nil) async throws(BrowserLoginError)
+        -> SessionView
+    {
         let deadline = ContinuousClock.now + timeout
         while true {
             let chunk = min(max(deadline - ContinuousClock.now, .zero), .milliseconds(SessionWaitParams.maximumTimeoutMs))
             do {
                 return try await call(
-                    .sessionWait, SessionWaitParams(client: client, timeoutMs: milliseconds(chunk)),
+                    .sessionWait, SessionWaitParams(client: client, timeoutMs: milliseconds(chunk), account: account),
                     timeout: chunk + ConnectionPool.answerMargin)
             } catch  where error.code == .waitTimeout && deadline > ContinuousClock.now {
                 continue
@@ -129,8 +147,8 @@ public final class BrowserLoginClient: Sendable {
 
     /// Signs a client out (`session.signOut`): at once here, and revoked at
     /// the server. `revokedAtServer` false: the provider cannot be told.
-    public func signOut(_ client: String) async throws(BrowserLoginError) -> SessionView {
-        try await call(.sessionSignOut, ClientParams(client: client))
+    public func signOut(_ client: String, account: String? = nil) async throws(BrowserLoginError) -> SessionView {
+        try await call(.sessionSignOut, ClientParams(client: client, account: account))
     }
 
     // MARK: The app's API
@@ -140,12 +158,15 @@ public final class BrowserLoginClient: Sendable {
     /// absolute path without a query (`query` is encoded by the broker);
     /// `headers` may not include `Authorization`, `Cookie` or `Host`. Any
     /// HTTP status is an answer, not an error; `NOT_SIGNED_IN` without a session.
+    /// `account` (an `accountKey`) sends it as that account rather than the current one.
     public func request(
         _ client: String, method: String, path: String, query: [String: String]? = nil,
-        headers: [String: String]? = nil, body: [UInt8]? = nil, timeout: Duration? = nil
+        headers: [String: String]? = nil, body: [UInt8]? = nil, timeout: Duration? = nil, account: String? = nil
     ) async throws(BrowserLoginError) -> HTTPResponse {
+        var params = Self.requestParams(client, method, path, query, headers, body, timeout)
+        params.account = account
         let result: HTTPResponseResult = try await call(
-            .httpRequest, Self.requestParams(client, method, path, query, headers, body, timeout),
+            .httpRequest, params,
             timeout: (timeout ?? .seconds(30)) + ConnectionPool.answerMargin)
         return try HTTPResponse(result)
     }

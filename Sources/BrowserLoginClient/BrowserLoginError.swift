@@ -45,6 +45,8 @@ public struct BrowserLoginError: Error, Sendable, Equatable, CustomStringConvert
         public static let waitTimeout = Code(.waitTimeout)
         public static let browserFailed = Code(.browserFailed)
         public static let busy = Code(.busy)
+        public static let accountUnknown = Code(.accountUnknown)
+        public static let accountLimit = Code(.accountLimit)
     }
 
     /// What the broker adds to some errors (docs/rpc.md "Errors").

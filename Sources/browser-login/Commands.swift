@@ -24,6 +24,9 @@ struct Subcommand: Sendable {
 }
 
 let json = Option.flag("json", "print the answer as JSON")
+/// `--account` of `session`, `sign-out` and `request` (docs/rpc.md "Several accounts per client").
+let accountOption = Option.value(
+    "account", "ACCOUNT", "this account of the client (a key that 'browser-login accounts' lists), not the current one")
 let noBrowser = Option.flag("no-browser", "do not open the browser; print the link to open instead")
 
 /// The `run` of a command that takes one positional argument, makes one call
@@ -151,11 +154,48 @@ func serverCodeAdvice(_ code: String?) -> String? {
 
 func describeSession(_ s: SessionView) -> String {
     var text = "\(s.client): \(s.status.rawValue)"
+    if !s.current { text += " (not the current account)" }
     if let account = s.account { text += " as \(account.displayName) <\(account.email)>" }
     if let expires = s.expiresAt { text += ", until \(expires.rfc3339)" }
     if let reason = s.reason { text += " (reason: \(reason))" }
     if let advice = serverCodeAdvice(s.reason) { text += "\n  " + advice }
     return text
+}
+
+/// The accounts table of `accounts` and `status`: who, how, until when, which is current. No secret is in a view.
+func accountRows(_ sessions: [SessionView], client: Bool) -> [[String]] {
+    let now = Timestamp.now()
+    var rows = [(client ? ["CLIENT"] : []) + ["ACCOUNT", "KEY", "STATUS", "UNTIL", "CURRENT"]]
+    for s in sessions {
+        let who = s.account.map { "\($0.displayName) <\($0.email)>" } ?? "-"
+        var status = s.status.rawValue
+        if let reason = s.reason { status += " (\(reason))" }
+        rows.append(
+            (client ? [s.client] : []) + [
+                who, s.accountKey ?? "-", status, s.status == .signedIn ? until(s.expiresAt, now: now) : "-",
+                s.current ? "yes" : "",
+            ])
+    }
+    return rows
+}
+
+/// Every configured client's accounts (those held: never signed in is not listed); clients this program may not use are skipped.
+func allAccounts(_ broker: BrowserLoginClient, only client: String?) async throws -> [SessionView] {
+    var ids: [String] = []
+    if let client {
+        ids = [client]
+    } else {
+        let list: [ClientSummary] = try decode(try await broker.call(.clientsList, params: nil))
+        ids = list.map(\.id)
+    }
+    var out: [SessionView] = []
+    for id in ids {
+        guard let answer = try? await broker.call(.sessionList, params: encode(SessionListParams(client: id))),
+            let views: [SessionView] = try? decode(answer)
+        else { continue }
+        out += views.filter { $0.accountKey != nil }
+    }
+    return out
 }
 
 /// What `sign-out` says: who was signed out (`before`, the session as it
@@ -202,6 +242,11 @@ let subcommands: [Subcommand] = [
             only attempts that are in progress or need attention are shown.
             Waiting and uncertain attempts are checked with their server first
             (an uncertain attempt is reconciled), unless --no-reconcile.
+
+            Then each client's accounts: who is signed in, how, until when, and
+            which account is the client's current one (no token or other secret
+            is ever shown). --json prints the attempts only; 'browser-login
+            accounts CLIENT --json' gives a client's accounts.
             """,
         run: { args, broker in
             let states = args.has("all") ? nil : AttemptState.allCases.filter(\.needsAttention)
@@ -222,6 +267,13 @@ let subcommands: [Subcommand] = [
             if args.has("json") {
                 printJSON(.array(attempts))
                 return .ok
+            }
+            let accounts = try await allAccounts(broker, only: args["client"])
+            defer {
+                if !accounts.isEmpty {
+                    print("\naccounts:")
+                    print(table(accountRows(accounts, client: true)))
+                }
             }
             if attempts.isEmpty {
                 print(args.has("all") ? "no login attempts" : "no login attempts need attention (--all shows every attempt)")
@@ -244,6 +296,8 @@ let subcommands: [Subcommand] = [
         options: [
             noBrowser, .flag("ephemeral", "use the client's private-session browser (PrivateBrowser=)"),
             .flag("switch-account", "sign the current account out first"),
+            .flag("add-account", "sign in one more account, the signed-in ones staying (Accounts=multiple)"),
+            .value("login-hint", "ADDRESS", "the email address the sign-in page fills in"),
             .flag(
                 "device",
                 "sign in on another device (phone, laptop): print an address and a code, then wait (OAuth 2.0 and OpenID Connect clients)"
@@ -264,6 +318,14 @@ let subcommands: [Subcommand] = [
             goes on. Without --timeout it waits until the attempt ends. When the
             browser cannot be opened, the link is printed and the wait goes on.
 
+            With --add-account (a client whose file says Accounts=multiple), the
+            accounts already signed in stay, and the sign-in page asks for a
+            fresh sign-in instead of offering the browser's current account; the
+            new account becomes current ('browser-login accounts' lists them,
+            'browser-login use' switches). An account the client holds already
+            is signed in again, replacing its old session. --login-hint fills
+            the page's address field. At most 16 accounts (ACCOUNT_LIMIT).
+
             With --device (or for a client whose file says Flow=device), nothing
             opens here: the broker asks the provider for a code, and the command
             prints "To sign in, open ADDRESS and enter the code CODE", with a QR
@@ -279,7 +341,8 @@ let subcommands: [Subcommand] = [
             """,
         synopsis: """
             browser-login start CLIENT [--no-browser] [--ephemeral]
-                    [--switch-account] [--device] [--wait] [--timeout SECONDS]
+                    [--switch-account | --add-account] [--login-hint ADDRESS]
+                    [--device] [--wait] [--timeout SECONDS]
                     [--activation-token TOKEN] [--json]
             """,
         run: { args, broker in
@@ -293,7 +356,8 @@ let subcommands: [Subcommand] = [
                 client: args.positionals[0], ephemeral: args.has("ephemeral"),
                 openBrowser: !args.has("no-browser") && !device, switchAccount: args.has("switch-account"),
                 flow: device ? "device" : nil,
-                activationToken: activationToken(args, opening: !args.has("no-browser") && !device))
+                activationToken: activationToken(args, opening: !args.has("no-browser") && !device),
+                addAccount: args.has("add-account") ? true : nil, loginHint: args["login-hint"])
             var answer: JSONValue
             do {
                 answer = try await broker.call(.loginStart, params: encode(params))
@@ -370,7 +434,7 @@ let subcommands: [Subcommand] = [
         run: oneArgumentCall(
             .loginAcknowledge, params: { AttemptParams(attemptId: $0) }, describe: describeAttempt)),
     Subcommand(
-        "session", summary: "show a client's session", arguments: ["CLIENT"], options: [json],
+        "session", summary: "show a client's session", arguments: ["CLIENT"], options: [accountOption, json],
         help: """
             Shows whether CLIENT is signed in, as which account, and until when,
             and (without --json) which vault keeps the broker's secrets:
@@ -378,10 +442,12 @@ let subcommands: [Subcommand] = [
             only when it is signed in; 1 (with the state printed) when it is
             signed out, signing in, expired or revoked. A session signed out
             with reason VAULT_KEY_LOST lost its tokens with the file vault's key
-            (the machine restarted): sign in again.
+            (the machine restarted): sign in again. With --account, that account's
+            session rather than the current account's.
             """,
         run: { args, broker in
-            let answer = try await broker.call(.sessionGet, params: encode(ClientParams(client: args.positionals[0])))
+            let answer = try await broker.call(
+                .sessionGet, params: encode(ClientParams(client: args.positionals[0], account: args["account"])))
             let session: SessionView = try decode(answer)
             if args.has("json") {
                 printJSON(answer)
@@ -395,7 +461,7 @@ let subcommands: [Subcommand] = [
             return session.status == .signedIn ? .ok : .failure
         }),
     Subcommand(
-        "sign-out", summary: "sign a client out", arguments: ["CLIENT"], options: [json],
+        "sign-out", summary: "sign a client out", arguments: ["CLIENT"], options: [accountOption, json],
         help: """
             Signs CLIENT out: the session is removed at once, and the broker revokes
             it at the server (later, while the server is down: the revoke stays
@@ -404,9 +470,11 @@ let subcommands: [Subcommand] = [
             not in this answer. A provider without a revocation endpoint
             (GitHub, Entra) cannot be told: the tokens are forgotten here, and the
             provider's own sign-out page ends the browser session there.
+            Without --account, the current account is signed out (a client with
+            several accounts then makes the most recently used other one current).
             """,
         run: { args, broker in
-            let params = try encode(ClientParams(client: args.positionals[0]))
+            let params = try encode(ClientParams(client: args.positionals[0], account: args["account"]))
             if args.has("json") {
                 printJSON(try await broker.call(.sessionSignOut, params: params))
                 return .ok
@@ -414,6 +482,46 @@ let subcommands: [Subcommand] = [
             // The session as it was: who is signed out, or that nobody was.
             let before: SessionView = try decode(try await broker.call(.sessionGet, params: params))
             print(describeSignOut(try decode(try await broker.call(.sessionSignOut, params: params)), before: before))
+            return .ok
+        }),
+    Subcommand(
+        "accounts", summary: "list a client's accounts", arguments: ["CLIENT"], options: [json],
+        help: """
+            Lists the accounts CLIENT holds: who, the status of each one's session,
+            until when, its key (for --account and 'browser-login use'), and which
+            one is current (the one the app uses when it names none). The current
+            account comes first, then the most recently used. A client whose file
+            says Accounts=multiple may hold up to 16; others hold one.
+            """,
+        run: { args, broker in
+            let answer = try await broker.call(
+                .sessionList, params: encode(SessionListParams(client: args.positionals[0])))
+            if args.has("json") {
+                printJSON(answer)
+                return .ok
+            }
+            let views: [SessionView] = try decode(answer)
+            let held = views.filter { $0.accountKey != nil }
+            if held.isEmpty {
+                print("\(args.positionals[0]) holds no account: sign in with 'browser-login start \(args.positionals[0])'")
+                return .ok
+            }
+            print(table(accountRows(held, client: false)))
+            return .ok
+        }),
+    Subcommand(
+        "use", summary: "make one of a client's accounts the current one", arguments: ["CLIENT", "ACCOUNT"],
+        options: [json],
+        help: """
+            Makes ACCOUNT (a key that 'browser-login accounts CLIENT' lists) the
+            current account of CLIENT: the one its app, 'session', 'request' and
+            'sign-out' use when they name none. Nobody is signed in or out.
+            """,
+        run: { args, broker in
+            let answer = try await broker.call(
+                .sessionUse,
+                params: encode(SessionUseParams(client: args.positionals[0], account: args.positionals[1])))
+            if args.has("json") { printJSON(answer) } else { print("current: " + describeSession(try decode(answer))) }
             return .ok
         }),
     requestCommand,

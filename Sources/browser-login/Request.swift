@@ -16,6 +16,7 @@ let requestCommand = Subcommand(
         .value("data", "DATA", "the request body: DATA, or @FILE for a file's bytes (@- standard input)", short: "d"),
         .value("header", "'NAME: VALUE'", "a request header (repeatable)", repeatable: true, short: "H"),
         .value("timeout", "SECONDS", "how long the API may take to answer (default 30, at most 120)"),
+        accountOption,
         .flag("json", "print the whole answer as JSON: {status, headers, body | bodyBase64}"),
     ],
     help: """
@@ -35,6 +36,7 @@ let requestCommand = Subcommand(
         the body is still written, and "HTTP_ERROR: the API answered HTTP
         STATUS" reported on stderr); 1 when
         the client is not signed in (NOT_SIGNED_IN); else as the other commands.
+        --account sends it as that account of the client rather than the current one.
         """,
     run: { args, broker in
         let (client, method, target) = (args.positionals[0], args.positionals[1].uppercased(), args.positionals[2])
@@ -49,8 +51,9 @@ let requestCommand = Subcommand(
             }
         }
         let timeout = try timeoutOption(args)
-        let params = BrowserLoginClient.requestParams(
+        var params = BrowserLoginClient.requestParams(
             client, method, path, query, headers.isEmpty ? nil : headers, body, timeout)
+        params.account = args["account"]
         let raw = try await broker.call(
             .httpRequest, params: encode(params), timeout: (timeout ?? .seconds(30)) + .seconds(30))
         let response = try HTTPResponse(try decode(raw, as: HTTPResponseResult.self))

@@ -1,6 +1,7 @@
 import BrokerCore
 import BrowserLoginProtocol
 import Foundation
+import SQLiteSupport
 import Testing
 
 @testable import BrokerStore
@@ -90,6 +91,48 @@ final class ScratchDirectory: Sendable {
         let loaded = try #require(try store.session(client: "c"))
         #expect(loaded == s)
         #expect(try store.sessions().count == 1)
+    }
+
+    /// A database written by the release before accounts (migrations 001–003,
+    /// one session row per client) opens in place: the session becomes the
+    /// client's current account, its key filled in at start-up.
+    @Test func aDatabaseOfThePreviousReleaseMigratesInPlace() throws {
+        let path = tempPath()
+        do {
+            let old = try Database(path: path)
+            _ = try old.migrate(Array(BrokerStore.migrations.prefix(3)))
+            try old.execute(
+                """
+                INSERT INTO sessions (client, status, user_id, email, display_name, auth_method, expires_at,
+                    updated_at, revoke_pending, verified_at)
+                VALUES ('com.example.notes', 'signedIn', 'u_1', 'ada@example.com', 'Ada', 'email', 9000, 1000, 1, 1500),
+                    ('com.example.todo', 'signedOut', NULL, NULL, NULL, NULL, NULL, 2000, 0, NULL)
+                """)
+            try old.close()
+        }
+        let store = try BrokerStore(path: path)
+        let notes = try #require(try store.session(client: "com.example.notes"))
+        #expect(notes.status == .signedIn && notes.current && !notes.vaultKeyed && notes.revokePending)
+        #expect(notes.accountKey.isEmpty && notes.account?.email == "ada@example.com")
+        #expect(notes.usedAt == Timestamp(millisecondsSince1970: 1000))
+        #expect(notes.expiresAt == Timestamp(millisecondsSince1970: 9000))
+        let key = AccountKeys.key(issuer: "https://login.example.com", userId: "u_1")
+        try store.fillAccountKey(client: "com.example.notes", key: key)
+        #expect(try store.session(client: "com.example.notes", account: key)?.current == true)
+        #expect(try store.session(client: "com.example.todo")?.status == .signedOut)
+        #expect(try store.sessions().count == 2)
+        // A second account: saved current, the first is current no more.
+        var other = SessionRecord(
+            client: "com.example.notes", accountKey: AccountKeys.key(issuer: "https://login.example.com", userId: "u_2"),
+            status: .signedIn, updatedAt: Timestamp(millisecondsSince1970: 3000), current: true, vaultKeyed: true)
+        try store.save(other)
+        #expect(try store.session(client: "com.example.notes")?.accountKey == other.accountKey)
+        #expect(try store.sessions(client: "com.example.notes").map(\.accountKey) == [other.accountKey, key])
+        other.current = false
+        try store.save(other)
+        try store.deleteSession(client: "com.example.notes", account: other.accountKey)
+        #expect(try store.sessions(client: "com.example.notes").map(\.accountKey) == [key])
+        #expect(AccountKeys.isWellFormed(key) && key != other.accountKey)
     }
 
     // MARK: Retention

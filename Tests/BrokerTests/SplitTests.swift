@@ -135,7 +135,7 @@ final class Owners {
         let life = session.accessTokenExpiresAt!.millisecondsSince1970 - record.updatedAt.millisecondsSince1970
         let offset = due.millisecondsSince1970 - record.updatedAt.millisecondsSince1970
         #expect(offset >= life * 3 / 4 - 1 && offset <= life * 9 / 10 + 1)
-        #expect(owners.sessions.nextRefresh[notesClient.id] == due)
+        #expect(owners.sessions.nextRefresh.values.first == due)
         // Asked again, the same time (the jitter is drawn once).
         #expect(await owners.sessions.maintain().due == due)
     }

@@ -42,7 +42,7 @@ import Testing
         let session = SessionView.signedOut("com.example.notes")
         #expect(
             try json(session)
-                == #"{"account":null,"authMethod":null,"authenticatedAt":null,"client":"com.example.notes","expiresAt":null,"reason":null,"status":"signedOut"}"#
+                == #"{"account":null,"accountKey":null,"authMethod":null,"authenticatedAt":null,"client":"com.example.notes","current":true,"expiresAt":null,"reason":null,"status":"signedOut"}"#
         )
         var attempt = AttemptView(
             attemptId: "at_1", client: "c", state: .waiting, createdAt: t, expiresAt: nil, updatedAt: t, error: nil,

@@ -83,7 +83,18 @@ struct ClientTests {
         let missing = try await broker.request(Self.notes, method: "GET", path: "/api/nothing-here")
         #expect(missing.status == 404 && !missing.isSuccess)
 
-        let out = try await broker.signOut(Self.notes)
+        // Accounts: one here (a single client), current, named by its key.
+        let key = try #require(session.accountKey)
+        #expect(try await broker.accounts(Self.notes).map(\.accountKey) == [key])
+        #expect(try await broker.use(Self.notes, account: key).current)
+        #expect(try await broker.session(Self.notes, account: key).account?.email == h.testEmail)
+        #expect(try await broker.wait(Self.notes, timeout: .seconds(5), account: key).accountKey == key)
+        let mine = try await broker.request(Self.notes, method: "GET", path: "/api/me", account: key)
+        #expect(try mine.decode(Me.self).email == h.testEmail)
+        let unknown = "acct_" + String(repeating: "A", count: 22)
+        #expect(await code { _ = try await broker.session(Self.notes, account: unknown) } == .accountUnknown)
+
+        let out = try await broker.signOut(Self.notes, account: key)
         #expect(out.status == .signedOut)
         #expect(try await broker.session(Self.notes).status == .signedOut)
         #expect(await code { _ = try await broker.request(Self.notes, method: "GET", path: "/api/me") } == .notSignedIn)

@@ -187,7 +187,7 @@ struct DBusAPITests {
         let installed = try String(
             contentsOfFile: repositoryRoot + "/dbus/org.browserlogin.Broker1.xml", encoding: .utf8)
         let served = Self.members(introspected.out)
-        #expect(served.count == 17)
+        #expect(served.count == 21)
         #expect(served == Self.members(installed))
     }
 

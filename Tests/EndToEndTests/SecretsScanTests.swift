@@ -45,6 +45,11 @@ struct SecretsScanTests {
         record("login.status", ["attemptId": .string(id)])
         record("login.list", [:])
         record("session.get", ["client": "com.example.notes"])
+        let accountKey = try rpc.call("session.get", params: ["client": "com.example.notes"])["accountKey"] ?? .null
+        record("session.list", ["client": "com.example.notes"])
+        record("session.use", ["client": "com.example.notes", "account": accountKey])
+        record("session.get", ["client": "com.example.notes", "account": accountKey])
+        record("http.request", ["client": "com.example.notes", "method": "GET", "path": "/api/me", "account": accountKey])
         record("http.request", ["client": "com.example.notes", "method": "GET", "path": "/api/me"])
         record("http.request", ["client": "com.example.notes", "method": "GET", "path": "/api/../x"])
         record("broker.info", [:])

@@ -27,6 +27,10 @@ export interface Session {
   reason: string | null;
   /** Only from signOut(): false when the provider could not be told. */
   revokedAtServer?: boolean;
+  /** The account (opaque, stable; pass it as `account`); null for a client never signed in. */
+  accountKey: string | null;
+  /** Whether this is the client's current account. */
+  current: boolean;
 }
 
 export type AttemptState =
@@ -114,6 +118,10 @@ export interface StartOptions {
   openBrowser?: boolean;
   /** Sign the current session out first (default false). */
   switchAccount?: boolean;
+  /** Sign one more account in, the signed-in ones staying (an `Accounts=multiple` client; default false). */
+  addAccount?: boolean;
+  /** The email address the sign-in page fills in. */
+  loginHint?: string;
   /** "browser" (the default) or "device". */
   flow?: "browser" | "device";
   /** Use the client's PrivateBrowser= (default false). */
@@ -129,11 +137,20 @@ export interface StartOptions {
 export interface WaitOptions {
   /** Ends the wait early; the promise rejects with the signal's reason. */
   signal?: AbortSignal;
+  /** Wait for this account (an accountKey) rather than the current one (wait() only). */
+  account?: string;
+}
+
+/** Names one of the client's accounts (an accountKey); without it, the current account. */
+export interface AccountOption {
+  account?: string;
 }
 
 export type HttpMethod = "GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE";
 
 export interface RequestOptions {
+  /** Send as this account (an accountKey) rather than the current one. */
+  account?: string;
   /** Query parameters; the broker encodes them. */
   query?: Record<string, string>;
   /** Request headers; Authorization, Cookie, Host and hop-by-hop headers are refused. */
@@ -190,10 +207,14 @@ export class Broker extends EventEmitter {
   status(attemptId: string, options?: { reconcile?: boolean }): Promise<Attempt>;
   acknowledge(attemptId: string): Promise<Attempt>;
   attempts(options?: { client?: string; states?: AttemptState[] }): Promise<Attempt[]>;
-  session(client: string): Promise<Session>;
+  session(client: string, options?: AccountOption): Promise<Session>;
+  /** session.list: the client's accounts, the current one first, then the most recently used. */
+  accounts(client: string): Promise<Session[]>;
+  /** session.use: makes the account (an accountKey) current. */
+  use(client: string, account: string): Promise<Session>;
   /** Resolves once signedIn; rejects WaitTimeoutError after timeoutMs (default 5000; Infinity: no limit). */
   wait(client: string, timeoutMs?: number, options?: WaitOptions): Promise<Session>;
-  signOut(client: string): Promise<Session>;
+  signOut(client: string, options?: AccountOption): Promise<Session>;
   request(client: string, method: HttpMethod, path: string, options?: RequestOptions): Promise<HttpResponse>;
 
   /** Subscribes (replacing any earlier subscription); resolves with the subscription id. */
@@ -467,6 +488,20 @@ export class BusyError extends BrowserLoginError {
   constructor(message: string, data?: ErrorData);
 }
 
+/** `ACCOUNT_UNKNOWN`: an `account` that is not one of the client's accounts: list them with accounts(). */
+export class AccountUnknownError extends BrowserLoginError {
+  static readonly code: "ACCOUNT_UNKNOWN";
+  readonly code: "ACCOUNT_UNKNOWN";
+  constructor(message: string, data?: ErrorData);
+}
+
+/** `ACCOUNT_LIMIT`: start() with addAccount on a client that holds 16 accounts: sign one out first. */
+export class AccountLimitError extends BrowserLoginError {
+  static readonly code: "ACCOUNT_LIMIT";
+  readonly code: "ACCOUNT_LIMIT";
+  constructor(message: string, data?: ErrorData);
+}
+
 /** The error class of each broker code, e.g. `errorClasses.NOT_SIGNED_IN === NotSignedInError`. */
 export const errorClasses: {
   readonly CLIENT_UNKNOWN: typeof ClientUnknownError;
@@ -499,6 +534,8 @@ export const errorClasses: {
   readonly RESPONSE_TOO_LARGE: typeof ResponseTooLargeError;
   readonly STORAGE_UNAVAILABLE: typeof StorageUnavailableError;
   readonly BUSY: typeof BusyError;
+  readonly ACCOUNT_UNKNOWN: typeof AccountUnknownError;
+  readonly ACCOUNT_LIMIT: typeof AccountLimitError;
 };
 
 /** The broker's error codes (`data.code`) of docs/rpc.md. */
@@ -530,4 +567,6 @@ export type BrokerErrorCode =
   | "DEVICE_FLOW_UNSUPPORTED"
   | "RESPONSE_TOO_LARGE"
   | "STORAGE_UNAVAILABLE"
-  | "BUSY";
+  | "BUSY"
+  | "ACCOUNT_UNKNOWN"
+  | "ACCOUNT_LIMIT";

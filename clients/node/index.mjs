@@ -39,6 +39,8 @@ export const {
   ResponseTooLargeError,
   StorageUnavailableError,
   BusyError,
+  AccountUnknownError,
+  AccountLimitError,
   errorClasses,
 } = cjs;
 export default cjs;

@@ -5,7 +5,9 @@ import BrowserLoginProtocol
 /// `http.request` (docs/rpc.md "`http.request`"): every refusal of its params is `-32602`.
 extension MethodTable {
     static let httpMethods: [RPCMethod: MethodHandler] = [
-        .httpRequest: MethodHandler(["client", "method", "path", "query", "headers", "body", "bodyBase64", "timeoutMs"]) {
+        .httpRequest: MethodHandler([
+            "client", "method", "path", "query", "headers", "body", "bodyBase64", "timeoutMs", "account",
+        ]) {
             call in
             let request = try appRequest(call.params)
             try call.requireUse(request.client)
@@ -46,8 +48,8 @@ extension MethodTable {
             throw RPCError.invalidParams("'timeoutMs' must be 1 to 120000")
         }
         return AppRequest(
-            client: client, method: method, path: path, query: query, headers: headers.map { HTTPHeader($0, $1) },
-            body: body, timeoutMilliseconds: timeout)
+            client: client, account: try p.optionalString("account"), method: method, path: path, query: query,
+            headers: headers.map { HTTPHeader($0, $1) }, body: body, timeoutMilliseconds: timeout)
     }
 
     /// `{status, headers, body | bodyBase64}`: text bodies as text, others in base64.

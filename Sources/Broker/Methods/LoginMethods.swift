@@ -3,14 +3,26 @@ import BrokerRPC
 
 extension MethodTable {
     static let loginMethods: [RPCMethod: MethodHandler] = [
-        .loginStart: MethodHandler(["client", "ephemeral", "openBrowser", "switchAccount", "flow", "activationToken"]) {
-            call in
+        .loginStart: MethodHandler([
+            "client", "ephemeral", "openBrowser", "switchAccount", "flow", "activationToken", "addAccount", "loginHint",
+        ]) { call in
             let p = call.params
             try call.requireUse(try p.string("client"))
             let params = LoginStartParams(
                 client: try p.string("client"), ephemeral: try p.bool("ephemeral"),
                 openBrowser: try p.bool("openBrowser"), switchAccount: try p.bool("switchAccount"),
-                flow: try p.optionalString("flow"), activationToken: try activationToken(p))
+                flow: try p.optionalString("flow"), activationToken: try activationToken(p),
+                addAccount: try p.bool("addAccount"), loginHint: try p.optionalString("loginHint"))
+            if let hint = params.loginHint, !LoginStartParams.isValidLoginHint(hint) {
+                throw RPCError.invalidParams("'loginHint' must be an email address of at most 254 bytes")
+            }
+            if params.addAccount == true,
+                let config = call.engine.sortedClients.first(where: { $0.id == params.client }),
+                config.accounts != .multiple
+            {
+                throw RPCError.invalidParams(
+                    "'addAccount' needs a client that holds several accounts: add 'Accounts=multiple' to \(config.file)")
+            }
             var flow: SignInFlow?
             if let text = params.flow {
                 guard let known = SignInFlow(rawValue: text) else {
@@ -22,7 +34,8 @@ extension MethodTable {
                 await call.engine.start(
                     client: params.client, ephemeral: params.ephemeral ?? false,
                     openBrowser: params.openBrowser ?? true, switchAccount: params.switchAccount ?? false, flow: flow,
-                    activationToken: params.activationToken))
+                    activationToken: params.activationToken, addAccount: params.addAccount ?? false,
+                    loginHint: params.loginHint))
         },
         .loginResume: MethodHandler(["attemptId", "openBrowser", "activationToken"]) { call in
             let params = LoginResumeParams(

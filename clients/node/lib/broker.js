@@ -91,9 +91,16 @@ class Broker extends EventEmitter {
   /**
    * login.start: starts (or returns the live) sign-in attempt; opens the browser by default.
    * activationToken (xdg-activation on Wayland, a startup id on X11) lets that browser window come to the front.
+   * addAccount signs one more account in (an Accounts=multiple client); loginHint fills in the page's address.
    */
-  start(client, { openBrowser = true, switchAccount = false, flow, ephemeral, activationToken } = {}) {
-    return this.call("login.start", defined({ client, openBrowser, switchAccount, flow, ephemeral, activationToken }));
+  start(
+    client,
+    { openBrowser = true, switchAccount = false, flow, ephemeral, activationToken, addAccount, loginHint } = {},
+  ) {
+    return this.call(
+      "login.start",
+      defined({ client, openBrowser, switchAccount, flow, ephemeral, activationToken, addAccount, loginHint }),
+    );
   }
 
   /** login.resume: the attempt again, reopening the browser unless openBrowser is false (activationToken as for start). */
@@ -126,9 +133,19 @@ class Broker extends EventEmitter {
     return this.call("login.list", defined({ client, states }));
   }
 
-  /** session.get: the client's session (always a view; status says whether signed in). */
-  session(client) {
-    return this.call("session.get", { client });
+  /** session.get: the client's session (always a view; status says whether signed in); `account`: that account's. */
+  session(client, { account } = {}) {
+    return this.call("session.get", defined({ client, account }));
+  }
+
+  /** session.list: the client's accounts' sessions, the current one first, then the most recently used. */
+  accounts(client) {
+    return this.call("session.list", { client });
+  }
+
+  /** session.use: makes the account (an accountKey) the client's current one. */
+  use(client, account) {
+    return this.call("session.use", { client, account });
   }
 
   /**
@@ -137,7 +154,7 @@ class Broker extends EventEmitter {
    * Waits longer than the broker's 300000 ms are made of several calls. An
    * AbortSignal ends the wait early (rejecting with its reason).
    */
-  async wait(client, timeoutMs = 5000, { signal } = {}) {
+  async wait(client, timeoutMs = 5000, { signal, account } = {}) {
     if (typeof timeoutMs !== "number" || !(timeoutMs >= 0)) {
       throw new TypeError("wait: timeoutMs must be a number of milliseconds, 0 or more (or Infinity)");
     }
@@ -145,7 +162,7 @@ class Broker extends EventEmitter {
     for (;;) {
       const slice = Math.ceil(Math.min(Math.max(deadline - Date.now(), 0), MAX_WAIT_MS));
       try {
-        return await this.call("session.wait", { client, timeoutMs: slice }, { signal });
+        return await this.call("session.wait", defined({ client, timeoutMs: slice, account }), { signal });
       } catch (error) {
         if (error instanceof errorClasses.WAIT_TIMEOUT && deadline - Date.now() > 0) continue;
         throw error;
@@ -153,9 +170,9 @@ class Broker extends EventEmitter {
     }
   }
 
-  /** session.signOut: signs out at once; the server is told as soon as it can be. */
-  signOut(client) {
-    return this.call("session.signOut", { client });
+  /** session.signOut: signs out at once; the server is told as soon as it can be. `account`: that account. */
+  signOut(client, { account } = {}) {
+    return this.call("session.signOut", defined({ client, account }));
   }
 
   /**
@@ -163,10 +180,11 @@ class Broker extends EventEmitter {
    * broker adds; resolves with an HttpResponse for any HTTP status.
    * `body` is a string (sent as text) or bytes (Buffer / Uint8Array /
    * ArrayBuffer); `json` is a value sent as JSON with Content-Type
-   * application/json unless headers name another.
+   * application/json unless headers name another. `account` (an accountKey)
+   * sends it as that account of the client rather than the current one.
    */
-  async request(client, method, path, { query, headers, body, json, timeoutMs } = {}) {
-    const params = defined({ client, method, path, query, headers: headers && { ...headers }, timeoutMs });
+  async request(client, method, path, { query, headers, body, json, timeoutMs, account } = {}) {
+    const params = defined({ client, method, path, query, headers: headers && { ...headers }, timeoutMs, account });
     if (json !== undefined) {
       if (body !== undefined) throw new TypeError("request: give body or json, not both");
       params.body = JSON.stringify(json);

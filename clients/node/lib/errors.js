@@ -79,6 +79,8 @@ const BROKER_CODES = [
   "RESPONSE_TOO_LARGE",
   "STORAGE_UNAVAILABLE",
   "BUSY",
+  "ACCOUNT_UNKNOWN",
+  "ACCOUNT_LIMIT",
 ];
 
 function className(code) {

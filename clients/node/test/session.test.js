@@ -129,3 +129,35 @@ test("examples/sign-in.mjs signs in and calls the API, then exits by itself", li
       broker.close();
     }
   }));
+
+test("accounts(), use() and the account option", live, () =>
+  withSessionLock(async () => {
+    const broker = new bl.Broker();
+    try {
+      let session = await broker.session(env.client);
+      if (session.status !== "signedIn") {
+        await broker.start(env.client);
+        session = await broker.wait(env.client, 60000);
+      }
+      assert.match(session.accountKey, /^acct_/);
+      assert.equal(session.current, true);
+      const accounts = await broker.accounts(env.client);
+      assert.deepEqual(
+        accounts.map((a) => a.accountKey),
+        [session.accountKey],
+      );
+      assert.equal((await broker.use(env.client, session.accountKey)).accountKey, session.accountKey);
+      const account = session.accountKey;
+      assert.equal((await broker.session(env.client, { account })).account.email, env.email);
+      assert.equal((await broker.wait(env.client, 5000, { account })).accountKey, account);
+      const me = await broker.request(env.client, "GET", "/api/me", { account });
+      assert.equal(me.json().email, env.email);
+      await assert.rejects(broker.session(env.client, { account: "acct_" + "A".repeat(22) }), (error) => {
+        assert.ok(error instanceof bl.AccountUnknownError);
+        assert.equal(error.code, "ACCOUNT_UNKNOWN");
+        return true;
+      });
+    } finally {
+      broker.close();
+    }
+  }));

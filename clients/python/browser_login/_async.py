@@ -225,10 +225,12 @@ class AsyncBroker:
 
     async def start(
         self, client: str, *, open_browser: bool = True, switch_account: bool = False, flow: Optional[str] = None,
-        ephemeral: bool = False, activation_token: Optional[str] = None,
+        ephemeral: bool = False, activation_token: Optional[str] = None, add_account: bool = False,
+        login_hint: Optional[str] = None,
     ) -> Attempt:
         """`login.start` (see `Broker.start`)."""
-        return await self._run(_core.start(client, open_browser, switch_account, flow, ephemeral, activation_token))
+        return await self._run(_core.start(
+            client, open_browser, switch_account, flow, ephemeral, activation_token, add_account, login_hint))
 
     async def resume(self, attempt_id: str, *, open_browser: bool = True,
                      activation_token: Optional[str] = None) -> Attempt:
@@ -255,26 +257,37 @@ class AsyncBroker:
         """`login.list`: attempts, newest first."""
         return await self._run(_core.attempts(client, states))
 
-    async def session(self, client: str) -> Session:
-        """`session.get`."""
-        return await self._run(_core.session(client))
+    async def session(self, client: str, *, account: Optional[str] = None) -> Session:
+        """`session.get`.
+        With `account` (an `account_key`), that account's, not the current one's."""
+        return await self._run(_core.session(client, account))
 
-    async def wait(self, client: str, timeout: float) -> Session:
+    async def accounts(self, client: str) -> List[Session]:
+        """`session.list`: the client's accounts (an ``Accounts=multiple`` client
+        holds up to 16), the current one first, then the most recently used."""
+        return await self._run(_core.accounts(client))
+
+    async def use(self, client: str, account: str) -> Session:
+        """`session.use`: makes the account (an `account_key`) the client's current one."""
+        return await self._run(_core.use(client, account))
+
+    async def wait(self, client: str, timeout: float, *, account: Optional[str] = None) -> Session:
         """`session.wait` (see `Broker.wait`); `WaitTimeoutError` when `timeout` passes."""
-        return await self._run(_core.wait(client, timeout))
+        return await self._run(_core.wait(client, timeout, account=account))
 
-    async def sign_out(self, client: str) -> Session:
+    async def sign_out(self, client: str, *, account: Optional[str] = None) -> Session:
         """`session.signOut`."""
-        return await self._run(_core.sign_out(client))
+        return await self._run(_core.sign_out(client, account))
 
     async def request(
         self, client: str, method: str, path: str, *, query: Optional[Mapping[str, str]] = None,
         headers: Optional[Mapping[str, str]] = None, body: Union[str, bytes, None] = None, json: Any = _UNSET,
-        timeout: Optional[float] = None,
+        timeout: Optional[float] = None, account: Optional[str] = None,
     ) -> Response:
         """`http.request` (see `Broker.request`)."""
         return await self._run(_core.request(
-            client, method, path, query, headers, body, None if json is _UNSET else json, json is not _UNSET, timeout))
+            client, method, path, query, headers, body, None if json is _UNSET else json, json is not _UNSET, timeout,
+            account))
 
     def events(self, clients: Optional[Iterable[str]] = None) -> "AsyncEventStream":
         """An event stream on its own connection: ``async with broker.events()

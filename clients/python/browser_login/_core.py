@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, Generator, Iterable, List, Mapping, Opti
 from ._errors import BrokerNotRunningError, BrowserLoginError, ProtocolError, WaitTimeoutError, error_from_rpc
 from ._views import (
     Attempt, Client, Event, Info, Response, Session, parse_attempt, parse_attempts, parse_clients, parse_event,
+    parse_sessions,
     parse_info, parse_response, parse_session,
 )
 
@@ -151,9 +152,14 @@ def clients() -> Plan[List[Client]]:
 
 
 def start(client: str, open_browser: bool, switch_account: bool, flow: Optional[str], ephemeral: bool,
-          activation_token: Optional[str] = None) -> Plan[Attempt]:
+          activation_token: Optional[str] = None, add_account: bool = False,
+          login_hint: Optional[str] = None) -> Plan[Attempt]:
     params: Dict[str, Any] = {"client": client, "openBrowser": open_browser, "switchAccount": switch_account,
                               "ephemeral": ephemeral}
+    if add_account:
+        params["addAccount"] = True
+    if login_hint is not None:
+        params["loginHint"] = login_hint
     if flow is not None:
         params["flow"] = flow
     if activation_token is not None:
@@ -202,12 +208,31 @@ def attempts(client: Optional[str], states: Optional[Iterable[str]]) -> Plan[Lis
     return result
 
 
-def session(client: str) -> Plan[Session]:
-    result: Session = yield Call("session.get", {"client": client}, parse_session)
+def _with_account(params: Dict[str, Any], account: Optional[str]) -> Dict[str, Any]:
+    if account is not None:
+        params["account"] = account
+    return params
+
+
+def session(client: str, account: Optional[str] = None) -> Plan[Session]:
+    result: Session = yield Call("session.get", _with_account({"client": client}, account), parse_session)
     return result
 
 
-def wait(client: str, timeout: float, clock: Callable[[], float] = time.monotonic) -> Plan[Session]:
+def accounts(client: str) -> Plan[List[Session]]:
+    """`session.list`: the client's accounts, the current one first."""
+    result: List[Session] = yield Call("session.list", {"client": client}, parse_sessions)
+    return result
+
+
+def use(client: str, account: str) -> Plan[Session]:
+    """`session.use`: makes the account current."""
+    result: Session = yield Call("session.use", {"client": client, "account": account}, parse_session)
+    return result
+
+
+def wait(client: str, timeout: float, clock: Callable[[], float] = time.monotonic,
+         account: Optional[str] = None) -> Plan[Session]:
     """`session.wait`, in calls of at most 300 s until `timeout` has passed."""
     _ms(timeout, "timeout")
     deadline = clock() + timeout
@@ -216,7 +241,7 @@ def wait(client: str, timeout: float, clock: Callable[[], float] = time.monotoni
         remaining = max(0.0, deadline - clock())
         chunk = min(remaining, MAX_WAIT_CALL)
         calls += 1
-        params = {"client": client, "timeoutMs": _ms(chunk, "timeout")}
+        params = _with_account({"client": client, "timeoutMs": _ms(chunk, "timeout")}, account)
         try:
             result: Session = yield Call("session.wait", params, parse_session)
             return result
@@ -232,16 +257,17 @@ def wait(client: str, timeout: float, clock: Callable[[], float] = time.monotoni
             ) from None
 
 
-def sign_out(client: str) -> Plan[Session]:
-    result: Session = yield Call("session.signOut", {"client": client}, parse_session)
+def sign_out(client: str, account: Optional[str] = None) -> Plan[Session]:
+    result: Session = yield Call("session.signOut", _with_account({"client": client}, account), parse_session)
     return result
 
 
 def request(
     client: str, method: str, path: str, query: Optional[Mapping[str, str]], headers: Optional[Mapping[str, str]],
     body: Union[str, bytes, bytearray, memoryview, None], json_body: Any, has_json: bool, timeout: Optional[float],
+    account: Optional[str] = None,
 ) -> Plan[Response]:
-    params: Dict[str, Any] = {"client": client, "method": method.upper(), "path": path}
+    params: Dict[str, Any] = _with_account({"client": client, "method": method.upper(), "path": path}, account)
     if query is not None:
         params["query"] = dict(query)
     header_map = dict(headers) if headers is not None else {}

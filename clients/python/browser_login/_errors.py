@@ -47,6 +47,8 @@ __all__ = [
     "ResponseTooLargeError",
     "StorageUnavailableError",
     "BusyError",
+    "AccountUnknownError",
+    "AccountLimitError",
     "ERROR_CLASSES",
 ]
 
@@ -321,6 +323,18 @@ class BusyError(BrowserLoginError):
     code = "BUSY"
 
 
+class AccountUnknownError(BrowserLoginError):
+    """An `account` that is not one of this client's accounts: list them with `accounts`."""
+
+    code = "ACCOUNT_UNKNOWN"
+
+
+class AccountLimitError(BrowserLoginError):
+    """``add_account`` on a client that holds 16 accounts: sign one out first."""
+
+    code = "ACCOUNT_LIMIT"
+
+
 #: The class for each `data.code` of docs/rpc.md's error table.
 ERROR_CLASSES: Mapping[str, Type[BrowserLoginError]] = {
     cls.code: cls
@@ -332,7 +346,7 @@ ERROR_CLASSES: Mapping[str, Type[BrowserLoginError]] = {
         VaultLockedError, BrowserFailedError, EphemeralUnsupportedError, WaitTimeoutError,
         NotSignedInError, ProviderUnreachableError, ProviderError, IdTokenInvalidError,
         DeviceFlowUnsupportedError, DpopKeyUnavailableError, ParFailedError, ResponseTooLargeError,
-        StorageUnavailableError, BusyError,
+        StorageUnavailableError, BusyError, AccountUnknownError, AccountLimitError,
     )
 }
 

@@ -272,14 +272,16 @@ class Broker:
 
     def start(
         self, client: str, *, open_browser: bool = True, switch_account: bool = False, flow: Optional[str] = None,
-        ephemeral: bool = False, activation_token: Optional[str] = None,
+        ephemeral: bool = False, activation_token: Optional[str] = None, add_account: bool = False,
+        login_hint: Optional[str] = None,
     ) -> Attempt:
         """`login.start`: begin a sign-in (opening the browser), or return the
         client's waiting attempt. `flow` is ``"browser"`` or ``"device"``.
         `activation_token` is the app's xdg-activation token (Wayland) or
         startup id (X11) from its toolkit: with it the browser window comes
         to the front. It is used for this launch only."""
-        return self._run(_core.start(client, open_browser, switch_account, flow, ephemeral, activation_token))
+        return self._run(_core.start(
+            client, open_browser, switch_account, flow, ephemeral, activation_token, add_account, login_hint))
 
     def resume(self, attempt_id: str, *, open_browser: bool = True, activation_token: Optional[str] = None) -> Attempt:
         """`login.resume`: reopen the browser (or, with ``open_browser=False``,
@@ -306,30 +308,41 @@ class Broker:
         """`login.list`: attempts, newest first (at most 1000)."""
         return self._run(_core.attempts(client, states))
 
-    def session(self, client: str) -> Session:
-        """`session.get`: the client's session (never a token)."""
-        return self._run(_core.session(client))
+    def session(self, client: str, *, account: Optional[str] = None) -> Session:
+        """`session.get`: the client's session (never a token).
+        With `account` (an `account_key`), that account's, not the current one's."""
+        return self._run(_core.session(client, account))
 
-    def wait(self, client: str, timeout: float) -> Session:
+    def accounts(self, client: str) -> List[Session]:
+        """`session.list`: the client's accounts (an ``Accounts=multiple`` client
+        holds up to 16), the current one first, then the most recently used."""
+        return self._run(_core.accounts(client))
+
+    def use(self, client: str, account: str) -> Session:
+        """`session.use`: makes the account (an `account_key`) the client's current one."""
+        return self._run(_core.use(client, account))
+
+    def wait(self, client: str, timeout: float, *, account: Optional[str] = None) -> Session:
         """`session.wait`: the session once signed in. `timeout` is in seconds
         and may exceed the broker's 300 s (it then waits in several calls);
         raises `WaitTimeoutError` when it passes."""
-        return self._run(_core.wait(client, timeout))
+        return self._run(_core.wait(client, timeout, account=account))
 
-    def sign_out(self, client: str) -> Session:
+    def sign_out(self, client: str, *, account: Optional[str] = None) -> Session:
         """`session.signOut`: signs out locally at once, revokes at the server."""
-        return self._run(_core.sign_out(client))
+        return self._run(_core.sign_out(client, account))
 
     def request(
         self, client: str, method: str, path: str, *, query: Optional[Mapping[str, str]] = None,
         headers: Optional[Mapping[str, str]] = None, body: Union[str, bytes, None] = None, json: Any = _UNSET,
-        timeout: Optional[float] = None,
+        timeout: Optional[float] = None, account: Optional[str] = None,
     ) -> Response:
         """`http.request`: call the client's API with its session; the broker
         adds the token. `body` is text or bytes; `json=` serialises a value and
         sets `Content-Type: application/json`. `timeout` in seconds (≤ 120)."""
         return self._run(_core.request(
-            client, method, path, query, headers, body, None if json is _UNSET else json, json is not _UNSET, timeout))
+            client, method, path, query, headers, body, None if json is _UNSET else json, json is not _UNSET, timeout,
+            account))
 
     def events(self, clients: Optional[Iterable[str]] = None) -> "EventStream":
         """Subscribe, on a connection of its own, to `SessionChanged` and

@@ -76,6 +76,11 @@ class Session:
     expires_at: Optional[datetime] = None
     reason: Optional[str] = None
     revoked_at_server: Optional[bool] = None
+    #: The account (docs/rpc.md "Several accounts per client"): opaque and
+    #: stable; pass it as ``account=``. None for a client never signed in.
+    account_key: Optional[str] = None
+    #: Whether this is the client's current account.
+    current: bool = True
 
     @property
     def signed_in(self) -> bool:
@@ -283,8 +288,15 @@ def parse_session(value: Any) -> Session:
         account=account, auth_method=_opt_str(o, "authMethod"),
         authenticated_at=_opt_time(o, "authenticatedAt", "session"),
         expires_at=_opt_time(o, "expiresAt", "session"), reason=_opt_str(o, "reason"),
-        revoked_at_server=_opt_bool(o, "revokedAtServer"),
+        revoked_at_server=_opt_bool(o, "revokedAtServer"), account_key=_opt_str(o, "accountKey"),
+        current=_opt_bool(o, "current") is not False,
     )
+
+
+def parse_sessions(value: Any) -> List[Session]:
+    if not isinstance(value, list):
+        raise _bad("session list")
+    return [parse_session(item) for item in value]
 
 
 def parse_attempt(value: Any) -> Attempt:

@@ -9,7 +9,7 @@ import unittest
 
 import browser_login
 from browser_login import (
-    Broker, BrokerNotRunningError, ClientForbiddenError, ClientUnknownError, ConnectionLostError, LoginChanged,
+    AccountUnknownError, Broker, BrokerNotRunningError, ClientForbiddenError, ClientUnknownError, ConnectionLostError, LoginChanged,
     NotSignedInError, ProtocolError, SessionChanged, WaitTimeoutError,
 )
 
@@ -60,6 +60,22 @@ class BrokerTests(unittest.TestCase):
         self.assertEqual(settled.state, "completed")
         self.assertIsNotNone(settled.receipt)
         self.assertIn(attempt.attempt_id, [a.attempt_id for a in self.broker.attempts(CLIENT)])
+
+    def test_accounts_use_and_account_arguments(self):
+        session = signed_in(self.broker)
+        key = session.account_key
+        self.assertTrue(key.startswith("acct_"))
+        self.assertTrue(session.current)
+        accounts = self.broker.accounts(CLIENT)
+        self.assertEqual([a.account_key for a in accounts], [key])
+        self.assertEqual(self.broker.use(CLIENT, key).account_key, key)
+        self.assertEqual(self.broker.session(CLIENT, account=key).account.email, EMAIL)
+        self.assertEqual(self.broker.wait(CLIENT, 5, account=key).account_key, key)
+        self.assertEqual(self.broker.request(CLIENT, "GET", "/api/me", account=key).json()["email"], EMAIL)
+        with self.assertRaises(AccountUnknownError):
+            self.broker.session(CLIENT, account="acct_" + "A" * 22)
+        with self.assertRaises(AccountUnknownError):
+            self.broker.use(CLIENT, "acct_" + "A" * 22)
 
     def test_request_get_and_post(self):
         signed_in(self.broker)
