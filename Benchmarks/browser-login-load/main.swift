@@ -171,6 +171,8 @@ enum Abuser {
     /// many connections the broker closed while it was sending (the budget falls on this process).
     static func unread(_ path: String, _ count: Int) -> Never {
         let client = ProcessInfo.processInfo.environment["BL_ABUSER_CLIENT"] ?? "com.example.loada"
+        // How many 1 MiB requests each connection sends first (the load round's 20 unless told).
+        let bigCount = ProcessInfo.processInfo.environment["BL_ABUSER_BIG"].flatMap { Int($0) } ?? 20
         let big = line(#"{"jsonrpc":"2.0","id":1,"method":"\#(String(repeating: "m", count: 1_040_000))"}"#)
         var gets: [UInt8] = []
         for i in 0..<20_000 {
@@ -185,7 +187,7 @@ enum Abuser {
             }
             fds.append(fd)
             var ok = true
-            for _ in 0..<20 where ok { ok = sendAll(fd, big) }
+            for _ in 0..<bigCount where ok { ok = sendAll(fd, big) }
             if ok { ok = sendAll(fd, gets) }
             if !ok { cut += 1 }
         }

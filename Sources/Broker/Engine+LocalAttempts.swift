@@ -15,7 +15,7 @@ extension BrokerEngine {
 
     func startLocal(
         _ client: ClientConfig, signIn: any LocalAttemptSignIn, ephemeral: Bool, openBrowser: Bool, flow: SignInFlow?,
-        activationToken: String? = nil
+        activationToken: String? = nil, accounts: AccountRequest = .none
     ) async throws -> AttemptView {
         if (flow ?? signIn.defaultFlow) == .device {
             return try await startDevice(client, signIn: signIn)
@@ -34,7 +34,7 @@ extension BrokerEngine {
             throw BrokerError(.clientUnknown, "the client has no ReturnUrl=; fix its client file")
         }
         let authorization: LocalAuthorization
-        do { authorization = try await signIn.authorize(redirectURI: redirectURI) } catch {
+        do { authorization = try await signIn.authorize(redirectURI: redirectURI, accounts: accounts) } catch {
             listener?.close()
             throw error
         }

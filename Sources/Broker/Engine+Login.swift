@@ -2,13 +2,6 @@ import BrokerCore
 import BrokerStore
 import BrowserLoginProtocol
 
-/// What a `login.start` asks of accounts: one more (`addAccount`, a fresh
-/// sign-in rather than the browser's current one) and the address to pre-fill.
-struct AccountRequest: Sendable {
-    var add: Bool
-    var loginHint: String?
-}
-
 extension BrokerEngine {
     // MARK: - login.start
 
@@ -87,14 +80,10 @@ extension BrokerEngine {
         if var live = try store.list(client: client.id, states: [.waiting], limit: 1).first, try !expireIfDue(&live) {
             return try await resume(attemptId: live.id, openBrowser: openBrowser, activationToken: activationToken)
         }
-        if var signIn = server(client.id).localAttempts {
-            if accounts.add || accounts.loginHint != nil {
-                // OpenID Connect's prompt and login_hint (docs/rpc.md "Several accounts per client").
-                signIn = AccountSignIn(signIn, addAccount: accounts.add, loginHint: accounts.loginHint)
-            }
+        if let signIn = server(client.id).localAttempts {
             return try await startLocal(
                 client, signIn: signIn, ephemeral: ephemeral, openBrowser: openBrowser, flow: flow,
-                activationToken: activationToken)
+                activationToken: activationToken, accounts: accounts)
         }
 
         // Both proofs are in the vault and the row is committed before create is sent.

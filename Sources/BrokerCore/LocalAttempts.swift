@@ -15,8 +15,10 @@ public protocol LocalAttemptSignIn: Sendable {
     var issuer: String { get }
     /// How long a browser sign-in may take.
     var attemptMilliseconds: Int64 { get }
-    /// Everything a browser sign-in opens with, for a redirect to `redirectURI`.
-    func authorize(redirectURI: String) async throws(BrokerError) -> LocalAuthorization
+    /// Everything a browser sign-in opens with, for a redirect to `redirectURI`;
+    /// `accounts` says whether the sign-in page should offer another account
+    /// than the browser's current one, and which address to pre-fill.
+    func authorize(redirectURI: String, accounts: AccountRequest) async throws(BrokerError) -> LocalAuthorization
     /// Checks a callback this protocol's reader claimed against its server
     /// (the issuer that answered, RFC 9207); nothing is changed when it throws.
     func check(_ callback: ClaimedCallback) async throws(BrokerError)
@@ -29,6 +31,20 @@ public protocol LocalAttemptSignIn: Sendable {
     /// One poll of a device sign-in (RFC 8628 §3.4–3.5), proving `dpopKey`
     /// (the grant's) when there is one.
     func poll(deviceCode: String, dpopKey: String?) async -> DevicePollOutcome
+}
+
+/// What a `login.start` asks of accounts (docs/rpc.md "Several accounts per
+/// client"): one more (`add`, a fresh sign-in rather than the browser's
+/// current one) and the address to pre-fill.
+public struct AccountRequest: Sendable, Equatable {
+    public var add: Bool
+    public var loginHint: String?
+    public init(add: Bool, loginHint: String?) {
+        self.add = add
+        self.loginHint = loginHint
+    }
+    /// A sign-in that asks nothing of accounts.
+    public static let none = AccountRequest(add: false, loginHint: nil)
 }
 
 /// The secrets of a browser sign-in at a protocol without server attempts:

@@ -7,7 +7,7 @@ import BrowserLoginProtocol
 /// through the browser, and the device authorization grant. The provider keeps
 /// no attempt the broker can ask about; the attempt is found by a digest of
 /// its `state` (or device code).
-extension OAuthSignIn: LocalAttemptSignIn, AccountPromptingSignIn {
+extension OAuthSignIn: LocalAttemptSignIn {
     public var localAttempts: (any LocalAttemptSignIn)? { self }
     /// Not Browser Login's base path: every path of the API origin is the app's.
     public func reservesAppPath(_ path: String, client: ClientConfig) -> Bool { false }
@@ -23,15 +23,11 @@ extension OAuthSignIn: LocalAttemptSignIn, AccountPromptingSignIn {
     /// time with the one in the vault.
     static func stateKey(_ state: String) -> String { "st_" + Crypto.digest(state) }
 
-    public func authorize(redirectURI: String) async throws(BrokerError) -> LocalAuthorization {
-        try await authorize(redirectURI: redirectURI, addAccount: false, loginHint: nil)
-    }
-
     /// An added account (docs/rpc.md) asks the provider to let the user pick
     /// or sign in as another account: `prompt=select_account`, or `login` when
     /// the metadata lists `prompt_values_supported` without it; `login_hint`
     /// pre-fills the address.
-    public func authorize(redirectURI: String, addAccount: Bool, loginHint: String?) async throws(BrokerError)
+    public func authorize(redirectURI: String, accounts: AccountRequest) async throws(BrokerError)
         -> LocalAuthorization
     {
         do throws(ProviderError) {
@@ -45,7 +41,7 @@ extension OAuthSignIn: LocalAttemptSignIn, AccountPromptingSignIn {
                 nonce = settings.kind == .oidc ? try Crypto.randomToken(bytes: 32) : nil
             } catch { throw .notSent("no randomness") }
             var prompt: String?
-            if addAccount {
+            if accounts.add {
                 let supported = metadata.promptValuesSupported
                 prompt = supported == nil || supported!.contains("select_account") ? "select_account" : "login"
             }
@@ -58,7 +54,7 @@ extension OAuthSignIn: LocalAttemptSignIn, AccountPromptingSignIn {
             let pushTo = try provider.pushEndpoint(metadata)
             let (endpoint, parameters) = try await provider.authorizeParameters(
                 redirectURI: redirectURI, state: state, nonce: nonce, codeChallenge: verifier.challenge, prompt: prompt,
-                loginHint: loginHint)
+                loginHint: accounts.loginHint)
             let url = OAuthProvider.url(endpoint, adding: parameters)
             var push: (@Sendable () async throws(BrokerError) -> String)?
             if let pushTo {

@@ -63,7 +63,7 @@ final class TicketServer: SignInProtocol, LocalAttemptSignIn {
 
     static func key(_ ticket: String) -> String { "tk_" + Crypto.digest(ticket) }
 
-    func authorize(redirectURI: String) async throws(BrokerError) -> LocalAuthorization {
+    func authorize(redirectURI: String, accounts: AccountRequest) async throws(BrokerError) -> LocalAuthorization {
         called("authorize")
         guard let ticket = try? Crypto.randomToken(bytes: 16) else {
             throw BrokerError(.serverUnreachable, "no randomness")
