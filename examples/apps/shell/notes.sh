@@ -32,7 +32,7 @@ error_code() { sed -n 's/.*"code":"\([^"]*\)".*/\1/p' "$errors"; }
 
 while [ $# -gt 0 ]; do
     case $1 in
-        --accounts) [ $# -eq 1 ] || usage; exec browser-login accounts "$client" ;;
+        --accounts) [ $# -eq 1 ] || usage; browser-login accounts "$client"; exit ;;
         --use) [ $# -ge 2 ] || usage; browser-login use "$client" "$2" >/dev/null || exit $?; shift 2 ;;
         --account) [ $# -ge 2 ] || usage; account=$2; shift 2 ;;
         --add-account) add=1; shift ;;
