@@ -17,8 +17,9 @@ let command = Command(
     description: """
         Plays the user on the hosted page and delivers the callback with
         $DEMO_DELIVER (default: gio open). Environment: DEMO_EMAIL (a test account of
-        the reference server; an attempt's login hint wins over it), DEMO_CODE (default 000000), DEMO_SERVER_ORIGIN (the
-        server origin), DEMO_LOG (a file for one line per step).
+        the reference server; an attempt's login hint, which the page fills in,
+        wins over it), DEMO_CODE (default 000000), DEMO_SERVER_ORIGIN (the server
+        origin), DEMO_LOG (a file for one line per step).
         """)
 
 let environment = ProcessInfo.processInfo.environment
