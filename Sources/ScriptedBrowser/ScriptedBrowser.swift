@@ -56,10 +56,16 @@ public final class ScriptedBrowser: Sendable {
 
     /// As above, asking `code` for the code after the sign-in email was
     /// requested (e.g. read it from the server's outbox).
-    public func signInAndAuthorize(authorizeURL: String, email: String, code: () throws -> String) throws -> String {
+    /// With `acceptingLoginHint`, an attempt that has a `loginHint` is signed
+    /// in with that address instead of `email`, as a user who keeps the
+    /// address the page filled in.
+    public func signInAndAuthorize(
+        authorizeURL: String, email: String, acceptingLoginHint: Bool = false, code: () throws -> String
+    ) throws -> String {
         let target = try AuthorizeTarget(authorizeURL)
         try loadPage(authorizeURL)
         let attempt = try describe(attemptId: target.attemptId, basePath: target.basePath)
+        let email = acceptingLoginHint ? attempt.loginHint ?? email : email
         var session = try currentSession(basePath: target.basePath)
         // `prompt: "login"` (PROTOCOL.md §5.1): as the page, a fresh sign-in replaces the browser's session.
         if session == nil || attempt.prompt == "login" {

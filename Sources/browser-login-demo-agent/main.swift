@@ -17,8 +17,9 @@ let command = Command(
     description: """
         Plays the user on the hosted page and delivers the callback with
         $DEMO_DELIVER (default: gio open). Environment: DEMO_EMAIL (a test account of
-        the reference server), DEMO_CODE (default 000000), DEMO_SERVER_ORIGIN (the
-        server origin), DEMO_LOG (a file for one line per step).
+        the reference server; an attempt's login hint, which the page fills in,
+        wins over it), DEMO_CODE (default 000000), DEMO_SERVER_ORIGIN (the server
+        origin), DEMO_LOG (a file for one line per step).
         """)
 
 let environment = ProcessInfo.processInfo.environment
@@ -46,9 +47,10 @@ do {
         throw ScriptedBrowserError.malformedAnswer(status: 0, detail: "DEMO_SERVER_ORIGIN and DEMO_EMAIL are required")
     }
     let browser = try ScriptedBrowser(serverOrigin: origin)
-    note("user agent: opened the hosted page, signing in as \(email) with the test code")
-    let callback = try browser.signInAndAuthorize(
-        authorizeURL: url, email: email, code: environment["DEMO_CODE"] ?? "000000")
+    note("user agent: opened the hosted page, signing in with the test code")
+    // The address the page filled in (the attempt's loginHint), else DEMO_EMAIL.
+    let code = environment["DEMO_CODE"] ?? "000000"
+    let callback = try browser.signInAndAuthorize(authorizeURL: url, email: email, acceptingLoginHint: true) { code }
     note("user agent: continued; the page navigates to the app's return URL")
     let deliver = (environment["DEMO_DELIVER"] ?? "gio open").split(separator: " ").map(String.init)
     let status =

@@ -325,6 +325,7 @@ let subcommands: [Subcommand] = [
             'browser-login use' switches). An account the client holds already
             is signed in again, replacing its old session. --login-hint fills
             the page's address field. At most 16 accounts (ACCOUNT_LIMIT).
+            --wait then waits for this sign-in, not for the current account.
 
             With --device (or for a client whose file says Flow=device), nothing
             opens here: the broker asks the provider for a code, and the command
@@ -394,7 +395,8 @@ let subcommands: [Subcommand] = [
                 print("waiting for the sign-in to finish…")
             }
             fflush(nil)
-            return try await waitForSignIn(broker, attempt: attempt, timeout: timeout, json: args.has("json"))
+            return try await waitForSignIn(
+                broker, attempt: attempt, timeout: timeout, json: args.has("json"), adding: params.addAccount == true)
         }),
     Subcommand(
         "finish", summary: "deliver a callback URL to the broker (the URL handler runs this)", arguments: ["URL"],

@@ -68,10 +68,37 @@ func waitForDeviceSignIn(
 /// Waits with `session.wait` until the attempt's client is signed in (0,
 /// the session printed), the attempt ends otherwise (1, the attempt
 /// printed) or `timeout` passes (`WAIT_TIMEOUT`, 75).
-func waitForSignIn(_ broker: BrowserLoginClient, attempt: AttemptView, timeout: Duration?, json: Bool) async throws
-    -> Exit
-{
+///
+/// With `adding` (`start --add-account`), the client may be signed in
+/// already: the wait ends when the attempt completes, not when the current
+/// account is signed in, and shows the new account (current by then).
+func waitForSignIn(
+    _ broker: BrowserLoginClient, attempt: AttemptView, timeout: Duration?, json: Bool, adding: Bool = false
+) async throws -> Exit {
     let deadline = timeout.map { ContinuousClock.now + $0 }
+    /// The attempt as it is now: nil while it goes on, else the exit.
+    func ended() async throws -> Exit? {
+        let raw = try await broker.call(
+            .loginStatus, params: encode(LoginStatusParams(attemptId: attempt.attemptId, reconcile: false)))
+        let view: AttemptView = try decode(raw)
+        if adding && (view.state == .completed || (view.state == .acknowledged && view.receipt != nil)) {
+            let session = try await broker.call(.sessionGet, params: encode(ClientParams(client: attempt.client)))
+            if json { printJSON(session) } else { print("signed in: " + describeSession(try decode(session))) }
+            return .ok
+        }
+        guard view.state.isTerminal else { return nil }
+        if json {
+            printJSON(raw)
+            writeError(
+                CLIError(
+                    view.error?.code ?? "ATTEMPT_" + view.state.rawValue.uppercased(),
+                    "the attempt ended \(view.state.rawValue)" + (view.error.map { ": " + $0.message } ?? ""),
+                    .failure, data: ["attemptId": .string(view.attemptId)]))
+        } else {
+            print(describeAttempt(view))
+        }
+        return .failure
+    }
     while true {
         // Short waits, so that an attempt that ends otherwise is noticed.
         var chunk: Duration = .seconds(3)
@@ -86,28 +113,19 @@ func waitForSignIn(_ broker: BrowserLoginClient, attempt: AttemptView, timeout: 
                 throw timedOut
             }
         }
+        if adding {
+            // Polled: session.wait would answer at once with the account signed in before.
+            if let exit = try await ended() { return exit }
+            try await Task.sleep(for: min(chunk, .milliseconds(250)))
+            continue
+        }
         do {
             let params = try encode(SessionWaitParams(client: attempt.client, timeoutMs: milliseconds(chunk)))
             let answer = try await broker.call(.sessionWait, params: params, timeout: chunk + .seconds(30))
             if json { printJSON(answer) } else { print("signed in: " + describeSession(try decode(answer))) }
             return .ok
         } catch let error as BrowserLoginError where error.code == .waitTimeout {
-            let raw = try await broker.call(
-                .loginStatus, params: encode(LoginStatusParams(attemptId: attempt.attemptId, reconcile: false)))
-            let view: AttemptView = try decode(raw)
-            if view.state.isTerminal {
-                if json {
-                    printJSON(raw)
-                    writeError(
-                        CLIError(
-                            view.error?.code ?? "ATTEMPT_" + view.state.rawValue.uppercased(),
-                            "the attempt ended \(view.state.rawValue)" + (view.error.map { ": " + $0.message } ?? ""),
-                            .failure, data: ["attemptId": .string(view.attemptId)]))
-                } else {
-                    print(describeAttempt(view))
-                }
-                return .failure
-            }
+            if let exit = try await ended() { return exit }
         }
     }
 }

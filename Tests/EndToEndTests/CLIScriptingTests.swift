@@ -266,4 +266,45 @@ struct CLIScriptingTests {
         #expect(unknown.status == 66, "\(unknown.err)")
         #expect(unknown.err.contains("no sign-in: CLIENT_UNKNOWN"))
     }
+
+    /// notes.sh's account switcher on an `Accounts=multiple` client: two
+    /// accounts (the second through `--add-account --login-hint`, which the
+    /// scripted user keeps), listed, switched, and written to by key.
+    @Test func theShellExampleSwitchesAccounts() throws {
+        let h = try Harness()
+        try h.startServer()
+        h.writeClient(extra: "Accounts=multiple")
+        h.useScriptedUserAgent()
+        try h.startBroker()
+        let rpc = try h.rpc()
+        let script = "'" + repositoryRoot + "/examples/apps/shell/notes.sh'"
+        let current = { try rpc.call("session.get", params: ["client": .string(Self.notes)])["accountKey"]?.stringValue }
+
+        let first = try Self.shell(h, script + " 'a home note'")
+        try #require(first.status == 0, "\(first.out)\(first.err)")
+        let firstKey = try #require(try current())
+        let other = h.testEmail.replacingOccurrences(of: "@", with: "work@")
+        let added = try Self.shell(h, script + " --add-account --login-hint '\(other)' 'a work note'")
+        try #require(added.status == 0, "\(added.out)\(added.err)")
+        #expect(added.err.contains("signing in"))
+        #expect(added.out == "signed in as \(other)\n- a work note\n", "\(added.out)")
+        let secondKey = try #require(try current())
+        #expect(secondKey != firstKey)
+
+        let listed = try Self.shell(h, script + " --accounts")
+        #expect(listed.status == 0)
+        #expect(listed.out.contains(firstKey) && listed.out.contains(secondKey) && listed.out.contains(other), "\(listed.out)")
+        let used = try Self.shell(h, script + " --use " + firstKey)
+        #expect(used.status == 0 && used.out == "signed in as \(h.testEmail)\n- a home note\n", "\(used.out)\(used.err)")
+        #expect(try current() == firstKey)
+        // By key, the current account staying.
+        let asOther = try Self.shell(h, script + " --account \(secondKey) 'another'")
+        #expect(!asOther.err.contains("signing in"), "a named account is used as it is")
+        #expect(asOther.out == "signed in as \(other)\n- a work note\n- another\n", "\(asOther.out)\(asOther.err)")
+        #expect(try current() == firstKey)
+
+        let unknown = try Self.shell(h, script + " --account acct_" + String(repeating: "A", count: 22))
+        #expect(unknown.status != 0 && unknown.err.contains("ACCOUNT_UNKNOWN"), "\(unknown.err)")
+        #expect(try Self.shell(h, script + " --login-hint " + other).status == 64)
+    }
 }

@@ -6,7 +6,9 @@ import Testing
 /// The GLib and Qt example apps of docs/apps/ (examples/apps/), built by
 /// their own Makefiles out of tree and run against the real broker on the
 /// harness's session bus: a sign-in that the scripted user agent finishes,
-/// the account, the API call, sign-out, and the broker's errors by name.
+/// the account, the API call, sign-out, and the broker's errors by name;
+/// then the account switcher on an `Accounts=multiple` client (two accounts
+/// signed in, listed, switched, used by key, one signed out).
 @Suite("D-Bus app examples", .dedicatedThread)
 struct DBusAppExamplesTests {
     /// Why the Qt example cannot be built here, or nil when it can.
@@ -65,6 +67,7 @@ struct DBusAppExamplesTests {
             ("com.example.notes", "Example Notes", "com.example.notes:/callback"),
             ("com.example.mine", "Mine", "com.example.mine:/callback"),
             ("com.example.bound", "Bound", "com.example.bound:/callback"),
+            ("com.example.multi", "Multi", "com.example.multi:/callback"),
         ])
         // /proc/PID/exe names the program with its symbolic links resolved.
         let app = URL(fileURLWithPath: try build(example: example, program: program, into: h.dir + "/build"))
@@ -77,6 +80,9 @@ struct DBusAppExamplesTests {
         h.writeClient(
             file: "bound.conf", id: "com.example.bound", appName: "Bound", returnURL: "com.example.bound:/callback",
             extra: "Peers=/usr/bin/true")
+        h.writeClient(
+            file: "multi.conf", id: "com.example.multi", appName: "Multi", returnURL: "com.example.multi:/callback",
+            extra: "Accounts=multiple")
         // The broker's "browser" is the scripted user agent: it signs in on
         // the hosted page and hands the callback to `browser-login finish`.
         h.useScriptedUserAgent()
@@ -117,5 +123,68 @@ struct DBusAppExamplesTests {
         #expect(mine.out.contains("starting a sign-in"), "\(mine)")
         #expect(mine.out.contains("signedIn as \(h.testEmail)"), "\(mine)")
         #expect(mine.out.contains("GET /api/me: status 200\n"), "\(mine)")
+
+        try switchAccounts(h, run: run)
+    }
+
+    /// The account switcher: `--accounts`, `--add-account --login-hint`,
+    /// `--use`, `--account [--sign-out]` on the `Accounts=multiple` client.
+    func switchAccounts(_ h: Harness, run: ([String]) throws -> (status: Int32, out: String, err: String)) throws {
+        let client = "com.example.multi"
+        let rpc = try h.rpc()
+        let current = { try rpc.call("session.get", params: ["client": .string(client)]) }
+        // No account yet: one signedOut view without a key (current, as a client's only view is).
+        let none = try run([client, "--accounts"])
+        #expect(none.status == 0 && none.out.hasSuffix("\n* - - signedOut\n"), "\(none)")
+
+        // The first account through the ordinary sign-in; one more with a
+        // login hint (the scripted user keeps the address the page filled in).
+        let first = try run([client])
+        try #require(first.status == 0, "\(first)\nbroker log:\n\(h.broker?.output ?? "")")
+        let firstKey = try #require(try current()["accountKey"]?.stringValue)
+        let other = h.testEmail.replacingOccurrences(of: "@", with: "work@")
+        let added = try run([client, "--add-account", "--login-hint", other])
+        try #require(added.status == 0, "\(added)\nbroker log:\n\(h.broker?.output ?? "")")
+        #expect(added.out.contains("starting a sign-in"), "\(added)")
+        #expect(added.out.contains("signedIn as \(other)"), "\(added)")
+        #expect(added.out.contains("GET /api/me: status 200\n") && added.out.contains(#""email":"\#(other)""#), "\(added)")
+        let secondKey = try #require(try current()["accountKey"]?.stringValue)
+        #expect(secondKey != firstKey)
+
+        // Listed, the current (new) one first and marked.
+        let listed = try run([client, "--accounts"])
+        #expect(listed.status == 0, "\(listed)")
+        #expect(
+            listed.out.hasSuffix("\n* \(secondKey) \(other) signedIn\n  \(firstKey) \(h.testEmail) signedIn\n"),
+            "\(listed)")
+
+        // Switched back: the API answers as the first account.
+        let used = try run([client, "--use", firstKey])
+        #expect(used.status == 0, "\(used)")
+        #expect(used.out.contains("current account: \(firstKey)\n") && used.out.contains("signedIn as \(h.testEmail)"))
+        #expect(used.out.contains(#""email":"\#(h.testEmail)""#), "\(used)")
+        #expect(try current()["accountKey"]?.stringValue == firstKey)
+
+        // As the other account by key, not current; signing it out leaves the first.
+        let asOther = try run([client, "--account", secondKey, "--sign-out"])
+        #expect(asOther.status == 0, "\(asOther)")
+        #expect(asOther.out.contains("signedIn as \(other)") && asOther.out.contains(#""email":"\#(other)""#), "\(asOther)")
+        #expect(asOther.out.hasSuffix("signedOut\n"), "\(asOther)")
+        let now = try current()
+        #expect(now["accountKey"]?.stringValue == firstKey && now["status"] == "signedIn")
+        let left = try run([client, "--accounts"])
+        #expect(left.out.hasSuffix("\n* \(firstKey) \(h.testEmail) signedIn\n"), "\(left)")
+
+        // The broker's errors by name: a key the client does not hold, addAccount on a single client.
+        for arguments in [[client, "--account", secondKey], [client, "--use", secondKey]] {
+            let unknown = try run(arguments)
+            #expect(unknown.status == 1 && unknown.err.contains(": error ACCOUNT_UNKNOWN: "), "\(arguments): \(unknown)")
+        }
+        let single = try run(["com.example.notes", "--add-account"])
+        #expect(single.status == 1 && single.err.contains("Accounts=multiple"), "\(single)")
+        // One mode at a time.
+        for arguments in [[client, "--accounts", "--use", firstKey], [client, "--login-hint", other], [client, "--use"]] {
+            #expect(try run(arguments).status == 2, "\(arguments)")
+        }
     }
 }

@@ -1,12 +1,23 @@
 /* glib-signin: signs in to a browser-login client over D-Bus and calls its API.
  *
  *   glib-signin CLIENT [--sign-out]
+ *   glib-signin CLIENT --accounts
+ *   glib-signin CLIENT --use ACCOUNT
+ *   glib-signin CLIENT --add-account [--login-hint ADDRESS]
+ *   glib-signin CLIENT --account ACCOUNT [--sign-out]
  *
  * Shows CLIENT's session; when it is not signed in, starts a sign-in in the
  * system browser and waits for the broker's SessionChanged signal to say
  * signedIn; prints the public account; calls GET /api/me through the broker
  * and prints the HTTP status; with --sign-out, signs out at the end.
  * Exits 0 on success, 1 on an error (its code and message on stderr).
+ *
+ * The account switcher, for a client whose file says Accounts=multiple:
+ * --accounts lists the client's accounts, "*" before the current one;
+ * --use makes ACCOUNT (an accountKey) current and calls the API;
+ * --add-account signs one more account in (the page asks for a fresh
+ * sign-in, ADDRESS filled in), which becomes current, and calls the API;
+ * --account calls the API (and signs out) as ACCOUNT, current or not.
  *
  * Every call is asynchronous and the program runs in a GMainLoop, as a GTK
  * app does: there the same calls go in the app's signal handlers.
@@ -32,6 +43,11 @@ typedef struct
   BrowserLoginBroker1 *broker;
   const char *client;
   gboolean sign_out;
+  gboolean list_accounts; /* --accounts */
+  const char *use;        /* --use ACCOUNT */
+  gboolean add_account;   /* --add-account */
+  const char *login_hint; /* --login-hint ADDRESS */
+  const char *account;    /* --account ACCOUNT: the calls name it */
   gboolean waiting;   /* a sign-in is under way: the signals decide */
   char *attempt_id;   /* the broker's id of that sign-in (not a secret) */
   guint timeout_id;
@@ -41,6 +57,8 @@ typedef struct
 static void on_response (GObject *source, GAsyncResult *result, gpointer data);
 static void on_signed_out (GObject *source, GAsyncResult *result, gpointer data);
 static void on_session (GObject *source, GAsyncResult *result, gpointer data);
+static void start_sign_in (App *app);
+static void on_session_view (App *app, GVariant *session);
 
 static void
 quit (App *app, int status)
@@ -98,8 +116,13 @@ signed_in (App *app, GVariant *session)
   g_print ("signedIn as %s%s%s%s, until %s\n", email ? email : "(no email)", name ? " (" : "",
            name ? name : "", name ? ")" : "", expires ? expires : "(no expiry)");
 
-  /* Options as in docs/rpc.md http.request: query (a{ss}), headers (a{ss}), body (s), timeoutMs. */
-  browser_login_broker1_call_request (app->broker, app->client, "GET", "/api/me", g_variant_new ("a{sv}", NULL),
+  /* Options as in docs/rpc.md http.request: query (a{ss}), headers (a{ss}), body (s), timeoutMs,
+   * account (s): without it, the call acts as the current account. */
+  GVariantDict options;
+  g_variant_dict_init (&options, NULL);
+  if (app->account != NULL)
+    g_variant_dict_insert (&options, "account", "s", app->account);
+  browser_login_broker1_call_request (app->broker, app->client, "GET", "/api/me", g_variant_dict_end (&options),
                                       NULL, on_response, app);
 }
 
@@ -124,7 +147,9 @@ on_response (GObject *source, GAsyncResult *result, gpointer data)
       quit (app, 1);
       return;
     }
-  if (app->sign_out)
+  if (app->sign_out && app->account != NULL)
+    browser_login_broker1_call_sign_out_account (app->broker, app->client, app->account, NULL, on_signed_out, app);
+  else if (app->sign_out)
     browser_login_broker1_call_sign_out (app->broker, app->client, NULL, on_signed_out, app);
   else
     quit (app, 0);
@@ -136,9 +161,12 @@ on_signed_out (GObject *source, GAsyncResult *result, gpointer data)
   App *app = data;
   g_autoptr (GVariant) session = NULL;
   g_autoptr (GError) error = NULL;
-  if (!browser_login_broker1_call_sign_out_finish (app->broker, &session, result, &error))
+  gboolean done = app->account != NULL
+                      ? browser_login_broker1_call_sign_out_account_finish (app->broker, &session, result, &error)
+                      : browser_login_broker1_call_sign_out_finish (app->broker, &session, result, &error);
+  if (!done)
     {
-      fail (app, "SignOut", error);
+      fail (app, app->account != NULL ? "SignOutAccount" : "SignOut", error);
       return;
     }
   g_print ("%s\n", lookup_string (session, "status"));
@@ -150,13 +178,15 @@ static void
 on_session_changed (BrowserLoginBroker1 *broker, GVariant *session, gpointer data)
 {
   App *app = data;
-  if (!app->waiting || g_strcmp0 (lookup_string (session, "client"), app->client) != 0)
+  /* Adding an account: the current account's changes are no answer; LoginChanged is. */
+  if (!app->waiting || app->add_account || g_strcmp0 (lookup_string (session, "client"), app->client) != 0)
     return;
   if (g_strcmp0 (lookup_string (session, "status"), "signedIn") == 0)
     signed_in (app, session);
 }
 
-/* LoginChanged: an attempt that ends without a session ends the wait. */
+/* LoginChanged: an attempt that ends without a session ends the wait; one
+ * that adds an account ends it when completed (the new account is current). */
 static void
 on_login_changed (BrowserLoginBroker1 *broker, GVariant *attempt, gpointer data)
 {
@@ -165,7 +195,16 @@ on_login_changed (BrowserLoginBroker1 *broker, GVariant *attempt, gpointer data)
   const char *state = lookup_string (attempt, "state");
   if (!app->waiting || g_strcmp0 (lookup_string (attempt, "client"), app->client) != 0
       || (app->attempt_id != NULL && g_strcmp0 (lookup_string (attempt, "attemptId"), app->attempt_id) != 0)
-      || state == NULL || !g_strv_contains (unsuccessful, state))
+      || state == NULL)
+    return;
+  if (app->add_account && g_strcmp0 (state, "completed") == 0)
+    {
+      app->waiting = FALSE;
+      g_clear_handle_id (&app->timeout_id, g_source_remove);
+      browser_login_broker1_call_get_session (app->broker, app->client, NULL, on_session, app);
+      return;
+    }
+  if (!g_strv_contains (unsuccessful, state))
     return;
   g_autoptr (GVariant) error = g_variant_lookup_value (attempt, "error", G_VARIANT_TYPE_VARDICT);
   const char *code = lookup_string (error, "code");
@@ -249,22 +288,103 @@ on_session (GObject *source, GAsyncResult *result, gpointer data)
       fail (app, "GetSession", error);
       return;
     }
+  on_session_view (app, session);
+}
+
+/* A session view: signed in, use it; else sign in (or, for a named account, fail). */
+static void
+on_session_view (App *app, GVariant *session)
+{
   const char *status = lookup_string (session, "status");
   g_print ("%s: %s\n", app->client, status);
   if (g_strcmp0 (status, "signedIn") == 0)
+    signed_in (app, session);
+  else if (app->account != NULL || app->add_account)
     {
-      signed_in (app, session);
-      return;
+      /* A named account is used as it is; an added one should be signed in by now. */
+      g_printerr ("that account is not signed in\n");
+      quit (app, 1);
     }
+  else
+    start_sign_in (app);
+}
 
+static void
+start_sign_in (App *app)
+{
   /* Wait from now on: the sign-in may end before Start's answer arrives. */
   app->waiting = TRUE;
   g_print ("starting a sign-in: finish it in the browser\n");
   GVariantDict options;
   g_variant_dict_init (&options, NULL);
   g_variant_dict_insert (&options, "openBrowser", "b", TRUE);
+  if (app->add_account)
+    g_variant_dict_insert (&options, "addAccount", "b", TRUE);
+  if (app->login_hint != NULL)
+    g_variant_dict_insert (&options, "loginHint", "s", app->login_hint);
   browser_login_broker1_call_start (app->broker, app->client, g_variant_dict_end (&options), NULL, on_started,
                                     app);
+}
+
+/* GetAccountSession: the named account's session. */
+static void
+on_account_session (GObject *source, GAsyncResult *result, gpointer data)
+{
+  App *app = data;
+  g_autoptr (GVariant) session = NULL;
+  g_autoptr (GError) error = NULL;
+  if (!browser_login_broker1_call_get_account_session_finish (app->broker, &session, result, &error))
+    {
+      fail (app, "GetAccountSession", error);
+      return;
+    }
+  on_session_view (app, session);
+}
+
+/* UseAccount: the account's session, now current. */
+static void
+on_used (GObject *source, GAsyncResult *result, gpointer data)
+{
+  App *app = data;
+  g_autoptr (GVariant) session = NULL;
+  g_autoptr (GError) error = NULL;
+  if (!browser_login_broker1_call_use_account_finish (app->broker, &session, result, &error))
+    {
+      fail (app, "UseAccount", error);
+      return;
+    }
+  g_print ("current account: %s\n", lookup_string (session, "accountKey"));
+  on_session_view (app, session);
+}
+
+/* ListSessions: aa{sv}, the current account first. */
+static void
+on_sessions (GObject *source, GAsyncResult *result, gpointer data)
+{
+  App *app = data;
+  g_autoptr (GVariant) sessions = NULL;
+  g_autoptr (GError) error = NULL;
+  if (!browser_login_broker1_call_list_sessions_finish (app->broker, &sessions, result, &error))
+    {
+      fail (app, "ListSessions", error);
+      return;
+    }
+  GVariantIter iter;
+  GVariant *session;
+  g_variant_iter_init (&iter, sessions);
+  while ((session = g_variant_iter_next_value (&iter)) != NULL)
+    {
+      g_autoptr (GVariant) account = g_variant_lookup_value (session, "account", G_VARIANT_TYPE_VARDICT);
+      const char *key = lookup_string (session, "accountKey");
+      const char *email = lookup_string (account, "email");
+      gboolean current = FALSE;
+      g_variant_lookup (session, "current", "b", &current);
+      /* A client with no account answers one signedOut view without a key. */
+      g_print ("%s %s %s %s\n", current ? "*" : " ", key ? key : "-", email ? email : "-",
+               lookup_string (session, "status"));
+      g_variant_unref (session);
+    }
+  quit (app, 0);
 }
 
 static void
@@ -279,7 +399,17 @@ on_subscribed (GObject *source, GAsyncResult *result, gpointer data)
       fail (app, "Subscribe", error);
       return;
     }
-  browser_login_broker1_call_get_session (app->broker, app->client, NULL, on_session, app);
+  if (app->list_accounts)
+    browser_login_broker1_call_list_sessions (app->broker, app->client, NULL, on_sessions, app);
+  else if (app->use != NULL)
+    browser_login_broker1_call_use_account (app->broker, app->client, app->use, NULL, on_used, app);
+  else if (app->add_account)
+    start_sign_in (app);
+  else if (app->account != NULL)
+    browser_login_broker1_call_get_account_session (app->broker, app->client, app->account, NULL,
+                                                    on_account_session, app);
+  else
+    browser_login_broker1_call_get_session (app->broker, app->client, NULL, on_session, app);
 }
 
 static void
@@ -340,16 +470,36 @@ main (int argc, char **argv)
   gboolean usage = FALSE;
   for (int i = 1; i < argc; i++)
     {
+      gboolean has_value = i + 1 < argc;
       if (strcmp (argv[i], "--sign-out") == 0)
         app.sign_out = TRUE;
+      else if (strcmp (argv[i], "--accounts") == 0)
+        app.list_accounts = TRUE;
+      else if (strcmp (argv[i], "--add-account") == 0)
+        app.add_account = TRUE;
+      else if (strcmp (argv[i], "--use") == 0 && has_value)
+        app.use = argv[++i];
+      else if (strcmp (argv[i], "--login-hint") == 0 && has_value)
+        app.login_hint = argv[++i];
+      else if (strcmp (argv[i], "--account") == 0 && has_value)
+        app.account = argv[++i];
       else if (argv[i][0] != '-' && app.client == NULL)
         app.client = argv[i];
       else
         usage = TRUE;
     }
+  /* One mode at a time; --login-hint goes with --add-account, --sign-out with the API call. */
+  int modes = app.list_accounts + (app.use != NULL) + app.add_account + (app.account != NULL);
+  if (modes > 1 || (app.login_hint != NULL && !app.add_account)
+      || (app.sign_out && (app.list_accounts || app.use != NULL || app.add_account)))
+    usage = TRUE;
   if (app.client == NULL || usage)
     {
-      g_printerr ("usage: glib-signin CLIENT [--sign-out]\n");
+      g_printerr ("usage: glib-signin CLIENT [--sign-out]\n"
+                  "       glib-signin CLIENT --accounts\n"
+                  "       glib-signin CLIENT --use ACCOUNT\n"
+                  "       glib-signin CLIENT --add-account [--login-hint ADDRESS]\n"
+                  "       glib-signin CLIENT --account ACCOUNT [--sign-out]\n");
       return 2;
     }
 

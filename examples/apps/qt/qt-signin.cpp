@@ -1,12 +1,23 @@
 // qt-signin: signs in to a browser-login client over D-Bus and calls its API.
 //
 //   qt-signin CLIENT [--sign-out]
+//   qt-signin CLIENT --accounts
+//   qt-signin CLIENT --use ACCOUNT
+//   qt-signin CLIENT --add-account [--login-hint ADDRESS]
+//   qt-signin CLIENT --account ACCOUNT [--sign-out]
 //
 // Shows CLIENT's session; when it is not signed in, starts a sign-in in the
 // system browser and waits for the broker's SessionChanged signal to say
 // signedIn; prints the public account; calls GET /api/me through the broker
 // and prints the HTTP status; with --sign-out, signs out at the end.
 // Exits 0 on success, 1 on an error (its code and message on stderr).
+//
+// The account switcher, for a client whose file says Accounts=multiple:
+// --accounts lists the client's accounts, "*" before the current one;
+// --use makes ACCOUNT (an accountKey) current and calls the API;
+// --add-account signs one more account in (the page asks for a fresh
+// sign-in, ADDRESS filled in), which becomes current, and calls the API;
+// --account calls the API (and signs out) as ACCOUNT, current or not.
 //
 // Every call is asynchronous (QDBusPendingCallWatcher) and the program runs
 // in the Qt event loop, as a widget or QML app does. The proxy
@@ -49,12 +60,23 @@ QString brokerErrorCode(const QDBusError &error)
 // inside the QVariant: qdbus_cast reads it.
 QVariantMap dict(const QVariant &value) { return qdbus_cast<QVariantMap>(value); }
 
+// What to do once subscribed: the command line's choice.
+struct Options {
+    QString client;
+    bool signOut = false;
+    bool listAccounts = false;  // --accounts
+    QString use;                // --use ACCOUNT
+    bool addAccount = false;    // --add-account
+    QString loginHint;          // --login-hint ADDRESS
+    QString account;            // --account ACCOUNT: the calls name it
+};
+
 class SignIn {
 public:
-    SignIn(const QString &client, bool signOut)
+    explicit SignIn(const Options &options)
         : broker(service, QStringLiteral("/org/browserlogin/Broker1"), QDBusConnection::sessionBus()),
           watcher(service, QDBusConnection::sessionBus(), QDBusServiceWatcher::WatchForUnregistration),
-          client(client), signOut(signOut)
+          client(options.client), signOut(options.signOut), options(options)
     {
         broker.setTimeout(callTimeoutMs);
         // Connected before the first call, so that no change is missed.
@@ -87,6 +109,7 @@ private:
     QTimer timeout;
     QString client;
     bool signOut;
+    Options options;
     bool waiting = false;  // a sign-in is under way: the signals decide
     QString attemptId;     // the broker's id of that sign-in (not a secret)
 
@@ -131,21 +154,66 @@ private:
     void subscribe()
     {
         const QVariantMap options{{"clients", QStringList{client}}};
-        onReply<QDBusPendingReply<QString>>(broker.Subscribe(options), "Subscribe",
-                                            [this](const auto &) { getSession(); });
+        onReply<QDBusPendingReply<QString>>(broker.Subscribe(options), "Subscribe", [this](const auto &) {
+            if (this->options.listAccounts)
+                listAccounts();
+            else if (!this->options.use.isEmpty())
+                useAccount();
+            else if (this->options.addAccount)
+                start();
+            else
+                getSession();
+        });
     }
 
     void getSession()
     {
-        onReply<QDBusPendingReply<QVariantMap>>(broker.GetSession(client), "GetSession", [this](const auto &reply) {
-            const QVariantMap session = reply.value();
-            const QString status = session.value("status").toString();
-            say(QStringLiteral("%1: %2").arg(client, status));
-            if (status == QLatin1String("signedIn"))
-                signedIn(session);
-            else
-                start();
+        auto call = options.account.isEmpty() ? broker.GetSession(client)
+                                              : broker.GetAccountSession(client, options.account);
+        onReply<QDBusPendingReply<QVariantMap>>(call, options.account.isEmpty() ? "GetSession" : "GetAccountSession",
+                                                [this](const auto &reply) { session(reply.value()); });
+    }
+
+    // A session view: signed in, use it; else sign in (or, for a named account, fail).
+    void session(const QVariantMap &session)
+    {
+        const QString status = session.value("status").toString();
+        say(QStringLiteral("%1: %2").arg(client, status));
+        if (status == QLatin1String("signedIn"))
+            signedIn(session);
+        else if (!options.account.isEmpty() || options.addAccount) {
+            // A named account is used as it is; an added one should be signed in by now.
+            complain(QStringLiteral("that account is not signed in"));
+            quit(1);
+        } else
+            start();
+    }
+
+    // ListSessions: aa{sv}, the current account first.
+    void listAccounts()
+    {
+        onReply<QDBusPendingReply<QVariantMapList>>(broker.ListSessions(client), "ListSessions", [this](const auto &reply) {
+            for (const QVariantMap &s : reply.value()) {
+                // A client with no account answers one signedOut view without a key.
+                const QString key = s.value("accountKey", "-").toString();
+                const QString email = dict(s.value("account")).value("email", "-").toString();
+                say(QStringLiteral("%1 %2 %3 %4")
+                        .arg(s.value("current").toBool() ? "*" : " ", key, email, s.value("status").toString()));
+            }
+            quit(0);
         });
+    }
+
+    // UseAccount: the account's session, now current.
+    void useAccount()
+    {
+        onReply<QDBusPendingReply<QVariantMap>>(broker.UseAccount(client, options.use), "UseAccount",
+                                                [this](const auto &reply) {
+                                                    const QVariantMap s = reply.value();
+                                                    say(QStringLiteral("current account: %1")
+                                                            .arg(s.value("accountKey").toString()));
+                                                    session(s);
+                                                });
     }
 
     void start()
@@ -153,7 +221,9 @@ private:
         // Wait from now on: the sign-in may end before Start's answer arrives.
         waiting = true;
         say(QStringLiteral("starting a sign-in: finish it in the browser"));
-        const QVariantMap options{{"openBrowser", true}};
+        QVariantMap options{{"openBrowser", true}};
+        if (this->options.addAccount) options.insert("addAccount", true);
+        if (!this->options.loginHint.isEmpty()) options.insert("loginHint", this->options.loginHint);
         auto alreadySignedIn = [this](const QDBusError &error) {
             if (brokerErrorCode(error) != QLatin1String("ALREADY_SIGNED_IN")) return false;
             // Signed in between GetSession and Start (another app, the CLI): read it again.
@@ -172,22 +242,30 @@ private:
     }
 
     // SessionChanged: every change of a session the caller may use.
+    // Adding an account: the current account's changes are no answer; LoginChanged is.
     void sessionChanged(const QVariantMap &session)
     {
-        if (waiting && session.value("client").toString() == client &&
+        if (waiting && !options.addAccount && session.value("client").toString() == client &&
             session.value("status").toString() == QLatin1String("signedIn"))
             signedIn(session);
     }
 
-    // LoginChanged: an attempt that ends without a session ends the wait.
+    // LoginChanged: an attempt that ends without a session ends the wait; one
+    // that adds an account ends it when completed (the new account is current).
     void loginChanged(const QVariantMap &attempt)
     {
         static const QStringList unsuccessful{"cancelled", "expired", "denied", "failed", "acknowledged"};
         const QString state = attempt.value("state").toString();
         if (!waiting || attempt.value("client").toString() != client ||
-            (!attemptId.isEmpty() && attempt.value("attemptId").toString() != attemptId) ||
-            !unsuccessful.contains(state))
+            (!attemptId.isEmpty() && attempt.value("attemptId").toString() != attemptId))
             return;
+        if (options.addAccount && state == QLatin1String("completed")) {
+            waiting = false;
+            timeout.stop();
+            getSession();
+            return;
+        }
+        if (!unsuccessful.contains(state)) return;
         const QVariantMap error = dict(attempt.value("error"));
         complain(QStringLiteral("sign-in %1: error %2: %3")
                      .arg(state, error.value("code", "NONE").toString(),
@@ -214,9 +292,12 @@ private:
                 .arg(account.value("email").toString(), name.isEmpty() ? QString() : " (" + name + ")",
                      session.value("expiresAt").toString()));
 
-        // Options as in docs/rpc.md http.request: query (a{ss}), headers (a{ss}), body (s), timeoutMs.
+        // Options as in docs/rpc.md http.request: query (a{ss}), headers (a{ss}), body (s), timeoutMs,
+        // account (s): without it, the call acts as the current account.
+        QVariantMap requestOptions;
+        if (!options.account.isEmpty()) requestOptions.insert("account", options.account);
         onReply<QDBusPendingReply<QVariantMap>>(
-            broker.Request(client, "GET", "/api/me", QVariantMap()), "Request", [this](const auto &reply) {
+            broker.Request(client, "GET", "/api/me", requestOptions), "Request", [this](const auto &reply) {
                 const QVariantMap response = reply.value();
                 const qlonglong status = response.value("status").toLongLong();
                 say(QStringLiteral("GET /api/me: status %1\n%2")
@@ -226,11 +307,13 @@ private:
                     complain(QStringLiteral("the API answered %1").arg(status));
                     quit(1);
                 } else if (signOut) {
-                    onReply<QDBusPendingReply<QVariantMap>>(broker.SignOut(client), "SignOut",
-                                                            [this](const auto &reply) {
-                                                                say(reply.value().value("status").toString());
-                                                                quit(0);
-                                                            });
+                    const bool named = !options.account.isEmpty();
+                    onReply<QDBusPendingReply<QVariantMap>>(
+                        named ? broker.SignOutAccount(client, options.account) : broker.SignOut(client),
+                        named ? "SignOutAccount" : "SignOut", [this](const auto &reply) {
+                            say(reply.value().value("status").toString());
+                            quit(0);
+                        });
                 } else {
                     quit(0);
                 }
@@ -243,18 +326,40 @@ private:
 int main(int argc, char **argv)
 {
     QCoreApplication app(argc, argv);
-    QString client;
-    bool signOut = false, usage = false;
-    for (const QString &arg : app.arguments().mid(1)) {
+    Options o;
+    bool usage = false;
+    const QStringList args = app.arguments().mid(1);
+    for (int i = 0; i < args.size(); i++) {
+        const QString &arg = args[i];
+        const bool hasValue = i + 1 < args.size() && !args[i + 1].isEmpty();
         if (arg == QLatin1String("--sign-out"))
-            signOut = true;
-        else if (!arg.startsWith('-') && client.isEmpty())
-            client = arg;
+            o.signOut = true;
+        else if (arg == QLatin1String("--accounts"))
+            o.listAccounts = true;
+        else if (arg == QLatin1String("--add-account"))
+            o.addAccount = true;
+        else if (arg == QLatin1String("--use") && hasValue)
+            o.use = args[++i];
+        else if (arg == QLatin1String("--login-hint") && hasValue)
+            o.loginHint = args[++i];
+        else if (arg == QLatin1String("--account") && hasValue)
+            o.account = args[++i];
+        else if (!arg.startsWith('-') && o.client.isEmpty())
+            o.client = arg;
         else
             usage = true;
     }
-    if (client.isEmpty() || usage) {
-        complain(QStringLiteral("usage: qt-signin CLIENT [--sign-out]"));
+    // One mode at a time; --login-hint goes with --add-account, --sign-out with the API call.
+    const int modes = int(o.listAccounts) + int(!o.use.isEmpty()) + int(o.addAccount) + int(!o.account.isEmpty());
+    if (modes > 1 || (!o.loginHint.isEmpty() && !o.addAccount) ||
+        (o.signOut && (o.listAccounts || !o.use.isEmpty() || o.addAccount)))
+        usage = true;
+    if (o.client.isEmpty() || usage) {
+        complain(QStringLiteral("usage: qt-signin CLIENT [--sign-out]\n"
+                                "       qt-signin CLIENT --accounts\n"
+                                "       qt-signin CLIENT --use ACCOUNT\n"
+                                "       qt-signin CLIENT --add-account [--login-hint ADDRESS]\n"
+                                "       qt-signin CLIENT --account ACCOUNT [--sign-out]"));
         return 2;
     }
     qDBusRegisterMetaType<QVariantMapList>();
@@ -263,7 +368,7 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    SignIn signIn(client, signOut);
+    SignIn signIn(o);
     QTimer::singleShot(0, [&signIn] { signIn.run(); });
     return app.exec();
 }
