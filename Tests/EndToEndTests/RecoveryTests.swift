@@ -28,6 +28,17 @@ struct RecoveryTests {
         try waitUntil(10, "the attempt to be exchanging") {
             try rpc.call("login.status", params: ["attemptId": .string(id), "reconcile": false])["state"] == "exchanging"
         }
+        // "Exchanging" is committed before the request is sent: wait for the server's commit (its
+        // answer is held back by the test delay), so the answer is lost however slow the machine is.
+        let serverDatabase = h.dir + "/server/server.sqlite"
+        if FileManager.default.fileExists(atPath: serverDatabase) {
+            try waitUntil(30, "the server to commit the exchange") {
+                let count = try runProgram(
+                    "/usr/bin/sqlite3",
+                    ["-readonly", serverDatabase, "SELECT count(*) FROM attempts WHERE state = 'completed'"], timeout: 10)
+                return count.out.trimmingCharacters(in: .whitespacesAndNewlines) == "1"
+            }
+        }
         h.broker?.stop(SIGKILL)
         finisher.reap()
         return id
