@@ -129,11 +129,21 @@ let package = Package(
         .target(
             name: "BrokerSystem",
             dependencies: ["BrokerCore", "BrokerRPC", "DesktopEntry", "SystemSupport", "CGIO"]),
+        // The engine and the owners of its state (attempts, sessions, background work): no JSON-RPC, no D-Bus,
+        // no daemon, and no protocol's wire; the RPC and D-Bus adapters (Broker) depend on it, not the reverse.
+        .target(
+            name: "Engine",
+            dependencies: [
+                "BrokerCore", "BrokerStore", "BrokerLoopback", "DesktopEntry",
+                "BrowserLoginAPI", "BrowserLoginProtocol", "SystemSupport",
+            ]
+        ),
+        // The daemon: its RPC methods, D-Bus API, configuration and wiring of the protocols into the engine.
         .target(
             name: "Broker",
             dependencies: [
-                "BrokerCore", "BrokerStore", "BrokerRPC", "BrokerHTTP", "BrokerVault", "BrokerSystem", "DesktopEntry",
-                "BrokerOAuth", "BrokerJOSE", "BrokerLoopback",
+                "Engine", "BrokerCore", "BrokerStore", "BrokerRPC", "BrokerHTTP", "BrokerVault", "BrokerSystem",
+                "DesktopEntry", "BrokerOAuth", "BrokerJOSE",
                 "BrowserLoginAPI", "BrowserLoginProtocol", "CMalloc", "CommandLineKit", "SQLiteSupport", "SystemSupport",
             ]
         ),
@@ -195,7 +205,8 @@ let package = Package(
         .testTarget(
             name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrokerSystem", "BrowserLoginProtocol"]),
         .testTarget(
-            name: "BrokerTests", dependencies: ["Broker", "BrokerCore", "BrokerVault", "BrokerRPC", "BrokerTestDoubles"]),
+            name: "BrokerTests",
+            dependencies: ["Broker", "Engine", "BrokerCore", "BrokerVault", "BrokerRPC", "BrokerTestDoubles"]),
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
@@ -211,7 +222,7 @@ let package = Package(
         .testTarget(
             name: "DesktopIntegrationTests",
             dependencies: [
-                "BrokerRPC", "BrowserLoginProtocol", "ScriptedBrowser", "DesktopEntry", "Broker", "BrokerSystem",
+                "BrokerRPC", "BrowserLoginProtocol", "ScriptedBrowser", "DesktopEntry", "Broker", "Engine", "BrokerSystem",
                 "browser-login-broker", "browser-login-http", "browser-login", "browser-login-server", "BrowserLoginTestSupport",
                 "BrowserLoginTestTraits",
             ]

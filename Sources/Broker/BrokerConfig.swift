@@ -1,5 +1,6 @@
 import BrokerCore
 import BrokerSystem
+import Engine
 import SystemSupport
 
 /// broker.conf: the broker's own settings (docs/operations.md, "broker.conf").

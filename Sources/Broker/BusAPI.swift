@@ -2,6 +2,7 @@ import BrokerCore
 import BrokerRPC
 import BrokerSystem
 import Dispatch
+import Engine
 import Synchronization
 
 /// The broker's API on the session bus (docs/dbus.md): `org.browserlogin.Broker1`
@@ -229,7 +230,7 @@ final class BusAPI: Sendable {
     private func subscribe(_ call: DBusMethodCall, peer: CallerPeer) async throws -> String {
         let params = try Params(call.arguments.first, allowed: ["clients"])
         let clients = try params.stringArray("clients")
-        let check = MethodCall(peer: peer, socket: nil, params: params, engine: engine)
+        let check = MethodCall(peer: peer, socket: nil, params: params, engine: engine, answers: methods.answers)
         for client in clients ?? [] { try check.requireUse(client) }
         let sender = call.caller.uniqueName
         let connection = try registry.withLock { registry throws(BrokerError) -> UInt64 in

@@ -8,6 +8,7 @@ import BrowserLoginProtocol
 import CommandLineKit
 import DesktopEntry
 import Dispatch
+import Engine
 import Synchronization
 import SystemSupport
 
@@ -296,7 +297,7 @@ public enum BrokerDaemon {
         do {
             engine = try BrokerEngine(
                 storePath: stateDirectory + "/state.sqlite", clients: loaded.clients,
-                vault: TestFaults.armed ? FaultingVault(base: vault) : vault,
+                vault: TestFaults.wrapping(vault),
                 makeServer: { client in
                     let server: any SignInProtocol
                     if let settings = client.provider {
@@ -307,7 +308,7 @@ public enum BrokerDaemon {
                     } else {
                         server = LoginServerClient.signIn(for: client, transport: transport)
                     }
-                    return TestFaults.armed ? FaultingLoginServer(base: server) : server
+                    return TestFaults.wrapping(server)
                 }, callbackReaders: [OAuthCallbacks()],
                 launcher: ProcessBrowserLauncher(environment: environment, logger: logger), transport: transport,
                 logger: logger, socketPath: socketDescription, verifyIntervalMilliseconds: options.verifyIntervalMilliseconds,

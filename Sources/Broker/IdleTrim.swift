@@ -1,5 +1,6 @@
 import BrokerRPC
 import CMalloc
+import Engine
 import Synchronization
 import SystemSupport
 

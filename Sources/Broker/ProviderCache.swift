@@ -2,6 +2,7 @@ import BrokerCore
 import BrokerOAuth
 import BrokerStore
 import BrowserLoginProtocol
+import Engine
 import Synchronization
 
 /// Standard providers' metadata in the state database (docs/providers.md):

@@ -2,6 +2,7 @@ import BrokerCore
 import BrokerHTTP
 import BrokerOAuth
 import BrowserLoginProtocol
+import Engine
 
 /// `browser-login-broker --check-servers`: asks each client's login server
 /// about an attempt that cannot exist (`POST {base}/native/attempts/{id}/status`

@@ -6,6 +6,7 @@ import Foundation
 import Testing
 
 @testable import Broker
+@testable import Engine
 
 /// The protocols the conformance suite runs against: Browser Login (scripted
 /// by `FakeServer`) and the test-only ticket protocol (TicketProtocol.swift).

@@ -8,6 +8,7 @@ import Synchronization
 import Testing
 
 @testable import Broker
+@testable import Engine
 
 /// A scripted login server: answers each route from a queue the test fills,
 /// and counts the calls. The logic of the engine, without I/O.

@@ -1,6 +1,7 @@
 import Testing
 
 @testable import Broker
+@testable import Engine
 
 @Suite struct LogRateLimitTests {
     @Test func oneLinePerKindAndIntervalWithTheNumberNotLogged() {

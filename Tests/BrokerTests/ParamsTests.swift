@@ -2,6 +2,7 @@ import BrokerRPC
 import Testing
 
 @testable import Broker
+@testable import Engine
 
 /// The strict params reader answers docs/rpc.md's messages, in the order of the reads.
 @Suite struct ParamsTests {

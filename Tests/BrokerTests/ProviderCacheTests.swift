@@ -2,6 +2,7 @@ import BrowserLoginProtocol
 import Testing
 
 @testable import Broker
+@testable import Engine
 
 /// The providers' metadata in the state database (docs/providers.md): kept
 /// with its fetch time, so a restarted broker (another cache on the same

@@ -8,6 +8,7 @@ import Synchronization
 import Testing
 
 @testable import Broker
+@testable import Engine
 
 let notesClient = ClientConfig(
     id: "com.example.notes", appName: "Example Notes", server: try! Origin("https://login.example.com"),

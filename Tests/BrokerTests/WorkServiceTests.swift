@@ -2,6 +2,7 @@ import Synchronization
 import Testing
 
 @testable import Broker
+@testable import Engine
 
 /// The engine's work items (issue 29): bounded, cancelled and drained at stop.
 @Suite struct WorkServiceTests {

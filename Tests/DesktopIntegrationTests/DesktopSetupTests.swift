@@ -5,6 +5,7 @@ import Foundation
 import Testing
 
 @testable import Broker
+@testable import Engine
 
 /// The desktop facts the broker and `doctor` share (DesktopSetup): read from XDG directories a test
 /// writes, with a PATH of its own — the default handler of a scheme, xdg-open's version, the default

@@ -4,6 +4,7 @@ import Foundation
 import Testing
 
 @testable import Broker
+@testable import Engine
 
 @Suite("Browser launcher plans")
 struct LauncherTests {

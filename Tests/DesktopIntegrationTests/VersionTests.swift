@@ -1,5 +1,6 @@
 import Broker
 import BrowserLoginTestSupport
+import Engine
 import Foundation
 import Testing
 

@@ -6,34 +6,53 @@ import Testing
 /// back into `browser-login-broker`. The CLI, the reference server and the tests may import it.
 @Suite struct NoFoundationTests {
     static let daemonModules = [
-        "Broker", "BrokerCore", "BrokerStore", "BrokerHTTP", "BrokerVault", "BrokerOAuth", "BrokerJOSE", "BrokerLoopback",
+        "Broker", "Engine", "BrokerCore", "BrokerStore", "BrokerHTTP", "BrokerVault", "BrokerOAuth", "BrokerJOSE",
+        "BrokerLoopback",
         "BrokerRPC", "BrokerSystem", "BrowserLoginAPI", "BrowserLoginProtocol", "SystemSupport", "CurlSupport",
         "SQLiteSupport", "DesktopEntry", "CommandLineKit", "browser-login-broker",
     ]
 
-    @Test func noModuleOfTheDaemonImportsFoundation() throws {
+    /// Each Swift file of `module` with the modules it imports.
+    static func imports(of module: String) throws -> [(file: String, modules: [String])] {
         var sources = URL(fileURLWithPath: #filePath)
         for _ in 0..<3 { sources = sources.deletingLastPathComponent() }
-        sources.appendPathComponent("Sources")
+        let directory = sources.appendingPathComponent("Sources").appendingPathComponent(module).path
+        let files = FileManager.default.enumerator(atPath: directory)?.compactMap { $0 as? String } ?? []
+        return try files.filter { $0.hasSuffix(".swift") }.map { file in
+            let text = try String(contentsOfFile: directory + "/" + file, encoding: .utf8)
+            let modules = text.split(separator: "\n").compactMap { line -> String? in
+                let words = line.split(separator: " ")
+                guard let index = words.firstIndex(of: "import"), index + 1 < words.count else { return nil }
+                return String(words[index + 1])
+            }
+            return ("\(module)/\(file)", modules)
+        }
+    }
+
+    @Test func noModuleOfTheDaemonImportsFoundation() throws {
         var offenders: [String] = []
         var checked = 0
         for module in Self.daemonModules {
-            let directory = sources.appendingPathComponent(module).path
-            let files = FileManager.default.enumerator(atPath: directory)?.compactMap { $0 as? String } ?? []
-            for file in files where file.hasSuffix(".swift") {
+            for (file, modules) in try Self.imports(of: module) {
                 checked += 1
-                let text = try String(contentsOfFile: directory + "/" + file, encoding: .utf8)
-                for line in text.split(separator: "\n") {
-                    let words = line.split(separator: " ")
-                    if let index = words.firstIndex(of: "import"), index + 1 < words.count,
-                        words[index + 1].hasPrefix("Foundation")
-                    {
-                        offenders.append("\(module)/\(file)")
-                    }
-                }
+                if modules.contains(where: { $0.hasPrefix("Foundation") }) { offenders.append(file) }
             }
         }
         #expect(checked > 100)
+        #expect(offenders == [])
+    }
+
+    /// docs/architecture.md: the engine and the owners of its state know no JSON-RPC, no D-Bus, no daemon and
+    /// no protocol's wire; the adapters depend on the engine, not the reverse. SwiftPM lets a module import a
+    /// module built before it even when its target does not name it, so the rule is checked here too.
+    @Test func theEngineImportsNoAdapterAndNoProtocol() throws {
+        let forbidden: Set = [
+            "Broker", "BrokerRPC", "BrokerSystem", "BrokerHTTP", "BrokerOAuth", "BrokerJOSE", "BrokerVault", "BrokerCurl",
+            "CGIO", "CJansson", "CSecret", "CCurl",
+        ]
+        let files = try Self.imports(of: "Engine")
+        #expect(files.count > 10)
+        let offenders = files.flatMap { file, modules in modules.filter(forbidden.contains).map { "\(file): \($0)" } }
         #expect(offenders == [])
     }
 }

@@ -1,20 +1,21 @@
 import BrokerCore
 import BrokerRPC
+import Engine
 import Synchronization
 
 extension MethodTable {
     static let brokerMethods: [RPCMethod: MethodHandler] = [
         // At once while the vault's health is known (kept until the keyring signals a change).
-        .brokerInfo: MethodHandler(immediate: { call in call.engine.answers.info(call.engine) }) {
+        .brokerInfo: MethodHandler(immediate: { call in call.answers.info(call.engine) }) {
             call in try result(await call.engine.info())
         },
         // The clients this peer may use (the configuration never changes: always at once, and made
         // once per connection).
         .clientsList: MethodHandler(immediate: { call in
-            guard let socket = call.socket else { return call.engine.answers.clientList(call.engine, mayUse: call.mayUse) }
+            guard let socket = call.socket else { return call.answers.clientList(call.engine, mayUse: call.mayUse) }
             let peer = call.connectionPeer(socket)
             if let known = peer.clientList.withLock({ $0 }) { return known }
-            let bytes = call.engine.answers.clientList(call.engine, mayUse: call.mayUse)
+            let bytes = call.answers.clientList(call.engine, mayUse: call.mayUse)
             peer.clientList.withLock { $0 = bytes }
             return bytes
         }) {
@@ -24,7 +25,7 @@ extension MethodTable {
 }
 
 /// Serialized answers of the read-only methods, kept while what they show is
-/// unchanged: the RPC side's, kept with the engine whose answers they are.
+/// unchanged: the RPC side's, kept by the method table (the engine knows nothing of them).
 final class CachedAnswers: Sendable {
     private struct Kept {
         var info: (health: VaultHealth, bytes: [UInt8])?

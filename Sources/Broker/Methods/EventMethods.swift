@@ -1,5 +1,6 @@
 import BrokerCore
 import BrokerRPC
+import Engine
 
 extension MethodTable {
     /// Subscriptions one connection may have active at once (docs/rpc.md "Limits").

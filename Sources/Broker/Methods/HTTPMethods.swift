@@ -1,6 +1,7 @@
 import BrokerCore
 import BrokerRPC
 import BrowserLoginProtocol
+import Engine
 
 /// `http.request` (docs/rpc.md "`http.request`"): every refusal of its params is `-32602`.
 extension MethodTable {

@@ -1,5 +1,6 @@
 import BrokerCore
 import BrokerRPC
+import Engine
 import SQLiteSupport
 import Synchronization
 
@@ -40,6 +41,8 @@ struct MethodCall: Sendable {
     let socket: RPCRequestContext?
     let params: Params
     let engine: BrokerEngine
+    /// The serialized answers of the read-only methods (Methods/BrokerMethods.swift).
+    let answers: CachedAnswers
 
     /// The socket request's context, for the methods that only exist on the socket (`events.*`).
     func requireSocket(_ method: RPCMethod) throws -> RPCRequestContext {
@@ -108,6 +111,8 @@ func result(_ value: some Encodable) throws -> JSONValue { try JSONValue(encodin
 public struct MethodTable: Sendable {
     let engine: BrokerEngine
     let logger: Logger
+    /// The RPC side's serialized answers of the read-only methods: one set per table, shared by its calls.
+    let answers = CachedAnswers()
 
     /// One handler per method, from Methods/*Methods.swift.
     static let handlers = Dictionary(
@@ -150,7 +155,8 @@ public struct MethodTable: Sendable {
         do {
             guard let handler = Self.handlers[method] else { throw RPCError.methodNotFound(method) }
             let params = try Params(params, allowed: handler.parameters)
-            return try await handler.handle(MethodCall(peer: peer, socket: socket, params: params, engine: engine))
+            return try await handler.handle(
+                MethodCall(peer: peer, socket: socket, params: params, engine: engine, answers: answers))
         } catch let error as RPCError {
             throw error
         } catch let error as BrokerError {
@@ -179,7 +185,7 @@ public struct MethodTable: Sendable {
         else { return nil }
         let call = MethodCall(
             peer: CallerPeer(pid: context.peer.pid, uid: context.peer.uid), socket: context, params: params,
-            engine: engine)
+            engine: engine, answers: answers)
         return try? immediate(call)
     }
 

@@ -1,4 +1,5 @@
 import BrokerRPC
+import Engine
 
 /// Named params of one call, checked strictly: positional params and
 /// unknown names are `-32602`. Each method's typed params (BrowserLoginAPI)

@@ -1,5 +1,6 @@
 import BrokerCore
 import BrokerRPC
+import Engine
 
 extension MethodTable {
     static let sessionMethods: [RPCMethod: MethodHandler] = [

@@ -4,13 +4,13 @@ import SystemSupport
 /// Client binding (docs/rpc.md): a client file's `Peers=` names the local programs
 /// that may use it — Flatpak app ids (from `/proc/PID/root/.flatpak-info`)
 /// or absolute executable paths (from `/proc/PID/exe`).
-enum PeerBinding {
-    struct Identity: Sendable, Equatable {
+package enum PeerBinding {
+    package struct Identity: Sendable, Equatable {
         var executable: String?
         var flatpakId: String?
     }
 
-    static func identity(pid: Int32) -> Identity {
+    package static func identity(pid: Int32) -> Identity {
         let exe = ProcFS.executable(pid: pid)
         var flatpak: String?
         if let info = ProcFS.read("root/.flatpak-info", pid: pid) {
@@ -27,17 +27,17 @@ enum PeerBinding {
         return Identity(executable: exe, flatpakId: flatpak)
     }
 
-    static func mayUse(_ client: ClientConfig, pid: Int32) -> Bool {
+    package static func mayUse(_ client: ClientConfig, pid: Int32) -> Bool {
         guard !client.peers.isEmpty else { return true }
         return mayUse(client, identity(pid: pid))
     }
 
-    static func mayUse(_ client: ClientConfig, _ identity: Identity) -> Bool {
+    package static func mayUse(_ client: ClientConfig, _ identity: Identity) -> Bool {
         mayUse(peers: client.peers, identity)
     }
 
     /// Whether `identity` is one of `peers` (none: anyone).
-    static func mayUse(peers: [String], _ identity: Identity) -> Bool {
+    package static func mayUse(peers: [String], _ identity: Identity) -> Bool {
         peers.isEmpty
             || peers.contains { peer in
                 peer.hasPrefix("/") ? identity.executable == peer : identity.flatpakId == peer

@@ -12,6 +12,20 @@ public struct AppRequest: Sendable {
     public var headers: [HTTPHeader]
     public var body: [UInt8]?
     public var timeoutMilliseconds: Int
+
+    package init(
+        client: String, account: String? = nil, method: String, path: String, query: [(String, String)],
+        headers: [HTTPHeader], body: [UInt8]?, timeoutMilliseconds: Int
+    ) {
+        self.client = client
+        self.account = account
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+        self.timeoutMilliseconds = timeoutMilliseconds
+    }
 }
 
 /// The checks of docs/rpc.md `http.request` that need no state: method, path,

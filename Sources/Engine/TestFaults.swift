@@ -60,6 +60,14 @@ public enum TestFaults {
     /// Whether any fault is armed (the decorators are only put in place then).
     public static var armed: Bool { plan != nil }
 
+    /// The daemon's vault, with the armed faults in place (itself when none is armed).
+    public static func wrapping(_ vault: any SecretVault) -> any SecretVault { armed ? FaultingVault(base: vault) : vault }
+
+    /// A client's sign-in protocol, with the armed faults in place (itself when none is armed).
+    public static func wrapping(_ server: any SignInProtocol) -> any SignInProtocol {
+        armed ? FaultingLoginServer(base: server) : server
+    }
+
     /// Passes the point `name`: kills or pauses the daemon when it is the armed one.
     public static func hit(_ name: String) {
         guard let plan, plan.point == name else { return }

@@ -1,5 +1,5 @@
 import BrokerCore
-import BrokerRPC
+import BrowserLoginProtocol
 import Synchronization
 
 /// Each client's current public session view and its JSON form, behind a

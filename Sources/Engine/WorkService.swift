@@ -31,7 +31,7 @@ public final class WorkService: Service {
 
     /// Queues `item`; false when the service has stopped or is full.
     @discardableResult
-    func submit(_ item: @escaping Item) -> Bool {
+    package func submit(_ item: @escaping Item) -> Bool {
         let queued = state.withLock { state in
             guard !state.stopped, state.waiting.count < capacity else { return false }
             state.waiting.append(item)

@@ -21,10 +21,10 @@ public actor BrokerEngine {
     let store: BrokerStore
     let clients: [String: ClientConfig]
     /// The same, by id (the order of `clients.list`).
-    nonisolated let sortedClients: [ClientConfig]
+    package nonisolated let sortedClients: [ClientConfig]
     /// The `Peers=` of the clients that have them (most have none).
     private nonisolated let boundPeers: [String: [String]]
-    let vault: any SecretVault
+    package nonisolated let vault: any SecretVault
     let servers: [String: any SignInProtocol]
     /// The callback readers of the registered protocols whose callbacks are
     /// not Browser Login's (`login.finish` asks each in turn).
@@ -53,8 +53,6 @@ public actor BrokerEngine {
     var devicePolls: Set<String> = []
     /// The engine's background work (the daemon runs it in its `ServiceGroup`).
     public nonisolated let work: WorkService
-    /// The RPC side's serialized answers of the read-only methods (Methods/BrokerMethods.swift).
-    nonisolated let answers = CachedAnswers()
     /// How long ended attempts are kept (docs/operations.md, retention); 0 keeps them forever.
     let retentionMilliseconds: Int64
     /// When the timer next prunes ended attempts (nil: at its first tick).
@@ -117,7 +115,7 @@ public actor BrokerEngine {
     /// Nonisolated: apps poll it; it needs nothing of the engine's state.
     public nonisolated func info() async -> BrokerInfo { info(await vault.health()) }
 
-    nonisolated func info(_ health: VaultHealth) -> BrokerInfo {
+    package nonisolated func info(_ health: VaultHealth) -> BrokerInfo {
         var info = BrokerInfo(
             version: BrokerVersion.string, socket: socketPath, vault: health.vault,
             vaultAvailable: health.available && !health.locked,
@@ -144,7 +142,7 @@ public actor BrokerEngine {
     public nonisolated func config(for client: String) -> ClientConfig? { clients[client] }
 
     /// The `Peers=` of `client`; nil when it has none (or is unknown): anyone may use it.
-    nonisolated func peers(of client: String) -> [String]? { boundPeers.isEmpty ? nil : boundPeers[client] }
+    package nonisolated func peers(of client: String) -> [String]? { boundPeers.isEmpty ? nil : boundPeers[client] }
 
     // MARK: - Lists
 
