@@ -235,7 +235,7 @@ public final class FileVault: SecretVault {
                 let attributes = Self.canonical(["client": file.client, "attempt": file.attempt, "kind": file.kind])
                 if (try? delete(name)) != nil { report.lost.append(attributes.attributes) }
             }
-            if !report.lost.isEmpty { syncDirectory() }
+            if !report.lost.isEmpty { FileSystem.syncDirectory(directory) }
             return report
         }
     }
@@ -387,29 +387,12 @@ public final class FileVault: SecretVault {
     /// written and fsynced, renamed over the item, then the directory fsynced.
     private func writeAtomically(_ bytes: [UInt8], name: String) throws(VaultError) {
         let temporary = directory + "/.tmp-" + ((try? Crypto.randomToken(bytes: 9)) ?? "\(getpid())")
-        let fd = Glibc.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else { throw .failed(VaultMessages.fileFailed("cannot create \(temporary): \(Self.errnoText())")) }
-        var written = 0
-        var failure: String?
-        while written < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + written, $0.count - written) }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 {
-                failure = "cannot write \(temporary): \(Self.errnoText())"
-                break
-            }
-            written += n
+        do {
+            try FileSystem.writeAtomically(
+                bytes, to: directory + "/" + name, mode: 0o600, temporary: temporary, durable: true)
+        } catch {
+            throw .failed(VaultMessages.fileFailed("cannot \(error)"))
         }
-        if failure == nil && fsync(fd) != 0 { failure = "cannot sync \(temporary): \(Self.errnoText())" }
-        close(fd)
-        if failure == nil && rename(temporary, directory + "/" + name) != 0 {
-            failure = "cannot rename \(temporary): \(Self.errnoText())"
-        }
-        if let failure {
-            unlink(temporary)
-            throw .failed(VaultMessages.fileFailed(failure))
-        }
-        syncDirectory()
     }
 
     private func delete(_ name: String) throws(VaultError) {
@@ -417,14 +400,7 @@ public final class FileVault: SecretVault {
         if unlink(path) != 0 && errno != ENOENT {
             throw .failed(VaultMessages.fileFailed("cannot remove \(path): \(Self.errnoText())"))
         }
-        syncDirectory()
-    }
-
-    private func syncDirectory() {
-        let fd = Glibc.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { return }
-        fsync(fd)
-        close(fd)
+        FileSystem.syncDirectory(directory)
     }
 
     private static func errnoText() -> String { String(cString: strerror(errno)) }

@@ -194,18 +194,6 @@ enum Signup {
 enum SignupAdmin {
     static let groups: Set<String> = ["members", "invitations", "waitlist"]
 
-    /// How many leading words of `args` name the command (2 or 3); more
-    /// than `args.count` when a required argument is missing.
-    static func wordCount(_ args: [String]) -> Int {
-        guard args.count >= 2 else { return 2 }
-        switch (args[0], args[1]) {
-        case ("members", "add"), ("members", "remove"), ("invitations", "revoke"), ("waitlist", "approve"):
-            return args.count >= 3 && !args[2].hasPrefix("-") ? 3 : args.count + 1
-        case ("invitations", "create"): return args.count >= 3 && !args[2].hasPrefix("-") ? 3 : 2
-        default: return 2
-        }
-    }
-
     static func run(_ command: [String], configuration: ServerConfiguration) -> Int32 {
         let databasePath = configuration.databasePath
         do {

@@ -29,35 +29,47 @@ public enum FileSystem {
     /// Writes `bytes` to a temporary file next to `path`, then renames it over
     /// `path`: a reader sees the old content or the new one, never a part.
     /// `mode` is narrowed by the umask, as `open` does.
-    public static func writeAtomically(_ bytes: some Collection<UInt8>, to path: String, mode: mode_t = 0o666)
-        throws(FileSystemError)
-    {
-        let temporary = path + ".tmp-\(getpid())"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
-        guard fd >= 0 else { throw FileSystemError(operation: "open", path: temporary, code: errno) }
+    ///
+    /// `temporary` names the temporary file (default: `path` + `.tmp-PID`,
+    /// truncated if it exists); a given name is created exclusively and never
+    /// through a symbolic link, so a caller that picks an unguessable name
+    /// writes only a file it created. `durable` syncs the file before the
+    /// rename and the directory after it, so the new content survives a crash
+    /// of the machine once this returns (the file vault's items and key).
+    public static func writeAtomically(
+        _ bytes: some Collection<UInt8>, to path: String, mode: mode_t = 0o666, temporary: String? = nil,
+        durable: Bool = false
+    ) throws(FileSystemError) {
+        let temporaryPath = temporary ?? path + ".tmp-\(getpid())"
+        let flags = temporary == nil ? O_TRUNC : O_EXCL | O_NOFOLLOW
+        let fd = open(temporaryPath, O_WRONLY | O_CREAT | O_CLOEXEC | flags, mode)
+        guard fd >= 0 else { throw FileSystemError(operation: "create", path: temporaryPath, code: errno) }
+        func fail(_ operation: String, _ code: Int32, closing: Bool) -> FileSystemError {
+            if closing { close(fd) }
+            unlink(temporaryPath)
+            return FileSystemError(operation: operation, path: temporaryPath, code: code)
+        }
         let data = Array(bytes)
         var written = 0
         while written < data.count {
             let count = data.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + written, $0.count - written) }
             if count < 0 && errno == EINTR { continue }
-            guard count > 0 else {
-                let code = errno
-                close(fd)
-                unlink(temporary)
-                throw FileSystemError(operation: "write", path: temporary, code: code)
-            }
+            guard count > 0 else { throw fail("write", errno, closing: true) }
             written += count
         }
-        guard close(fd) == 0 else {
-            let code = errno
-            unlink(temporary)
-            throw FileSystemError(operation: "close", path: temporary, code: code)
-        }
-        guard rename(temporary, path) == 0 else {
-            let code = errno
-            unlink(temporary)
-            throw FileSystemError(operation: "rename", path: path, code: code)
-        }
+        if durable && fsync(fd) != 0 { throw fail("sync", errno, closing: true) }
+        guard close(fd) == 0 else { throw fail("close", errno, closing: false) }
+        guard rename(temporaryPath, path) == 0 else { throw fail("rename", errno, closing: false) }
+        if durable { syncDirectory(parent(of: path)) }
+    }
+
+    /// Syncs a directory's entries (a rename or an unlink in it) to disk; a
+    /// directory that cannot be opened is left as it is.
+    public static func syncDirectory(_ path: String) {
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        fsync(fd)
+        close(fd)
     }
 
     /// The names in a directory (without `.` and `..`), nil when it cannot be listed.

@@ -190,32 +190,11 @@ public struct SealedKey: Codable, Sendable, Equatable {
     public func write(directory: String) -> String? {
         guard let bytes = try? ProtocolJSON.encode(self) else { return "the sealed key could not be encoded" }
         let temporary = directory + "/.tmp-" + ((try? Crypto.randomToken(bytes: 9)) ?? "\(getpid())")
-        let fd = Glibc.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else { return "cannot create \(temporary) (\(String(cString: strerror(errno))))" }
-        var written = 0
-        var failure: String?
-        while written < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + written, $0.count - written) }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 {
-                failure = "cannot write \(temporary) (\(String(cString: strerror(errno))))"
-                break
-            }
-            written += n
-        }
-        if failure == nil && fsync(fd) != 0 { failure = "cannot sync \(temporary) (\(String(cString: strerror(errno))))" }
-        close(fd)
-        if failure == nil && rename(temporary, directory + "/" + Self.fileName) != 0 {
-            failure = "cannot rename \(temporary) (\(String(cString: strerror(errno))))"
-        }
-        if let failure {
-            unlink(temporary)
-            return failure
-        }
-        let directoryFd = Glibc.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if directoryFd >= 0 {
-            fsync(directoryFd)
-            close(directoryFd)
+        do {
+            try FileSystem.writeAtomically(
+                bytes, to: directory + "/" + Self.fileName, mode: 0o600, temporary: temporary, durable: true)
+        } catch {
+            return "cannot \(error)"
         }
         return nil
     }
