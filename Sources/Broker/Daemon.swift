@@ -501,7 +501,8 @@ struct SessionBusService: Service {
         api.attach(application)
     }
 
-    /// Owning the bus name runs on its own thread; each opened URI is delivered in a child task.
+    /// Owning the bus name runs on its own thread; each opened URI is delivered in a child task. When the bus
+    /// stops, the API's calls still in flight are cancelled and waited for.
     func run() async {
         do { try await api.startBroadcasting() } catch {
             logger.warning("cannot broadcast the broker's changes on the session bus", ["error": "\(error)"])
@@ -515,6 +516,7 @@ struct SessionBusService: Service {
                 for uri in uris { group.addTask { await deliver(uri) } }
             }
         }
+        await api.calls.drain()
     }
 
     func shutdown() { application.shutdown() }

@@ -1,5 +1,6 @@
 import CMicroHTTPDLoader
 import Synchronization
+import SystemSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -158,6 +159,11 @@ public final class LoopbackListener: Sendable {
     /// delivery's page has been written. Never waits for `deliver`.
     public func close() { core.close() }
 
+    /// Whether the current task runs one of this listener's deliveries (or was started by one): `close()`
+    /// then returns at once. From anywhere else it waits for the listener to stop, so an owner that must not
+    /// wait runs it as a work item.
+    public var closesAtOnce: Bool { ListenerCore.currentDelivery?.core == ObjectIdentifier(core) }
+
     deinit { close() }
 
     /// How many connections were closed for want of a request head in time, or to make room (for tests).
@@ -212,8 +218,12 @@ private final class ListenerCore: Sendable {
     /// while it is in the table: libmicrohttpd reports a connection closed (which removes it) before it
     /// closes the socket, so the number is never another file's.
     let connections: Mutex<ConnectionTable>
-    /// Shuts down connections past their head deadline; cancelled by `stop()`.
-    let sweeper = Mutex<Task<Void, Never>?>(nil)
+    /// The sweeper (`sweeperID`) and the deliveries (by request id): one for each suspended connection,
+    /// so no more than libmicrohttpd accepts. The sweeper is cancelled by `stop()`; deliveries are not (a
+    /// code exchange must not be cut off) and `drain()` waits for them.
+    let work = WorkGroup<Int>(limit: Int(LoopbackListener.acceptLimit) + 1)
+    /// The sweeper's work item id (request ids count from 1).
+    static let sweeperID = 0
     /// The daemon pointer's bit pattern, 0 once stopped. Held while stopping,
     /// so a second `stop()` returns only after the first has finished.
     let daemon = Mutex(0)
@@ -263,7 +273,7 @@ private final class ListenerCore: Sendable {
     /// the earliest deadline, or for a whole deadline when no connection waits: a connection that starts
     /// waiting later has a later deadline than either.
     func startSweeping() {
-        let task = Task { [self] in
+        work.submit(Self.sweeperID) { [self] in
             let clock = ContinuousClock()
             while !Task.isCancelled {
                 let next = connections.withLock { table in
@@ -274,30 +284,30 @@ private final class ListenerCore: Sendable {
                 do { try await clock.sleep(until: next) } catch { return }
             }
         }
-        sweeper.withLock { $0 = task }
     }
 
-    /// Suspends the connection and hands the URL to `deliver` in a task of its own (polling thread).
+    /// Suspends the connection and hands the URL to `deliver` in a work item of its own (polling thread);
+    /// false (the connection is closed unanswered) when the listener is closed or its work is full.
     func startDelivery(_ connection: OpaquePointer, request: RequestContext, target: [UInt8]) -> Bool {
         // The origin is set as soon as the daemon has told its port, before `open` returns: a request in that
         // window cannot be a redirect (nobody knows the port yet) and is closed unanswered.
         let origin = origin.withLock { $0 }
         guard !origin.isEmpty else { return false }
         let id = request.id
-        let suspended = state.withLock { state -> Bool in
+        let url = origin + String(decoding: target, as: UTF8.self)
+        let mark = DeliveryMark(core: ObjectIdentifier(self), id: id)
+        return state.withLock { state -> Bool in
             guard !state.closed else { return false }
+            // Started under the lock `finish` takes: it finds the connection suspended.
+            let started = work.submit(id) { [self] in
+                let page = await Self.$currentDelivery.withValue(mark) { await deliver(url) }
+                finish(id, page)
+            }
+            guard started else { return false }
             bl_lmhd_suspend_connection(connection)
             state.suspended[id] = Int(bitPattern: connection)
             return true
         }
-        guard suspended else { return false }
-        let url = origin + String(decoding: target, as: UTF8.self)
-        let mark = DeliveryMark(core: ObjectIdentifier(self), id: id)
-        Task {
-            let page = await Self.$currentDelivery.withValue(mark) { await self.deliver(url) }
-            self.finish(id, page)
-        }
-        return true
     }
 
     /// A delivery returned: store its page and resume its connection, unless it was abandoned; stop
@@ -338,10 +348,7 @@ private final class ListenerCore: Sendable {
     /// Lets delivered pages be written (at most `drainLimit`), then stops the daemon: closes the listening
     /// socket and every connection and joins the polling thread. Never called on the polling thread.
     private func stop() {
-        sweeper.withLock { task in
-            task?.cancel()
-            task = nil
-        }
+        work.cancel(Self.sweeperID)
         daemon.withLock { pointer in
             guard let running = OpaquePointer(bitPattern: pointer) else { return }
             pointer = 0

@@ -198,8 +198,12 @@ extension BrokerEngine {
         }
     }
 
+    /// Closes the attempt's listener: at once from inside its own delivery (it stops after the page); from
+    /// anywhere else, stopping waits for its pages and its polling thread, so it runs as a work item (inline
+    /// only when the work service refuses it).
     func closeListener(_ attemptId: String) {
-        loopbacks.removeValue(forKey: attemptId)?.close()
+        guard let listener = loopbacks.removeValue(forKey: attemptId) else { return }
+        if listener.closesAtOnce || !work.submit({ listener.close() }) { listener.close() }
     }
 
     /// Closes the listeners and stops the polls of attempts that ended.
