@@ -201,7 +201,8 @@ let package = Package(
         .target(name: "BrowserLoginTestSigner", dependencies: ["BrowserLoginProtocol", "CCrypto"], path: "Tests/TestSigner"),
         .testTarget(name: "JOSETests", dependencies: ["BrokerJOSE", "BrowserLoginProtocol", "BrowserLoginTestSigner"]),
         .testTarget(
-            name: "LoopbackTests", dependencies: ["BrokerLoopback", "BrowserLoginTestSupport", "BrowserLoginTestTraits"]),
+            name: "LoopbackTests",
+            dependencies: ["BrokerLoopback", "BrowserLoginTestSupport", "BrowserLoginTestTraits", "SystemSupport"]),
         // BrokerSystem: the documented client files (docs/examples/clients) are read with GKeyFile as the daemon reads them.
         .testTarget(
             name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrokerSystem", "BrowserLoginProtocol"]),

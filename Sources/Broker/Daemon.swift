@@ -383,6 +383,8 @@ public enum BrokerDaemon {
         }
         // The engine's work items stop after the timer that schedules most of them.
         services.append(.init(engine.work))
+        // The loopback listeners' deliveries stop (cancelled, awaited) before the work they submit to.
+        services.append(.init(engine.listenerWork))
         services.append(.init(engineTicks))
         let bus = options.dbus ? SessionBusService(engine: engine, methods: methods, logger: logger, activity: activity) : nil
         services.append(

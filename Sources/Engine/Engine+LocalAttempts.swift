@@ -150,7 +150,8 @@ extension BrokerEngine {
     {
         let host: LoopbackHost = loopback.host == .ipv4 ? .ipv4 : .ipv6
         do {
-            return try LoopbackListener.open(host: host, port: port, path: loopback.path) { [weak self] url in
+            return try LoopbackListener.open(host: host, port: port, path: loopback.path, work: listenerWork) {
+                [weak self] url in
                 guard let self else { return LoopbackPage(status: 503, title: "Sign-in failed", message: "The broker stopped.") }
                 return await self.loopbackCallback(url, appName: client.appName, attemptId: attemptId)
             }
