@@ -103,7 +103,8 @@ let package = Package(
         .target(name: "BrokerHTTP", dependencies: ["BrokerCore", "BrowserLoginProtocol", "SystemSupport"]),
         // CurlTransport: HTTPTransport over libcurl, run by the helper, the reference server and the tests.
         .target(name: "BrokerCurl", dependencies: ["BrokerCore", "BrowserLoginProtocol", "CurlSupport", "CCurl"]),
-        .executableTarget(name: "browser-login-http", dependencies: ["BrokerCurl", "BrokerHTTP", "BrokerCore", "CurlSupport"]),
+        .executableTarget(
+            name: "browser-login-http", dependencies: ["BrokerCurl", "BrokerHTTP", "BrokerCore", "CurlSupport", "SystemSupport"]),
         .target(
             name: "BrokerVault",
             dependencies: ["BrokerCore", "CSecret", "BrowserLoginProtocol", "VaultKey", "SystemSupport"]),
@@ -116,7 +117,7 @@ let package = Package(
         // ID token (JWS) validation with libcrypto (docs/providers.md): no BrokerCore, so it stays a pure check.
         .target(name: "BrokerJOSE", dependencies: ["CCryptoLoader", "CJansson", "BrowserLoginProtocol"]),
         // The loopback redirect listener of OAuth sign-ins (RFC 8252 §7.3), on libmicrohttpd loaded on first use.
-        .target(name: "BrokerLoopback", dependencies: ["CMicroHTTPDLoader"]),
+        .target(name: "BrokerLoopback", dependencies: ["CMicroHTTPDLoader", "SystemSupport"]),
         // Test support: runs one vault operation in a child process (private bus, locked keyring).
         .executableTarget(
             name: "vault-probe", dependencies: ["BrokerVault", "BrokerCore", "CMalloc"], path: "Tests/Support/vault-probe"),
@@ -200,7 +201,8 @@ let package = Package(
         .target(name: "BrowserLoginTestSigner", dependencies: ["BrowserLoginProtocol", "CCrypto"], path: "Tests/TestSigner"),
         .testTarget(name: "JOSETests", dependencies: ["BrokerJOSE", "BrowserLoginProtocol", "BrowserLoginTestSigner"]),
         .testTarget(
-            name: "LoopbackTests", dependencies: ["BrokerLoopback", "BrowserLoginTestSupport", "BrowserLoginTestTraits"]),
+            name: "LoopbackTests",
+            dependencies: ["BrokerLoopback", "BrowserLoginTestSupport", "BrowserLoginTestTraits", "SystemSupport"]),
         // BrokerSystem: the documented client files (docs/examples/clients) are read with GKeyFile as the daemon reads them.
         .testTarget(
             name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrokerSystem", "BrowserLoginProtocol"]),

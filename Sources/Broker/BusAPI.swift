@@ -4,6 +4,7 @@ import BrokerSystem
 import Dispatch
 import Engine
 import Synchronization
+import SystemSupport
 
 /// The broker's API on the session bus (docs/dbus.md): `org.browserlogin.Broker1`
 /// at `/org/browserlogin/Broker1`, the JSON-RPC methods under D-Bus names.
@@ -81,12 +82,17 @@ final class BusAPI: Sendable {
     private let engine: BrokerEngine
     private let logger: Logger
     private let registry = Mutex(Registry())
-    /// The calls being answered, by caller: cancelled when it leaves the bus (a `WaitSession` ends).
-    private struct Running {
-        var tasks: [String: [UInt64: Task<Void, Never>]] = [:]
-        var next: UInt64 = 0
+    /// A call being answered: its caller and its number.
+    struct Call: Hashable, Sendable {
+        let sender: String
+        let serial: UInt64
     }
-    private let running = Mutex(Running())
+    /// The calls being answered, each a work item: cancelled when its caller leaves the bus (a `WaitSession`
+    /// ends), cancelled and waited for when the bus service stops (`SessionBusService`). `DBusApplication`
+    /// bounds them first (per caller and in all) until each is answered; an item ends just after its answer,
+    /// so this bound leaves room for the ones ending.
+    let calls = WorkGroup<Call>(limit: 2 * maxCalls)
+    private let nextCall = Atomic<UInt64>(0)
     private let bus = Mutex<DBusApplication?>(nil)
     /// Where signals are encoded and sent, in publishing order (`emit`).
     private let signals = DispatchQueue(label: "org.browserlogin.broker.signals")
@@ -146,25 +152,18 @@ final class BusAPI: Sendable {
 
     // MARK: - Calls
 
-    /// Answers `call` in a task of its own, which ends early if its caller leaves the bus.
+    /// Answers `call` in a work item of its own, which ends early if its caller leaves the bus.
     private func start(_ call: DBusMethodCall) {
-        let sender = call.caller.uniqueName
-        let task = running.withLock { state in
-            state.next += 1
-            let key = state.next
-            // Registered under the lock its own end takes, so it cannot end before it is registered.
-            let task = Task { [self] in
-                await answer(call)
-                running.withLock { state in
-                    state.tasks[sender]?[key] = nil
-                    if state.tasks[sender]?.isEmpty == true { state.tasks[sender] = nil }
-                }
-            }
-            state.tasks[sender, default: [:]][key] = task
-            return task
+        let id = Call(sender: call.caller.uniqueName, serial: nextCall.add(1, ordering: .relaxed).newValue)
+        guard calls.submit(id, { [self] in await answer(call) }) else {
+            // The bus service is stopping (the bound is `DBusApplication`'s, checked before).
+            return call.fail(
+                DBusError(
+                    Self.errorPrefix + BrokerErrorCode.busy.rawValue,
+                    "the broker is stopping or has too many calls in flight; try again shortly"))
         }
-        // It left before the task was registered: `callerLeft` may have missed it.
-        if call.callerLeft { task.cancel() }
+        // It left before the item was kept: `callerLeft` may have missed it.
+        if call.callerLeft { calls.cancel(id) }
     }
 
     private func answer(_ call: DBusMethodCall) async {
@@ -297,16 +296,11 @@ final class BusAPI: Sendable {
 
     /// A caller left the bus (nil: the bus went away, with every caller): its subscriptions end.
     private func callerLeft(_ name: String?) {
-        let tasks = running.withLock { state -> [Task<Void, Never>] in
-            if let name { return state.tasks.removeValue(forKey: name).map { Array($0.values) } ?? [] }
-            defer { state.tasks = [:] }
-            return state.tasks.values.flatMap(\.values)
-        }
-        for task in tasks { task.cancel() }
-        if !tasks.isEmpty {
+        let cancelled = calls.cancelAll { name == nil || $0.sender == name }
+        if cancelled > 0 {
             logger.debug(
                 "D-Bus calls cancelled: their caller left the bus",
-                ["dbus.sender": name ?? "(the bus closed)", "dbus.calls": "\(tasks.count)"])
+                ["dbus.sender": name ?? "(the bus closed)", "dbus.calls": "\(cancelled)"])
         }
         let (connections, count) = registry.withLock { registry -> ([UInt64], Int) in
             if let name {

@@ -383,6 +383,8 @@ public enum BrokerDaemon {
         }
         // The engine's work items stop after the timer that schedules most of them.
         services.append(.init(engine.work))
+        // The loopback listeners' deliveries stop (cancelled, awaited) before the work they submit to.
+        services.append(.init(engine.listenerWork))
         services.append(.init(engineTicks))
         let bus = options.dbus ? SessionBusService(engine: engine, methods: methods, logger: logger, activity: activity) : nil
         services.append(
@@ -501,7 +503,8 @@ struct SessionBusService: Service {
         api.attach(application)
     }
 
-    /// Owning the bus name runs on its own thread; each opened URI is delivered in a child task.
+    /// Owning the bus name runs on its own thread; each opened URI is delivered in a child task. When the bus
+    /// stops, the API's calls still in flight are cancelled and waited for.
     func run() async {
         do { try await api.startBroadcasting() } catch {
             logger.warning("cannot broadcast the broker's changes on the session bus", ["error": "\(error)"])
@@ -515,6 +518,7 @@ struct SessionBusService: Service {
                 for uri in uris { group.addTask { await deliver(uri) } }
             }
         }
+        await api.calls.drain()
     }
 
     func shutdown() { application.shutdown() }

@@ -1,5 +1,6 @@
 import CMicroHTTPDLoader
 import Synchronization
+import SystemSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -27,7 +28,7 @@ public enum LoopbackError: Error, Sendable, Equatable, CustomStringConvertible {
 /// opens, not linked (CMicroHTTPDLoader): one internal polling thread, with
 /// suspend/resume for the asynchronous `deliver`. The genuine request's
 /// connection is suspended (taken out of the event loop, no timeout while
-/// suspended) and `deliver` runs in a task of its own; when it returns, the
+/// suspended) and `deliver` runs in a work item of its own; when it returns, the
 /// page is stored and the connection resumed, and the polling thread calls the
 /// access handler again, which queues the page. The polling thread never
 /// waits for `deliver`, so a slow delivery holds up no other request and
@@ -41,7 +42,7 @@ public enum LoopbackError: Error, Sendable, Equatable, CustomStringConvertible {
 /// `headDeadline` for a whole request head, and one more than
 /// `connectionLimit` evicts the one waiting longest for its head. An evicted
 /// or overdue connection's socket is shut down (libmicrohttpd then reads the
-/// end of the stream and closes it); overdue ones by a sweeper task that
+/// end of the stream and closes it); overdue ones by a sweeper work item that
 /// sleeps until the earliest deadline and is cancelled when the listener
 /// stops. So dribbled heads (slowloris) cannot lock the browser out.
 ///
@@ -100,10 +101,20 @@ public final class LoopbackListener: Sendable {
         try open(host: host, port: port, path: path, idleTimeoutSeconds: 10, deliver: deliver)
     }
 
+    /// `open` whose sweeper and deliveries are items of `work`, the owner's (run in its `ServiceGroup`, which
+    /// cancels and waits for them when it stops), instead of a group of the listener's own. Throws when
+    /// `work` refuses the sweeper (it is full or stopping).
+    public static func open(
+        host: LoopbackHost, port: UInt16, path: String, work: WorkGroup<LoopbackWork>,
+        deliver: @escaping @Sendable (String) async -> LoopbackPage
+    ) throws(LoopbackError) -> LoopbackListener {
+        try open(host: host, port: port, path: path, idleTimeoutSeconds: 10, work: work, deliver: deliver)
+    }
+
     /// `open` with the idle timeout as a parameter (the tests shorten it).
     package static func open(
         host: LoopbackHost, port: UInt16, path: String, idleTimeoutSeconds: UInt32,
-        deliver: @escaping @Sendable (String) async -> LoopbackPage
+        work: WorkGroup<LoopbackWork>? = nil, deliver: @escaping @Sendable (String) async -> LoopbackPage
     ) throws(LoopbackError) -> LoopbackListener {
         let pathBytes = Array(path.utf8)
         guard pathBytes.first == UInt8(ascii: "/"), pathBytes.allSatisfy(isTargetByte),
@@ -112,17 +123,22 @@ public final class LoopbackListener: Sendable {
             throw .failed("the loopback redirect path must be an absolute path without a query or fragment")
         }
         return try LoopbackListener(
-            host: host, port: port, path: pathBytes, idleTimeoutSeconds: idleTimeoutSeconds, deliver: deliver)
+            host: host, port: port, path: pathBytes, idleTimeoutSeconds: idleTimeoutSeconds,
+            work: work ?? WorkGroup(limit: workLimit), deliver: deliver)
     }
 
+    /// The work items one listener may have at once: its sweeper and a delivery per suspended connection
+    /// (no more than libmicrohttpd accepts).
+    public static let workLimit = Int(acceptLimit) + 1
+
     private init(
-        host: LoopbackHost, port: UInt16, path: [UInt8], idleTimeoutSeconds: UInt32,
+        host: LoopbackHost, port: UInt16, path: [UInt8], idleTimeoutSeconds: UInt32, work: WorkGroup<LoopbackWork>,
         deliver: @escaping @Sendable (String) async -> LoopbackPage
     ) throws(LoopbackError) {
         try loadLibrary()
         let core = ListenerCore(
             path: path, connections: ConnectionTable(capacity: Self.connectionLimit, headDeadline: Self.headDeadline),
-            deliver: deliver)
+            work: work, deliver: deliver)
         let cls = Unmanaged.passUnretained(core).toOpaque()
         var error: Int32 = 0
         let started = bl_lmhd_start_loopback(
@@ -146,7 +162,10 @@ public final class LoopbackListener: Sendable {
         core.hosts.withLock { $0 = hosts.map { Array($0.utf8) } }
         core.origin.withLock { $0 = "http://\(host.urlHost):\(bound)" }
         core.daemon.withLock { $0 = Int(bitPattern: started) }
-        core.startSweeping()
+        guard core.startSweeping() else {
+            core.close()
+            throw .failed("too many loopback listeners are open, or the broker is stopping")
+        }
         self.core = core
         self.port = bound
     }
@@ -157,6 +176,11 @@ public final class LoopbackListener: Sendable {
     /// attempt ends while its callback is handled) it returns at once, and the listener stops as soon as that
     /// delivery's page has been written. Never waits for `deliver`.
     public func close() { core.close() }
+
+    /// Whether the current task runs one of this listener's deliveries (or was started by one): `close()`
+    /// then returns at once. From anywhere else it waits for the listener to stop, so an owner that must not
+    /// wait runs it as a work item.
+    public var closesAtOnce: Bool { ListenerCore.currentDelivery?.core == ObjectIdentifier(core) }
 
     deinit { close() }
 
@@ -187,6 +211,12 @@ public final class LoopbackListener: Sendable {
     }
 }
 
+/// A work item of a loopback listener: its sweeper (request 0) or the delivery of one request.
+public struct LoopbackWork: Hashable, Sendable {
+    let listener: ObjectIdentifier
+    let request: Int
+}
+
 /// What the C callbacks reach through `cls`: the listener holds it, and each
 /// delivery task holds it until it has finished; it owns the daemon.
 private final class ListenerCore: Sendable {
@@ -212,8 +242,13 @@ private final class ListenerCore: Sendable {
     /// while it is in the table: libmicrohttpd reports a connection closed (which removes it) before it
     /// closes the socket, so the number is never another file's.
     let connections: Mutex<ConnectionTable>
-    /// Shuts down connections past their head deadline; cancelled by `stop()`.
-    let sweeper = Mutex<Task<Void, Never>?>(nil)
+    /// Where the sweeper and the deliveries run (the owner's group, or one of the listener's own): a
+    /// delivery for each suspended connection, so no more than libmicrohttpd accepts. The sweeper is
+    /// cancelled by `stop()`; deliveries are not (a code exchange must not be cut off): the group's owner
+    /// cancels and waits for them when it stops.
+    let work: WorkGroup<LoopbackWork>
+    /// The sweeper's work item (request ids count from 1).
+    var sweeperID: LoopbackWork { LoopbackWork(listener: ObjectIdentifier(self), request: 0) }
     /// The daemon pointer's bit pattern, 0 once stopped. Held while stopping,
     /// so a second `stop()` returns only after the first has finished.
     let daemon = Mutex(0)
@@ -232,8 +267,12 @@ private final class ListenerCore: Sendable {
         var answers: [Int: LoopbackPage] = [:]
     }
 
-    init(path: [UInt8], connections: ConnectionTable, deliver: @escaping @Sendable (String) async -> LoopbackPage) {
+    init(
+        path: [UInt8], connections: ConnectionTable, work: WorkGroup<LoopbackWork>,
+        deliver: @escaping @Sendable (String) async -> LoopbackPage
+    ) {
         self.path = path
+        self.work = work
         self.connections = Mutex(connections)
         self.deliver = deliver
     }
@@ -262,8 +301,8 @@ private final class ListenerCore: Sendable {
     /// Runs until `stop()`: shuts down each connection when it passes its head deadline. It sleeps until
     /// the earliest deadline, or for a whole deadline when no connection waits: a connection that starts
     /// waiting later has a later deadline than either.
-    func startSweeping() {
-        let task = Task { [self] in
+    func startSweeping() -> Bool {
+        work.submit(sweeperID) { [self] in
             let clock = ContinuousClock()
             while !Task.isCancelled {
                 let next = connections.withLock { table in
@@ -274,30 +313,30 @@ private final class ListenerCore: Sendable {
                 do { try await clock.sleep(until: next) } catch { return }
             }
         }
-        sweeper.withLock { $0 = task }
     }
 
-    /// Suspends the connection and hands the URL to `deliver` in a task of its own (polling thread).
+    /// Suspends the connection and hands the URL to `deliver` in a work item of its own (polling thread);
+    /// false (the connection is closed unanswered) when the listener is closed or its work is full.
     func startDelivery(_ connection: OpaquePointer, request: RequestContext, target: [UInt8]) -> Bool {
         // The origin is set as soon as the daemon has told its port, before `open` returns: a request in that
         // window cannot be a redirect (nobody knows the port yet) and is closed unanswered.
         let origin = origin.withLock { $0 }
         guard !origin.isEmpty else { return false }
         let id = request.id
-        let suspended = state.withLock { state -> Bool in
+        let url = origin + String(decoding: target, as: UTF8.self)
+        let mark = DeliveryMark(core: ObjectIdentifier(self), id: id)
+        return state.withLock { state -> Bool in
             guard !state.closed else { return false }
+            // Started under the lock `finish` takes: it finds the connection suspended.
+            let started = work.submit(LoopbackWork(listener: ObjectIdentifier(self), request: id)) { [self] in
+                let page = await Self.$currentDelivery.withValue(mark) { await deliver(url) }
+                finish(id, page)
+            }
+            guard started else { return false }
             bl_lmhd_suspend_connection(connection)
             state.suspended[id] = Int(bitPattern: connection)
             return true
         }
-        guard suspended else { return false }
-        let url = origin + String(decoding: target, as: UTF8.self)
-        let mark = DeliveryMark(core: ObjectIdentifier(self), id: id)
-        Task {
-            let page = await Self.$currentDelivery.withValue(mark) { await self.deliver(url) }
-            self.finish(id, page)
-        }
-        return true
     }
 
     /// A delivery returned: store its page and resume its connection, unless it was abandoned; stop
@@ -338,10 +377,7 @@ private final class ListenerCore: Sendable {
     /// Lets delivered pages be written (at most `drainLimit`), then stops the daemon: closes the listening
     /// socket and every connection and joins the polling thread. Never called on the polling thread.
     private func stop() {
-        sweeper.withLock { task in
-            task?.cancel()
-            task = nil
-        }
+        work.cancel(sweeperID)
         daemon.withLock { pointer in
             guard let running = OpaquePointer(bitPattern: pointer) else { return }
             pointer = 0

@@ -2,6 +2,7 @@ import CLinux
 import Dispatch
 import Glibc
 import Synchronization
+import SystemSupport
 
 /// The credentials of a connected process, read with `SO_PEERCRED` at accept.
 public struct RPCPeer: Sendable, Hashable {
@@ -173,11 +174,12 @@ final class ConnectionIO: @unchecked Sendable {
     enum Submitted {
         /// The server takes no more work; the message gets no reply.
         case refused
-        /// Handling started in this task; `finished(handler:reply:)` follows on `queue`.
-        case started(Task<Void, Never>)
+        /// Handling is this work, started as a task of the connection's own (`handlers`);
+        /// `finished(handler:reply:)` follows on `queue`.
+        case started(@Sendable () async -> Void)
         /// Answered at once (the fast path, or `BUSY`), with this reply (nil: none due).
         case answered([UInt8]?)
-        /// A large message, decoded away from `queue`; `decoded(token:task:)` follows on `queue`, and
+        /// A large message, decoded away from `queue`; `decoded(token:work:)` follows on `queue`, and
         /// the connection's next messages wait for it (one large message of a connection at a time).
         case decoding
     }
@@ -232,8 +234,9 @@ final class ConnectionIO: @unchecked Sendable {
     private var output: [UInt8] = []
     private var outputStart = 0
     private var inFlight = 0
-    /// The tasks handling this connection's messages, by token: cancelled when it closes.
-    private var handlers: [UInt64: Task<Void, Never>] = [:]
+    /// The tasks handling this connection's messages, by token: cancelled when it closes (at most
+    /// `limits.maxInFlight`, and the server's shutdown waits for them).
+    private var handlers = TaskSet<UInt64>()
     private var nextHandler: UInt64 = 0
     /// A timer checks for a hang-up while reading is paused or stopped with work left.
     private var watchingHangUp = false
@@ -402,7 +405,7 @@ final class ConnectionIO: @unchecked Sendable {
                     let token = nextHandler
                     switch submit(self, token, bytes) {
                     case .refused: inFlight -= 1
-                    case .started(let task): handlers[token] = task
+                    case .started(let work): handlers.start(token, work)
                     case .answered(let reply): finished(handler: nil, reply: reply)
                     case .decoding: decodingLarge = true
                     }
@@ -461,12 +464,13 @@ final class ConnectionIO: @unchecked Sendable {
         }
     }
 
-    /// On `queue`: the large message handed over as `.decoding` is decoded; `task` handles it (nil: it
+    /// On `queue`: the large message handed over as `.decoding` is decoded; `work` handles it (nil: it
     /// was answered, or the connection closed meanwhile). The connection's next messages go on.
-    func decoded(token: UInt64, task: Task<Void, Never>?) {
+    func decoded(token: UInt64, work: (@Sendable () async -> Void)?) {
         decodingLarge = false
-        if let task {
-            if closed { task.cancel() } else { handlers[token] = task }
+        if let work {
+            handlers.start(token, work)
+            if closed { handlers.cancel(token) }
         }
         if !closed, !readingStopped, !readPaused { scheduleTurn() }
     }
@@ -557,7 +561,7 @@ final class ConnectionIO: @unchecked Sendable {
     /// On `queue`: one message was handled; `reply` is nil when it gets none.
     func finished(handler: UInt64?, reply: consuming [UInt8]?) {
         inFlight -= 1
-        if let handler { handlers[handler] = nil }
+        if let handler { handlers.finished(handler) }
         if let reply = reply.take(), !closed { enqueue(body: reply) }
         if inFlight < limits.maxInFlight / 2 { resumeReading() }
         closeIfDone()
@@ -566,8 +570,7 @@ final class ConnectionIO: @unchecked Sendable {
 
     /// On `queue`: cancels the handlers in flight (they still answer, if they do).
     func cancelHandlers() {
-        for task in handlers.values { task.cancel() }
-        handlers = [:]
+        handlers.cancelAll()
     }
 
     private func closeIfDone() {

@@ -710,13 +710,13 @@ public final class RPCServer: Sendable {
                 let answer = immediateReply(to: incoming, refusal)
                 io.queue.async { [self] in
                     if let answer {
-                        io.decoded(token: token, task: nil)
+                        io.decoded(token: token, work: nil)
                         io.finished(handler: token, reply: answer)
                     } else if io.closed {
                         state.withLock { $0.statistics.inFlight -= 1 }
-                        io.decoded(token: token, task: nil)
+                        io.decoded(token: token, work: nil)
                     } else {
-                        io.decoded(token: token, task: handle(incoming, io: io, token: token, connection: connection))
+                        io.decoded(token: token, work: handle(incoming, io: io, token: token, connection: connection))
                     }
                 }
             }
@@ -755,12 +755,13 @@ public final class RPCServer: Sendable {
         return nil
     }
 
-    /// Starts the task that handles `incoming`; its reply goes back to `io` on its queue.
+    /// The work that handles `incoming`, started by `io` as a task of its own; its reply goes back to `io`
+    /// on its queue.
     private func handle(
         _ incoming: RPCIncoming, io: ConnectionIO, token: UInt64, connection: RPCConnection
-    ) -> Task<Void, Never> {
+    ) -> @Sendable () async -> Void {
         let handler = self.handler
-        return Task { [self] in
+        return { [self] in
             let reply = await RPCDispatcher.reply(to: incoming) { request in
                 do throws(RPCError) {
                     let context = RPCRequestContext(connection: connection, requestID: request.id)

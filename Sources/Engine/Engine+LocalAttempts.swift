@@ -150,7 +150,8 @@ extension BrokerEngine {
     {
         let host: LoopbackHost = loopback.host == .ipv4 ? .ipv4 : .ipv6
         do {
-            return try LoopbackListener.open(host: host, port: port, path: loopback.path) { [weak self] url in
+            return try LoopbackListener.open(host: host, port: port, path: loopback.path, work: listenerWork) {
+                [weak self] url in
                 guard let self else { return LoopbackPage(status: 503, title: "Sign-in failed", message: "The broker stopped.") }
                 return await self.loopbackCallback(url, appName: client.appName, attemptId: attemptId)
             }
@@ -198,8 +199,12 @@ extension BrokerEngine {
         }
     }
 
+    /// Closes the attempt's listener: at once from inside its own delivery (it stops after the page); from
+    /// anywhere else, stopping waits for its pages and its polling thread, so it runs as a work item (inline
+    /// only when the work service refuses it).
     func closeListener(_ attemptId: String) {
-        loopbacks.removeValue(forKey: attemptId)?.close()
+        guard let listener = loopbacks.removeValue(forKey: attemptId) else { return }
+        if listener.closesAtOnce || !work.submit({ listener.close() }) { listener.close() }
     }
 
     /// Closes the listeners and stops the polls of attempts that ended.

@@ -53,6 +53,9 @@ public actor BrokerEngine {
     var devicePolls: Set<String> = []
     /// The engine's background work (the daemon runs it in its `ServiceGroup`).
     public nonisolated let work: WorkService
+    /// The loopback listeners' sweepers and deliveries (the daemon runs it in its `ServiceGroup`, stopped
+    /// before `work`): bounded for 64 listeners at once, which one live attempt per client leaves room for.
+    public nonisolated let listenerWork = WorkGroup<LoopbackWork>(limit: 64 * LoopbackListener.workLimit)
     /// How long ended attempts are kept (docs/operations.md, retention); 0 keeps them forever.
     let retentionMilliseconds: Int64
     /// When the timer next prunes ended attempts (nil: at its first tick).

@@ -3,8 +3,8 @@ import BrokerCurl
 import BrokerHTTP
 import BrokerOAuth
 import BrowserLoginProtocol
-import Dispatch
 import Synchronization
+import SystemSupport
 
 /// The configured upstream OpenID providers of a running server, each an
 /// `OAuthSignIn` of the broker's own OAuth code (BrokerOAuth: discovery,
@@ -85,23 +85,10 @@ struct ServerTime: BrokerCore.Clock {
     func now() -> Timestamp { Timestamp(millisecondsSince1970: clock()) }
 }
 
-/// Runs `body` on the concurrency pool and waits for it on this thread. The
+/// Runs `body` on the concurrency pool and waits for it on this thread (SystemSupport's `waitBlocking`). The
 /// HTTP listener runs one thread per connection (never a pool thread), so
 /// blocking it while the provider answers holds up no other request; every
 /// request to a provider has its own timeouts (OAuthProvider's 15 s).
 func waitFor<T: Sendable>(_ body: @escaping @Sendable () async -> T) -> T {
-    let slot = ResultSlot<T>()
-    let done = DispatchSemaphore(value: 0)
-    Task {
-        let value = await body()
-        slot.value.withLock { $0 = value }
-        done.signal()
-    }
-    done.wait()
-    guard let value = slot.value.withLock({ $0 }) else { preconditionFailure("the task ended without a value") }
-    return value
-}
-
-private final class ResultSlot<T: Sendable>: Sendable {
-    let value = Mutex<T?>(nil)
+    waitBlocking(body)
 }

@@ -10,6 +10,7 @@ import BrokerCurl
 import BrokerHTTP
 import CurlSupport
 import Synchronization
+import SystemSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -60,8 +61,10 @@ func curlProxy(_ proxy: HTTPHelperWire.Proxy) -> CurlProxy {
 
 let transport = CurlTransport()
 let output = Output()
-/// The transfers in flight, by request id (for cancellations).
-let running = Mutex<[UInt64: Task<Void, Never>]>([:])
+/// The transfers in flight, each a work item by request id (cancelled by the broker's `cancel` frame). The
+/// broker keeps at most `maximumInFlight` in flight; one it gave up on may still be ending here, hence twice
+/// that. Nothing drains them: the helper exits when the broker closes its end, and nobody wants the answers.
+let transfers = WorkGroup<UInt64>(limit: 2 * HelperTransport.maximumInFlight)
 
 var stream = HTTPHelperWire.Stream()
 var buffer = [UInt8](repeating: 0, count: 64 * 1024)
@@ -74,22 +77,22 @@ while true {
     while let payload = stream.next() {
         switch HTTPHelperWire.decode(payload) {
         case .request(let id, let request, let proxy):
-            running.withLock { tasks in
-                // Inserted before the task can remove itself (it takes the same lock). Detached: this
-                // top-level loop holds the main actor for good, and a plain Task would wait for it.
-                tasks[id] = Task.detached {
-                    let frame: HTTPHelperWire.Frame
-                    do throws(HTTPTransportError) {
-                        frame = .response(id: id, try await transport.send(request, proxy: curlProxy(proxy)))
-                    } catch {
-                        frame = .failure(id: id, error)
-                    }
-                    _ = running.withLock { $0.removeValue(forKey: id) }
-                    output.write(HTTPHelperWire.encode(frame))
+            // Not on this top-level loop's main actor, which it holds for good: a work item runs on the pool.
+            let started = transfers.submit(id) {
+                let frame: HTTPHelperWire.Frame
+                do throws(HTTPTransportError) {
+                    frame = .response(id: id, try await transport.send(request, proxy: curlProxy(proxy)))
+                } catch {
+                    frame = .failure(id: id, error)
                 }
+                output.write(HTTPHelperWire.encode(frame))
+            }
+            if !started {
+                let refused = HTTPTransportError.notSent("the HTTP helper has too many requests in flight; try again")
+                output.write(HTTPHelperWire.encode(.failure(id: id, refused)))
             }
         case .cancel(let id):
-            running.withLock { $0[id] }?.cancel()
+            transfers.cancel(id)
         default:
             // Not the broker's framing: a broken or foreign peer.
             exit(65)

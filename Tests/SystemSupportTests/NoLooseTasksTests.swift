@@ -1,0 +1,53 @@
+import Foundation
+import Testing
+
+/// Every task in Sources has an owner that bounds it, cancels it and waits for it (docs/architecture.md,
+/// "Background work"): tasks are started only by the lifecycle code (Services.swift: task groups) and by
+/// `TaskSet`/`WorkGroup` (WorkGroup.swift). Anything else submits a work item to one of those, or to the
+/// engine's `WorkService`; a `Task {`, `Task(…)` or `Task.detached` anywhere else is a loose task.
+@Suite struct NoLooseTasksTests {
+    static let allowed: Set = ["SystemSupport/Services.swift", "SystemSupport/WorkGroup.swift"]
+
+    /// `Task {`, `Task(`, `Task<T, E> {` and `Task.detached`, outside `//` comments.
+    static let starts = try! NSRegularExpression(pattern: #"\bTask\s*(<[^>]*>)?\s*(\{|\(|\.detached\b)"#)
+
+    static func startsTask(_ line: Substring) -> Bool {
+        let code = String(line.split(separator: "//", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
+        return starts.firstMatch(in: code, range: NSRange(code.startIndex..., in: code)) != nil
+    }
+
+    @Test func thePatternFindsEveryWayOfStartingATask() {
+        for line in [
+            "let t = Task { await x() }", "Task {", "tasks[id] = Task.detached {", "Task(priority: .low) {",
+            "return Task<Void, Never> { [self] in", "Task(operation: body)",
+        ] {
+            #expect(Self.startsTask(line[...]), "\(line)")
+        }
+        for line in [
+            "try await Task.sleep(for: .seconds(1))", "while !Task.isCancelled {", "var t: Task<Void, Never>?",
+            "[UInt64: Task<Void, Never>]", "var items = TaskSet<ID>()", "await withTaskGroup(of: Void.self) {",
+            "// a comment about Task { }", "group.addTask {",
+        ] {
+            #expect(!Self.startsTask(line[...]), "\(line)")
+        }
+    }
+
+    @Test func noTaskIsStartedOutsideItsOwners() throws {
+        var sources = URL(fileURLWithPath: #filePath)
+        for _ in 0..<3 { sources = sources.deletingLastPathComponent() }
+        let root = sources.appendingPathComponent("Sources").path
+        let files = FileManager.default.enumerator(atPath: root)?.compactMap { $0 as? String } ?? []
+        var offenders: [String] = []
+        var checked = 0
+        for file in files where file.hasSuffix(".swift") {
+            checked += 1
+            let text = try String(contentsOfFile: root + "/" + file, encoding: .utf8)
+            for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated()
+            where Self.startsTask(line) && !Self.allowed.contains(file) {
+                offenders.append("Sources/\(file):\(number + 1): \(line.trimmingCharacters(in: .whitespaces))")
+            }
+        }
+        #expect(checked > 150)
+        #expect(offenders == [])
+    }
+}
