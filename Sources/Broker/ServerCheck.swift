@@ -108,7 +108,6 @@ enum ServerCheck {
         case .serverFailure(let status): "the login server failed (\(status)); try again later"
         case .refused(let status, let code, _, _): "the login server refused the request (\(status) \(code))"
         case .responseTooLarge: "the login server's answer is too large"
-        case .providerRefused(let status, let error, _): "the provider refused the request (\(status) \(error))"
         }
     }
 

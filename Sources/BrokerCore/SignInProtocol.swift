@@ -1,94 +1,72 @@
+import BrowserLoginAPI
 import BrowserLoginProtocol
 
-/// Why a call to the login server did not answer with its success body: the
-/// one error of every sign-in protocol. Messages never hold a token, a proof,
-/// a code or the server's attempt id.
-public enum LoginServerError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// The request certainly never reached the server.
-    case notSent(String)
-    /// Sent, but no answer came (connection lost, timeout).
-    case noAnswer(String)
-    /// Any 3xx: servers never redirect on native routes.
-    case redirected(status: Int)
-    /// An answer that is not a well-formed answer of the protocol.
-    case malformed(status: Int, String)
-    /// A 5xx.
-    case serverFailure(status: Int)
-    /// A well-formed 4xx error body.
-    case refused(status: Int, code: ServerErrorCode, message: String, retryAfterSeconds: Int?)
-    /// The answer was larger than allowed.
-    case responseTooLarge
-    /// A well-formed OAuth 2.0 error body (RFC 6749 §5.2) from a standard
-    /// provider: `error` is its code (`invalid_grant` …), `description` its
-    /// `error_description`, already reduced to plain text.
-    case providerRefused(status: Int, error: String, description: String?)
+/// Why a session call of a sign-in protocol (refresh, revoke, verify) did
+/// not succeed, in the words the engine decides on, whatever the protocol:
+/// each case carries the public error in the protocol's own words (a
+/// standard provider is not "the login server") and a detail for the log.
+/// Neither holds a token, a proof, a key or a code.
+public enum SignInFailure: Error, Sendable, Equatable, CustomStringConvertible {
+    /// Certainly not sent, or it cannot be done now without sending (the
+    /// server could not be reached before the request left; a DPoP key that
+    /// cannot be used now): nothing was lost, try again later. The session
+    /// stays as it is; an owed revoke stays owed.
+    case notSent(BrokerError, detail: String)
+    /// Sent, and no answer came (connection lost, timeout): the server may
+    /// have processed it. Never repeated blindly — a refresh only when the
+    /// protocol's `repeatsLostRefresh` says a repeat gets the same answer.
+    case unanswered(BrokerError, detail: String)
+    /// Sent and answered, but not definitely (a 5xx, a redirect, a broken or
+    /// too large answer): it may hide a processed request; never repeated.
+    case indefinite(BrokerError, detail: String)
+    /// A definite refusal that ends the grant: the session is over at the
+    /// server and ends here as `ending` says.
+    case ended(SessionEnding, BrokerError, detail: String)
+    /// Any other definite refusal: nothing was done at the server.
+    case refused(BrokerError, detail: String)
 
-    /// docs/protocol.md §7: only a success or a well-formed 4xx error body is
-    /// a definite answer; anything else may hide a processed request.
-    public var isDefinite: Bool {
+    /// The public error, in the protocol's words.
+    public var brokerError: BrokerError {
         switch self {
-        case .refused, .providerRefused: true
-        default: false
+        case .notSent(let error, _), .unanswered(let error, _), .indefinite(let error, _), .ended(_, let error, _),
+            .refused(let error, _):
+            error
         }
-    }
-
-    /// True when the request certainly did not reach the server.
-    public var certainlyNotSent: Bool {
-        if case .notSent = self { return true }
-        return false
-    }
-
-    /// The server's code for a well-formed refusal.
-    public var serverCode: ServerErrorCode? {
-        if case .refused(_, let code, _, _) = self { return code }
-        return nil
     }
 
     public var description: String {
         switch self {
-        case .notSent(let m): "the server could not be reached (\(m))"
-        case .noAnswer(let m): "the server did not answer (\(m))"
-        case .redirected(let s): "the server answered a redirect (\(s)), which the protocol forbids"
-        case .malformed(let s, let m): "the server's answer (\(s)) is not a protocol answer: \(m)"
-        case .serverFailure(let s): "the server failed (\(s))"
-        case .refused(let s, let code, _, _): "the server refused (\(s) \(code))"
-        case .responseTooLarge: "the server's answer is too large"
-        case .providerRefused(let s, let error, _): "the provider refused (\(s) \(error))"
+        case .notSent(_, let detail), .unanswered(_, let detail), .indefinite(_, let detail), .ended(_, _, let detail),
+            .refused(_, let detail):
+            detail
         }
     }
+}
 
-    /// The broker error for a call that failed this way.
-    public func brokerError(attemptId: String? = nil) -> BrokerError {
-        switch self {
-        case .notSent(let detail), .noAnswer(let detail):
-            // The detail names only the host and what failed (a TLS
-            // handshake, a timeout), never a path, a token or an id.
-            return BrokerError(
-                .serverUnreachable,
-                "the login server could not be reached (\(detail)); check the network and the client's Server= origin, then try again",
-                attemptId: attemptId)
-        case .serverFailure(let status):
-            return BrokerError(
-                .serverProtocolError,
-                "the login server failed (HTTP \(status)); try again later, and tell its operator if it persists",
-                attemptId: attemptId)
-        case .redirected, .malformed, .responseTooLarge:
-            return BrokerError(
-                .serverProtocolError,
-                "the login server's answer broke the protocol (\(self)); check the client's Server= and BasePath=",
-                attemptId: attemptId)
-        case .providerRefused(_, let error, let description):
-            return BrokerError(
-                .providerError,
-                "the identity provider refused: \(error)\(description.map { " (\($0))" } ?? ""); sign in again, and check the client file if it persists",
-                attemptId: attemptId, providerError: error)
-        case .refused(_, let code, let message, let retryAfter):
-            let safeMessage = message.count <= 200 ? message : String(message.prefix(200))
-            return BrokerError(
-                .serverError, "the login server refused: \(code.rawValue) (\(safeMessage))", attemptId: attemptId,
-                serverCode: code.rawValue, retryAfterSeconds: retryAfter)
-        }
+/// How a session ends when its server refused its grant for good.
+public struct SessionEnding: Sendable, Equatable {
+    /// `expired` or `revoked`.
+    public var status: SessionStatus
+    /// The session's recorded reason (the server's code, `REFRESH_REJECTED` …).
+    public var reason: String
+    /// A configuration problem the log names (the client itself was refused).
+    public var warning: String?
+
+    public init(status: SessionStatus, reason: String, warning: String? = nil) {
+        self.status = status
+        self.reason = reason
+        self.warning = warning
     }
+}
+
+/// What a session check (`verify`) found.
+public enum SessionCheck: Sendable, Equatable {
+    /// The server knows the session by its access token.
+    case alive
+    /// The session lives, its access token does not: refresh it.
+    case accessTokenExpired
+    /// The access token is good, but for another session than this one.
+    case anotherSession
 }
 
 /// A sign-in protocol as the engine drives it, one per client (chosen from
@@ -99,11 +77,11 @@ public enum LoginServerError: Error, Sendable, Equatable, CustomStringConvertibl
 public protocol SignInProtocol: Sendable {
     /// Rotates the session's tokens (§5.7): the session as it is after the
     /// refresh (new access token, the rotated refresh token, expiries).
-    func refresh(_ session: IssuedSession) async throws(LoginServerError) -> IssuedSession
+    func refresh(_ session: IssuedSession) async throws(SignInFailure) -> IssuedSession
     /// Revokes the session of a signed-out client (§5.8, RFC 7009).
-    func revoke(_ session: IssuedSession) async throws(LoginServerError) -> RevokeResponse
-    /// Checks the session with the server (§5.6).
-    func session(accessToken: String) async throws(LoginServerError) -> SessionInfoResponse
+    func revoke(_ session: IssuedSession) async throws(SignInFailure) -> RevokeResponse
+    /// Checks the session with the server (§5.6); only called when `checksSessions`.
+    func verify(_ session: IssuedSession) async throws(SignInFailure) -> SessionCheck
     /// The server's routes for one attempt (create, exchange, status,
     /// cancel, acknowledge, revoke by proof), which sign-in, reconciliation
     /// and follow-ups use; nil for a protocol whose server keeps no attempt a
@@ -136,9 +114,9 @@ public protocol SignInProtocol: Sendable {
     /// True for an app path that belongs to the sign-in server, not the app
     /// (`http.request` refuses it).
     func reservesAppPath(_ path: String, client: ClientConfig) -> Bool
-    /// The public error for a failed call, in this protocol's words (a
-    /// standard provider is not "the login server").
-    func brokerError(_ failure: LoginServerError) -> BrokerError
+    /// How the session ends when the app's API answered that it is over
+    /// (the request was refused, not processed); nil when it did not.
+    func endsSession(_ response: HTTPResponse) -> SessionEnding?
 }
 
 extension SignInProtocol {
@@ -164,7 +142,15 @@ extension SignInProtocol {
         response.status == 401 && response.body.count < 65_536
             && (try? JSONValue.parse(response.body).decode(ErrorBody.self))?.error.code == .tokenExpired
     }
-    public func brokerError(_ failure: LoginServerError) -> BrokerError { failure.brokerError() }
+    /// Browser Login's API says `SESSION_REVOKED`, `SESSION_EXPIRED` or
+    /// `AUTH_USER_DISABLED` in a `401`/`403` error body (docs/protocol.md §6).
+    public func endsSession(_ response: HTTPResponse) -> SessionEnding? {
+        guard response.status == 401 || response.status == 403, response.body.count < 65_536,
+            let code = (try? JSONValue.parse(response.body).decode(ErrorBody.self))?.error.code,
+            code == .sessionRevoked || code == .sessionExpired || code == .authUserDisabled
+        else { return nil }
+        return SessionEnding(status: code == .sessionExpired ? .expired : .revoked, reason: code.rawValue)
+    }
     public func authorizationHeaders(_ session: IssuedSession, method: String, url: String) throws(BrokerError)
         -> [HTTPHeader]
     { [HTTPHeader("Authorization", "Bearer " + session.accessToken)] }

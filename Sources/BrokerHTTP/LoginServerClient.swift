@@ -128,15 +128,28 @@ public struct LoginServerClient: SignInProtocol, ServerAttemptControl {
             expect: 200, as: RevokeResponse.self)
     }
 
-    public func refresh(_ session: IssuedSession) async throws(LoginServerError) -> IssuedSession {
+    /// §5.7 for the seam: its failures in the seam's terms (`signInFailure`).
+    public func refresh(_ session: IssuedSession) async throws(SignInFailure) -> IssuedSession {
         guard let token = session.refreshToken else {
-            throw .notSent("the session has no refresh token")
+            throw LoginServerError.notSent("the session has no refresh token").signInFailure(.refresh)
         }
-        return Self.refreshed(session, by: try await refresh(refreshToken: token))
+        do { return Self.refreshed(session, by: try await refresh(refreshToken: token)) } catch {
+            throw error.signInFailure(.refresh)
+        }
     }
 
-    public func revoke(_ session: IssuedSession) async throws(LoginServerError) -> RevokeResponse {
-        try await revokeByToken(accessToken: session.accessToken)
+    /// §5.8's sign-out form for the seam.
+    public func revoke(_ session: IssuedSession) async throws(SignInFailure) -> RevokeResponse {
+        do { return try await revokeByToken(accessToken: session.accessToken) } catch {
+            throw error.signInFailure(.revoke)
+        }
+    }
+
+    /// §5.6 for the seam: `TOKEN_EXPIRED` is a live session with an expired access token.
+    public func verify(_ session: IssuedSession) async throws(SignInFailure) -> SessionCheck {
+        try await LoginServerError.verification(of: session) { () async throws(LoginServerError) in
+            try await self.session(accessToken: session.accessToken)
+        }
     }
 
     /// §5.8, sign-out form: `Authorization: Bearer` and body `{}`.

@@ -106,16 +106,24 @@ extension ProviderError {
     }
 }
 
+extension ProviderError {
+    /// A DPoP proof the session's key could not make: nothing was sent.
+    static let proofNotMade = ProviderError.notSent("the DPoP proof could not be made")
+}
+
 extension OAuthSignIn {
     static let keyUnavailable = BrokerError(
         .dpopKeyUnavailable,
         "the session's DPoP key is missing or unreadable in the vault, so its tokens cannot be used; sign in again")
 
-    /// The session's DPoP key, nil for a Bearer session.
-    static func dpopKey(of session: IssuedSession) throws(LoginServerError) -> DPoPKey? {
+    /// The session's DPoP key, nil for a Bearer session. A key that cannot
+    /// be read sends nothing and ends nothing: the refresh or revoke answers
+    /// `DPOP_KEY_UNAVAILABLE` as "not sent" (the session stays, an owed
+    /// revoke stays owed — cannot read it now never turns into it is gone).
+    static func dpopKey(of session: IssuedSession) throws(SignInFailure) -> DPoPKey? {
         guard let serialized = session.dpopKey else { return nil }
         guard let key = DPoPKey(serialized: serialized) else {
-            throw .notSent("the session's DPoP key is unreadable in the vault; sign in again")
+            throw .notSent(keyUnavailable, detail: "the session's DPoP key is unreadable in the vault")
         }
         return key
     }

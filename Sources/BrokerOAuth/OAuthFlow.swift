@@ -125,7 +125,7 @@ extension OAuthSignIn: LocalAttemptSignIn {
     func grant(_ tokens: TokenResponse, nonce: String?, idTokenRequired: Bool, dpop: DPoPKey? = nil) -> LocalGrant {
         let bound = tokens.tokenType.lowercased() == "dpop" ? dpop : nil
         return LocalGrant { () async throws(BrokerError) -> IssuedSession in
-            do throws(SignInFailure) {
+            do throws(TokenAnswerFailure) {
                 return try await issue(tokens, nonce: nonce, idTokenRequired: idTokenRequired, dpop: bound)
             } catch {
                 let unkept = IssuedSession(

@@ -645,7 +645,7 @@ public final class OAuthProvider: Sendable {
                     method: method, url: url, accessToken: accessToken, nonce: nonce,
                     now: clock.now().millisecondsSince1970 / 1000))
         } catch {
-            throw .notSent("the DPoP proof could not be made")
+            throw ProviderError.proofNotMade
         }
     }
 

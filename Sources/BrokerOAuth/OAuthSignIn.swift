@@ -4,7 +4,7 @@ import BrowserLoginProtocol
 
 /// Why a standard provider's token answer signs no one in: the provider's
 /// own failure, or an ID token (or userinfo) that fails a check.
-public enum SignInFailure: Error, Sendable, Equatable {
+public enum TokenAnswerFailure: Error, Sendable, Equatable {
     case provider(ProviderError)
     /// OpenID Connect Core §3.1.3.7 (or §5.3.2 for userinfo): the reason, for people.
     case idTokenInvalid(String)
@@ -41,21 +41,39 @@ public struct OAuthSignIn: SignInProtocol {
     /// A provider has no session check: refresh is what tells.
     public var checksSessions: Bool { false }
 
-    static let notThisPath = LoginServerError.malformed(
-        status: 0, "a standard provider has no Browser Login session route")
-
-    public func session(accessToken: String) async throws(LoginServerError) -> SessionInfoResponse {
-        throw Self.notThisPath
+    /// Never called (`checksSessions` is false): a provider has no session check.
+    public func verify(_ session: IssuedSession) async throws(SignInFailure) -> SessionCheck {
+        let error = ProviderError.malformed(status: 0, "a standard provider has no session check")
+        throw .indefinite(error.brokerError(), detail: "\(error)")
     }
 
     /// Rotates the tokens: a provider that sends no new refresh token keeps
-    /// the old one valid (RFC 6749 §6); expiries follow the answer.
-    public func refresh(_ session: IssuedSession) async throws(LoginServerError) -> IssuedSession {
-        guard let token = session.refreshToken else { throw .notSent("the session has no refresh token") }
+    /// the old one valid (RFC 6749 §6); expiries follow the answer. A
+    /// refusal in `refusesRefresh` (OAUTH.md §4: `invalid_grant`, a bodiless
+    /// 400/401, a refused client) ends the session `expired` with
+    /// `REFRESH_REJECTED`; a DPoP key that cannot be used now sends nothing
+    /// and ends nothing (`DPOP_KEY_UNAVAILABLE`).
+    public func refresh(_ session: IssuedSession) async throws(SignInFailure) -> IssuedSession {
+        guard let token = session.refreshToken else {
+            throw Self.failure(.notSent("the session has no refresh token"))
+        }
         let dpop = try Self.dpopKey(of: session)
         let tokens: TokenResponse
         do { tokens = try await provider.refresh(refreshToken: token, dpop: dpop) } catch {
-            throw Self.loginServerError(error)
+            if error.refusesRefresh, case .refused(_, let code, _) = error {
+                throw .ended(
+                    SessionEnding(
+                        status: .expired, reason: "REFRESH_REJECTED",
+                        warning: code == "invalid_grant"
+                            ? nil
+                            : "the provider refused the client at refresh: check ClientId=, ClientSecret= and the provider's client settings"
+                    ),
+                    BrokerError(
+                        .notSignedIn, "the identity provider refused the refresh token (\(code)); sign in again",
+                        providerError: code),
+                    detail: "\(error)")
+            }
+            throw Self.failure(error)
         }
         let now = clock.now()
         var next = session
@@ -70,7 +88,7 @@ public struct OAuthSignIn: SignInProtocol {
 
     /// RFC 7009: the refresh token (or the access token when there is none).
     /// A provider without a revocation endpoint is not asked (`revoked: false`).
-    public func revoke(_ session: IssuedSession) async throws(LoginServerError) -> RevokeResponse {
+    public func revoke(_ session: IssuedSession) async throws(SignInFailure) -> RevokeResponse {
         guard await provider.hasRevocation else { return RevokeResponse(revoked: false) }
         let dpop = try Self.dpopKey(of: session)
         do {
@@ -80,7 +98,7 @@ public struct OAuthSignIn: SignInProtocol {
                 accessTokenExpiresAt: session.accessTokenExpiresAt, dpop: dpop)
         } catch {
             if error == .noRevocationEndpoint { return RevokeResponse(revoked: false) }
-            throw Self.loginServerError(error)
+            throw Self.failure(error)
         }
         return RevokeResponse(revoked: true)
     }
@@ -93,33 +111,20 @@ public struct OAuthSignIn: SignInProtocol {
         response.status == 401 && response.header("WWW-Authenticate").flatMap(OAuthProvider.bearerError) == "invalid_token"
     }
 
-    /// A failed refresh or revoke in the provider's words (the engine's
-    /// terms name the login server and its `Server=`).
-    public func brokerError(_ failure: LoginServerError) -> BrokerError {
-        switch failure {
-        case .notSent(let m): ProviderError.notSent(m).brokerError()
-        case .noAnswer(let m): ProviderError.noAnswer(m).brokerError()
-        case .serverFailure(let status): ProviderError.serverFailure(status: status).brokerError()
-        case .malformed(let status, let m): ProviderError.malformed(status: status, m).brokerError()
-        case .redirected(let status): ProviderError.malformed(status: status, "a redirect").brokerError()
-        case .responseTooLarge: ProviderError.responseTooLarge.brokerError()
-        case .providerRefused(let status, let error, let text):
-            ProviderError.refused(status: status, error: error, description: text).brokerError()
-        case .refused: failure.brokerError()
-        }
-    }
-
-    /// The provider's failure in the engine's terms: only a well-formed error
-    /// body is definite, only a request that never left is "not sent".
-    public static func loginServerError(_ error: ProviderError) -> LoginServerError {
+    /// The provider's failure of a refresh or revoke in the seam's terms,
+    /// with the public error in the provider's words: only a well-formed
+    /// error body is definite, only a request that never left (or a local
+    /// refusal before sending) is "not sent".
+    public static func failure(_ error: ProviderError) -> SignInFailure {
+        let detail = "\(error)"
+        if error == .proofNotMade { return .notSent(keyUnavailable, detail: detail) }
         switch error {
-        case .notSent(let m): .notSent(m)
-        case .noAnswer(let m): .noAnswer(m)
-        case .serverFailure(let status): .serverFailure(status: status)
-        case .malformed(let status, let m): .malformed(status: status, m)
-        case .refused(let status, let code, let text): .providerRefused(status: status, error: code, description: text)
-        case .responseTooLarge: .responseTooLarge
-        case .issuerMismatch, .insecureEndpoint, .unsupported: .notSent("\(error)")
+        case .notSent: return .notSent(error.brokerError(), detail: detail)
+        case .issuerMismatch, .insecureEndpoint, .unsupported:
+            return .notSent(ProviderError.notSent(detail).brokerError(), detail: detail)
+        case .noAnswer: return .unanswered(error.brokerError(), detail: detail)
+        case .serverFailure, .malformed, .responseTooLarge: return .indefinite(error.brokerError(), detail: detail)
+        case .refused: return .refused(error.brokerError(), detail: detail)
         }
     }
 
@@ -130,7 +135,7 @@ public struct OAuthSignIn: SignInProtocol {
     /// when `idTokenRequired`), the account completed from userinfo.
     /// `nonce` is the attempt's (nil for a device grant).
     public func issue(_ tokens: TokenResponse, nonce: String?, idTokenRequired: Bool, dpop: DPoPKey? = nil)
-        async throws(SignInFailure) -> IssuedSession
+        async throws(TokenAnswerFailure) -> IssuedSession
     {
         let now = clock.now()
         var claims: IDTokenClaims?
@@ -176,7 +181,7 @@ public struct OAuthSignIn: SignInProtocol {
     /// OpenID Connect Core §3.1.3.7 with the provider's keys; an unknown key
     /// id re-fetches the key set once (at most once a minute, the provider's rule).
     /// Public: the reference server's upstream sign-in checks ID tokens with it too.
-    public func verify(_ idToken: String, nonce: String?, now: Timestamp) async throws(SignInFailure) -> IDTokenClaims {
+    public func verify(_ idToken: String, nonce: String?, now: Timestamp) async throws(TokenAnswerFailure) -> IDTokenClaims {
         let expect = IDTokenExpectations(
             issuer: settings.issuer, clientId: settings.clientId, nonce: nonce, now: now.millisecondsSince1970 / 1000)
         for refetch in [false, true] {

@@ -138,12 +138,9 @@ struct AppRequestProxy: Sendable {
             secrets = try await engine.refreshSession(slot, current: secrets)
             response = try await send(request, client: client, url: url, authorization: try authorization())
         }
-        if let code = serverCode(response), response.status == 401 || response.status == 403 {
-            if code == .sessionRevoked || code == .sessionExpired || code == .authUserDisabled {
-                try await engine.sessions.end(
-                    slot, status: code == .sessionExpired ? .expired : .revoked, reason: code.rawValue,
-                    generation: secrets.generation)
-            }
+        if let ending = server.endsSession(response) {
+            try await engine.sessions.end(
+                slot, status: ending.status, reason: ending.reason, generation: secrets.generation)
         }
         response.headers.removeAll { $0.name.lowercased() == "set-cookie" }
         return response
@@ -177,14 +174,5 @@ struct AppRequestProxy: Sendable {
                 throw InvalidAppRequest(message: "the request could not be built: \(m)")
             }
         }
-    }
-
-    /// RFC 6750 §3: a `401` whose `Bearer` challenge says `error="invalid_token"`
-    /// (an expired or revoked access token at a standard provider's API).
-    func serverCode(_ response: HTTPResponse) -> ServerErrorCode? {
-        guard response.body.count < 65_536,
-            let body = try? JSONValue.parse(response.body).decode(ErrorBody.self)
-        else { return nil }
-        return body.error.code
     }
 }

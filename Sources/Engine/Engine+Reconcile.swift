@@ -142,13 +142,14 @@ extension BrokerEngine {
 
     func verify(_ session: IssuedSession, server: any SignInProtocol) async -> Verification {
         do {
-            let info = try await server.session(accessToken: session.accessToken)
-            return info.sessionId == session.sessionId ? .alive : .dead
+            switch try await server.verify(session) {
+            case .alive, .accessTokenExpired: return .alive
+            case .anotherSession: return .dead
+            }
         } catch {
             switch error {
-            case .refused(_, .tokenExpired, _, _): return .alive
-            case .refused: return .dead
-            default: return .unreachable("\(error)")
+            case .ended, .refused: return .dead
+            case .notSent, .unanswered, .indefinite: return .unreachable("\(error)")
             }
         }
     }

@@ -47,6 +47,9 @@ final class SessionKeeper {
     private var refreshing: [AccountSlot: [CheckedContinuation<SessionSecrets, any Error>]] = [:]
     /// Sessions whose sign-out revoke is being sent now: at most one request per session in flight.
     private var revokesInFlight: Set<AccountSlot> = []
+    /// Owed revokes that cannot be sent now for a reason of this machine's
+    /// (a DPoP key that cannot be used), and when they are tried again.
+    private var revokesDeferred: [AccountSlot: Timestamp] = [:]
     /// `session.signOut` calls waiting for the revoke in flight (the timer's retry) to settle.
     private var revokeWaiters: [AccountSlot: [CheckedContinuation<Void, Never>]] = [:]
     /// When each session is next refreshed and verified.
@@ -71,6 +74,10 @@ final class SessionKeeper {
 
     /// An owed sign-out revoke is tried again on each timer round this far apart.
     static let revokeRetryMilliseconds: Int64 = 250
+    /// A refresh or revoke that cannot be sent for a reason of this machine's
+    /// (not the network's: a DPoP key that cannot be used) is tried again
+    /// by the timer this far apart, not at its usual pace.
+    static let unusableRetryMilliseconds: Int64 = 60_000
 
     init(
         store: BrokerStore, clients: [String: ClientConfig], vault: any SecretVault,
@@ -365,47 +372,36 @@ final class SessionKeeper {
             throw BrokerError(.notSignedIn, "the session's access token expired and cannot be refreshed; sign in again")
         }
         var answer: IssuedSession?
-        var lastFailure: LoginServerError?
+        var lastFailure: SignInFailure?
         for attempt in 0..<2 {
             do {
                 answer = try await server.refresh(current.session)
                 break
             } catch {
                 lastFailure = error
-                if case .noAnswer = error, attempt == 0, server.repeatsLostRefresh { continue }
+                if case .unanswered = error, attempt == 0, server.repeatsLostRefresh { continue }
                 break
             }
         }
         guard let answer else {
-            let failure: LoginServerError = lastFailure ?? .noAnswer("no answer")
-            // Issue 31 (OAUTH.md §4): these refusals end the session; a bodiless 400/401 arrives as invalid_grant.
-            if case .providerRefused(let status, let code, _) = failure, status == 400 || status == 401,
-                ["invalid_grant", "invalid_client", "unauthorized_client"].contains(code)
-            {
-                if code != "invalid_grant" {
+            let failure = lastFailure ?? .unanswered(BrokerError(.serverUnreachable, "no answer"), detail: "no answer")
+            switch failure {
+            case .ended(let ending, let error, _):
+                if let warning = ending.warning {
                     logger.warning(
-                        "the provider refused the client at refresh: check ClientId=, ClientSecret= and the provider's client settings",
-                        ["client": clientId, "error": code])
+                        warning, ["client": clientId, "error": error.providerError ?? error.serverCode ?? ending.reason])
                 }
-                try await end(slot, status: .expired, reason: "REFRESH_REJECTED", generation: current.generation)
-                throw BrokerError(
-                    .notSignedIn, "the identity provider refused the refresh token (\(code)); sign in again",
-                    providerError: code)
+                try await end(slot, status: ending.status, reason: ending.reason, generation: current.generation)
+            case .notSent(let error, let detail) where error.code != .serverUnreachable && error.code != .providerUnreachable:
+                // Cannot be done now (a DPoP key that cannot be used): nothing was sent, the session
+                // stays; the timer tries again in a minute rather than at its 5 s pace.
+                logger.notice(
+                    "session refresh not sent: \(error.code.rawValue)", ["client": clientId, "error": detail])
+                nextRefresh[slot] = now().adding(milliseconds: Self.unusableRetryMilliseconds)
+            default:
+                break
             }
-            if case .refused(_, let code, _, _) = failure,
-                code == .sessionRevoked || code == .sessionExpired || code == .authUserDisabled
-            {
-                try await end(
-                    slot, status: code == .sessionExpired ? .expired : .revoked, reason: code.rawValue,
-                    generation: current.generation)
-                throw BrokerError(
-                    .notSignedIn,
-                    code == .authUserDisabled
-                        ? "the account is disabled at the server (AUTH_USER_DISABLED); contact your administrator to enable it"
-                        : "the session ended at the server (\(code.rawValue)); sign in again",
-                    serverCode: code.rawValue)
-            }
-            throw server.brokerError(failure)
+            throw failure.brokerError
         }
         var next = current
         next.session = answer
@@ -703,6 +699,7 @@ final class SessionKeeper {
     nonisolated(nonsending) func revokePending(_ slot: AccountSlot) async {
         let clientId = slot.client
         guard !revokesInFlight.contains(slot), let record = try? record(slot), record.revokePending else { return }
+        if let until = revokesDeferred[slot], now() < until { return }
         revokesInFlight.insert(slot)
         defer {
             revokesInFlight.remove(slot)
@@ -736,15 +733,29 @@ final class SessionKeeper {
                 logger.info("signed-out session revoked at the server", ["client": clientId])
             } catch {
                 switch error {
-                case .notSent:
-                    logger.notice(
-                        "sign-out revoke owed: the server could not be reached",
-                        ["client": clientId, "error": "\(error)", Logger.messageIDKey: LogEvent.revokeOwed])
-                    timer.scheduled(now().adding(milliseconds: Self.revokeRetryMilliseconds))
+                case .notSent(let brokerError, _):
+                    if brokerError.code == .serverUnreachable || brokerError.code == .providerUnreachable {
+                        logger.notice(
+                            "sign-out revoke owed: the server could not be reached",
+                            ["client": clientId, "error": "\(error)", Logger.messageIDKey: LogEvent.revokeOwed])
+                        timer.scheduled(now().adding(milliseconds: Self.revokeRetryMilliseconds))
+                    } else {
+                        // Cannot be sent now for a reason of this machine's: owed, tried again later.
+                        let until = now().adding(milliseconds: Self.unusableRetryMilliseconds)
+                        revokesDeferred[slot] = until
+                        logger.notice(
+                            "sign-out revoke owed: \(brokerError.code.rawValue)",
+                            ["client": clientId, "error": "\(error)", Logger.messageIDKey: LogEvent.revokeOwed])
+                        timer.scheduled(until)
+                    }
                     return
-                case .refused:
+                case .ended:
                     logger.info("signed-out session revoked at the server", ["client": clientId])
-                default:
+                case .refused:
+                    logger.warning(
+                        "sign-out revoke refused by the server; it is not sent again (docs/protocol.md §4)",
+                        ["client": clientId, "error": "\(error)"])
+                case .unanswered, .indefinite:
                     logger.warning(
                         "sign-out revoke may not have reached the server; it is not sent again (docs/protocol.md §4)",
                         ["client": clientId, "error": "\(error)"])
@@ -769,6 +780,7 @@ final class SessionKeeper {
 
     /// Nothing is owed any more for the signed-out session.
     private func revokeSettled(_ slot: AccountSlot) {
+        revokesDeferred[slot] = nil
         if var record = try? record(slot), record.revokePending {
             record.revokePending = false
             record.updatedAt = now()
@@ -801,7 +813,7 @@ final class SessionKeeper {
         for session in (try? store.sessions()) ?? sessions {
             let slot = AccountSlot(client: session.client, account: session.accountKey)
             if session.revokePending && !revokesInFlight.contains(slot) {
-                consider(now.adding(milliseconds: Self.revokeRetryMilliseconds))
+                consider(revokesDeferred[slot] ?? now.adding(milliseconds: Self.revokeRetryMilliseconds))
             }
             guard session.status == .signedIn else { continue }
             guard clients[slot.client] != nil else { continue }
@@ -845,27 +857,17 @@ final class SessionKeeper {
     /// secrets to refresh when the server says the access token expired.
     nonisolated(nonsending) func verify(_ slot: AccountSlot) async -> SessionSecrets? {
         guard let secrets = try? await current(slot) else { return nil }
-        let failure: LoginServerError
-        do {
-            _ = try await servers[slot.client]!.session(accessToken: secrets.session.accessToken)
-            if secrets.generation == generation(slot), var record = try? record(slot), record.status == .signedIn {
-                record.verifiedAt = now()
-                try? store.save(record)
+        let check: SessionCheck
+        do { check = try await servers[slot.client]!.verify(secrets.session) } catch {
+            if case .ended(let ending, _, _) = error {
+                try? await end(slot, status: ending.status, reason: ending.reason, generation: secrets.generation)
             }
             return nil
-        } catch {
-            failure = error
         }
-        guard case .refused(_, let code, _, _) = failure else { return nil }
-        switch code {
-        case .tokenExpired:
-            return secrets
-        case .sessionRevoked, .authUserDisabled, .unauthenticated:
-            try? await end(slot, status: .revoked, reason: code.rawValue, generation: secrets.generation)
-        case .sessionExpired:
-            try? await end(slot, status: .expired, reason: code.rawValue, generation: secrets.generation)
-        default:
-            break
+        if check == .accessTokenExpired { return secrets }
+        if secrets.generation == generation(slot), var record = try? record(slot), record.status == .signedIn {
+            record.verifiedAt = now()
+            try? store.save(record)
         }
         return nil
     }

@@ -101,6 +101,15 @@ struct FaultingLoginServer: SignInProtocol, ServerAttemptControl {
         return try result.get()
     }
 
+    private func after<T>(session route: String, _ body: @autoclosure () async throws(SignInFailure) -> T)
+        async throws(SignInFailure) -> T
+    {
+        let result: Result<T, SignInFailure>
+        do { result = .success(try await body()) } catch { result = .failure(error) }
+        TestFaults.hit("answer:" + route)
+        return try result.get()
+    }
+
     var attemptControl: (any ServerAttemptControl)? { base.attemptControl == nil ? nil : self }
     var localAttempts: (any LocalAttemptSignIn)? { base.localAttempts }
     var repeatsLostRefresh: Bool { base.repeatsLostRefresh }
@@ -108,7 +117,11 @@ struct FaultingLoginServer: SignInProtocol, ServerAttemptControl {
     var checksSessions: Bool { base.checksSessions }
     var canRevoke: Bool { get async { await base.canRevoke } }
     func rejectsAccessToken(_ response: HTTPResponse) -> Bool { base.rejectsAccessToken(response) }
-    func brokerError(_ failure: LoginServerError) -> BrokerError { base.brokerError(failure) }
+    func endsSession(_ response: HTTPResponse) -> SessionEnding? { base.endsSession(response) }
+    func authorizationHeaders(_ session: IssuedSession, method: String, url: String) throws(BrokerError)
+        -> [HTTPHeader]
+    { try base.authorizationHeaders(session, method: method, url: url) }
+    func wantsFreshNonce(_ response: HTTPResponse, url: String) -> Bool { base.wantsFreshNonce(response, url: url) }
     private var control: any ServerAttemptControl { base.attemptControl! }
 
     func create(_ request: CreateAttemptRequest) async throws(LoginServerError) -> CreateAttemptResponse {
@@ -129,14 +142,14 @@ struct FaultingLoginServer: SignInProtocol, ServerAttemptControl {
     func revokeByProof(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> RevokeResponse {
         try await after("revoke-proof", await control.revokeByProof(attemptId: attemptId, recoveryKey: recoveryKey))
     }
-    func revoke(_ session: IssuedSession) async throws(LoginServerError) -> RevokeResponse {
-        try await after("revoke-token", await base.revoke(session))
+    func revoke(_ session: IssuedSession) async throws(SignInFailure) -> RevokeResponse {
+        try await after(session: "revoke-token", await base.revoke(session))
     }
-    func session(accessToken: String) async throws(LoginServerError) -> SessionInfoResponse {
-        try await after("session", await base.session(accessToken: accessToken))
+    func verify(_ session: IssuedSession) async throws(SignInFailure) -> SessionCheck {
+        try await after(session: "session", await base.verify(session))
     }
-    func refresh(_ session: IssuedSession) async throws(LoginServerError) -> IssuedSession {
-        try await after("refresh", await base.refresh(session))
+    func refresh(_ session: IssuedSession) async throws(SignInFailure) -> IssuedSession {
+        try await after(session: "refresh", await base.refresh(session))
     }
 }
 

@@ -369,7 +369,7 @@ extension LoginService {
                 return await refuse("the token answer has no ID token although 'openid' was requested")
             }
             let claims: IDTokenClaims
-            do throws(SignInFailure) {
+            do throws(TokenAnswerFailure) {
                 claims = try await signIn.verify(idToken, nonce: secrets.nonce, now: now)
             } catch {
                 switch error {

@@ -27,6 +27,9 @@ final class FakeServer: SignInProtocol, ServerAttemptControl {
         /// The access tokens of the sessions revoked by token, in order.
         var revokedTokens: [String] = []
         var acknowledge: [Result<Void, LoginServerError>] = []
+        /// What refresh and revoke throw before sending anything (a session
+        /// the protocol cannot use now, as a DPoP key it cannot read).
+        var cannotSend: SignInFailure?
     }
     let state = Mutex(State())
     let issuer = "https://login.example.com"
@@ -74,29 +77,33 @@ final class FakeServer: SignInProtocol, ServerAttemptControl {
         called("revokeByProof")
         return RevokeResponse(revoked: true)
     }
-    func revoke(_ session: IssuedSession) async throws(LoginServerError) -> RevokeResponse {
+    func revoke(_ session: IssuedSession) async throws(SignInFailure) -> RevokeResponse {
+        if let failure = state.withLock({ $0.cannotSend }) { throw failure }
         called("revokeByToken")
         state.withLock { $0.revokedTokens.append(session.accessToken) }
         if let gate = state.withLock({ $0.revokeGate }) { await gate() }
         let next = state.withLock { $0.revokeByToken.isEmpty ? nil : $0.revokeByToken.removeFirst() }
         switch next ?? .success(RevokeResponse(revoked: true)) {
         case .success(let r): return r
-        case .failure(let f): throw f
+        case .failure(let f): throw f.signInFailure(.revoke)
         }
     }
-    func session(accessToken: String) async throws(LoginServerError) -> SessionInfoResponse {
+    func verify(_ session: IssuedSession) async throws(SignInFailure) -> SessionCheck {
         called("session")
-        return SessionInfoResponse(
-            sessionId: "sess", expiresAt: Timestamp.now().adding(milliseconds: 3_600_000),
-            account: Account(userId: "u1", email: "ada@example.com", displayName: "Ada"))
+        return try await LoginServerError.verification(of: session) { () async throws(LoginServerError) in
+            SessionInfoResponse(
+                sessionId: "sess", expiresAt: Timestamp.now().adding(milliseconds: 3_600_000),
+                account: Account(userId: "u1", email: "ada@example.com", displayName: "Ada"))
+        }
     }
-    func refresh(_ session: IssuedSession) async throws(LoginServerError) -> IssuedSession {
+    func refresh(_ session: IssuedSession) async throws(SignInFailure) -> IssuedSession {
+        if let failure = state.withLock({ $0.cannotSend }) { throw failure }
         called("refresh")
         if let gate = state.withLock({ $0.refreshGate }) { await gate() }
         let next = state.withLock { $0.refresh.isEmpty ? nil : $0.refresh.removeFirst() }
         switch next ?? .failure(.noAnswer("unscripted")) {
         case .success(let r): return Self.refreshed(session, by: r)
-        case .failure(let f): throw f
+        case .failure(let f): throw f.signInFailure(.refresh)
         }
     }
 

@@ -35,7 +35,7 @@ final class TicketServer: SignInProtocol, LocalAttemptSignIn {
     var checksSessions: Bool { false }
     func reservesAppPath(_ path: String, client: ClientConfig) -> Bool { false }
 
-    func refresh(_ session: IssuedSession) async throws(LoginServerError) -> IssuedSession {
+    func refresh(_ session: IssuedSession) async throws(SignInFailure) -> IssuedSession {
         called("refresh")
         let n = state.withLock {
             $0.refreshed += 1
@@ -46,13 +46,13 @@ final class TicketServer: SignInProtocol, LocalAttemptSignIn {
         next.refreshToken = "ticket-refresh-\(n + 1)"
         return next
     }
-    func revoke(_ session: IssuedSession) async throws(LoginServerError) -> RevokeResponse {
+    func revoke(_ session: IssuedSession) async throws(SignInFailure) -> RevokeResponse {
         called("revoke")
         state.withLock { $0.revokedTokens.append(session.accessToken) }
         return RevokeResponse(revoked: true)
     }
-    func session(accessToken: String) async throws(LoginServerError) -> SessionInfoResponse {
-        throw .notSent("a ticket server has no session check")
+    func verify(_ session: IssuedSession) async throws(SignInFailure) -> SessionCheck {
+        throw .notSent(BrokerError(.serverUnreachable, "no session check"), detail: "a ticket server has no session check")
     }
 
     // MARK: LocalAttemptSignIn

@@ -46,7 +46,7 @@ struct DPoPAndPARTests {
         let second = try world.keyringTokens()
         #expect(second.refresh != first.refresh, "the refresh rotated the refresh token")
         #expect(jwtClaims(second.access)?["cnf"]?["jkt"]?.stringValue == jkt, "the refreshed token is bound to the same key")
-        #expect(try world.keyringDPoPKey() == key, "one key per session")
+        #expect(world.keyringDPoPKey() == key, "one key per session")
 
         // The D-Bus API's views and a request through it (Authorization: DPoP there too).
         _ = try runProgram(
@@ -178,6 +178,49 @@ struct DPoPAndPARTests {
         try? FileManager.default.removeItem(atPath: marker)
     }
 
+    /// Issue 31: a session whose DPoP key cannot be read (its keyring item
+    /// damaged while the broker was stopped) is neither ended nor lost. Its
+    /// refresh (started by `http.request` once the access token has run
+    /// out) sends nothing and answers `DPOP_KEY_UNAVAILABLE` — not
+    /// `PROVIDER_UNREACHABLE` — and the session stays `signedIn` with its
+    /// item and its live refresh token; the sign-out's revoke, which cannot
+    /// be proved either, stays owed. The log names the code, never the key.
+    @Test func anUnreadableDPoPKeyAnswersItsCodeAndEndsNothing() throws {
+        let world = try ProviderWorld(.glewlwyd, accessTokenTTL: 5, dpop: "yes")
+        try world.signIn()
+        let key = try #require(world.keyringDPoPKey(), "the session's DPoP key is in its keyring item")
+        let tokens = try world.keyringTokens()
+        let damaged = "AAAA.BBBB.CCCC"
+        world.h.broker?.stop()
+        try world.rewriteSessionItem { $0.replacingOccurrences(of: key, with: damaged) }
+        #expect(world.keyringDPoPKey() == damaged)
+        try world.h.startBroker()
+
+        let expiry = try #require(jwtClaims(tokens.access)?["exp"]?.intValue)
+        try waitUntil(30, "the access token to expire") { Int64(Date().timeIntervalSince1970) > expiry + 1 }
+        let rpc = try world.h.rpc()
+        let path = JSONValue.string(TestProvider.Kind.glewlwyd.apiPath)
+        let failure = try rpcFailure(rpc, "http.request", ["client": "com.example.chat", "method": "GET", "path": path])
+        #expect(failure.applicationCode == "DPOP_KEY_UNAVAILABLE", "\(failure)")
+        #expect(try world.session()["status"] == "signedIn", "cannot read it now is not it is gone")
+        #expect(world.keyringDPoPKey() == damaged, "the session item stays")
+        #expect(try world.keyringTokens().refresh == tokens.refresh, "nothing was refreshed")
+        #expect(try world.provider.tokenCounts().refresh == 1, "the refresh token is still live at the provider")
+
+        let signedOut = try rpc.call("session.signOut", params: ["client": "com.example.chat"])
+        #expect(signedOut["status"] == "signedOut", "\(signedOut)")
+        try waitUntil(20, "the revoke to be owed") {
+            (world.h.broker?.output ?? "").contains("sign-out revoke owed: DPOP_KEY_UNAVAILABLE")
+        }
+        #expect(world.h.keyringLookup(["kind": "revoke", "client": "com.example.chat"]) != nil, "the revoke stays owed")
+        let log = world.h.broker?.output ?? ""
+        #expect(log.contains("session refresh not sent: DPOP_KEY_UNAVAILABLE"), "\(log)")
+        #expect(!log.contains("may not have reached the server"), "\(log)")
+        for secret in [key, String(key.prefix { $0 != "." }), damaged, tokens.access, tokens.refresh] {
+            #expect(!log.contains(secret), "a secret is in the broker's log")
+        }
+    }
+
     /// A client whose loopback redirect Glewlwyd does not know, with `PAR=yes`
     /// and a `Browser=` that leaves `marker` when it runs.
     static func unregisteredClient(_ provider: TestProvider, marker: String) throws -> String {
@@ -198,6 +241,40 @@ struct DPoPAndPARTests {
 }
 
 extension ProviderWorld {
+    /// Rewrites the client's session item in the real keyring (with the
+    /// broker stopped, whose memory would keep the old one): the same
+    /// attributes (the broker's schema, `client`, `attempt`, `kind`), the
+    /// secret changed by `change`.
+    func rewriteSessionItem(_ client: String = "com.example.chat", _ change: (String) -> String) throws {
+        let item = try #require(h.keyringLookup(["kind": "session", "client": client]))
+        var environment = h.environment()
+        let found = try runProgram(
+            "/usr/bin/secret-tool", ["search", "kind", "session", "client", client], environment: environment)
+        // "schema = NAME" and "attribute.NAME = VALUE" lines, on standard output or error by libsecret's version.
+        var attributes: [String] = []
+        for line in (found.out + "\n" + found.err).split(separator: "\n") {
+            if line.hasPrefix("schema = ") {
+                attributes += ["xdg:schema", String(line.dropFirst("schema = ".count))]
+                continue
+            }
+            guard line.hasPrefix("attribute.") else { continue }
+            let pair = line.dropFirst("attribute.".count).split(separator: "=", maxSplits: 1)
+            guard pair.count >= 1 else { continue }
+            let value = pair.count == 2 ? String(pair[1].dropFirst()) : ""
+            attributes += [String(pair[0].dropLast()), value]
+        }
+        #expect(attributes.contains("xdg:schema"), "\(found)")
+        environment["BL_TEST_ITEM"] = change(item)
+        let cleared = try runProgram(
+            "/usr/bin/secret-tool", ["clear", "kind", "session", "client", client], environment: environment)
+        #expect(cleared.status == 0, "\(cleared)")
+        let stored = try runProgram(
+            "/bin/sh",
+            ["-c", "printf %s \"$BL_TEST_ITEM\" | /usr/bin/secret-tool store --label=\"$0\" \"$@\"", "session"] + attributes,
+            environment: environment)
+        #expect(stored.status == 0, "\(stored)")
+    }
+
     /// The serialized DPoP key of the client's session, from the real keyring.
     func keyringDPoPKey(_ client: String = "com.example.chat") -> String? {
         guard let item = h.keyringLookup(["kind": "session", "client": client]) else { return nil }

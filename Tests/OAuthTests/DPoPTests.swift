@@ -160,4 +160,66 @@ import Testing
         session.dpopKey = "not-a-key"
         #expect(throws: BrokerError.self) { try signIn.authorizationHeaders(session, method: "GET", url: url) }
     }
+
+    /// Issue 31: a session whose DPoP key cannot be read is refreshed and
+    /// revoked by nothing: no request leaves, and the failure is "not sent"
+    /// with `DPOP_KEY_UNAVAILABLE` — never a refusal that ends the session.
+    @Test func aSessionsUnreadableKeyIsNotSentAndEndsNothing() async throws {
+        let transport = Fixture.oidc(Self.dpopDocument)
+        transport.set(Fixture.token, .json(200, Self.dpopTokens))
+        let signIn = OAuthSignIn(provider: Fixture.provider(transport), clock: TestClock())
+        var session = IssuedSession(
+            sessionId: "ses_1", accessToken: "AT-dpop", accessTokenExpiresAt: nil, refreshToken: "RT-dpop",
+            expiresAt: nil, authenticatedAt: Timestamp(millisecondsSince1970: 0), authMethod: "oidc",
+            account: Account(userId: "u", email: "", displayName: ""))
+        session.dpopKey = "not-a-key"
+        for call in ["refresh", "revoke"] {
+            let failure = await #expect(throws: SignInFailure.self) {
+                if call == "refresh" { _ = try await signIn.refresh(session) } else { _ = try await signIn.revoke(session) }
+            }
+            guard case .notSent(let error, let detail)? = failure else {
+                Issue.record("\(call): \(String(describing: failure))")
+                continue
+            }
+            #expect(error.code == .dpopKeyUnavailable, "\(call)")
+            #expect(error.message.contains("sign in again"))
+            #expect(!detail.contains("not-a-key") && !error.message.contains("not-a-key"))
+        }
+        #expect(transport.requests(to: Fixture.token).isEmpty, "nothing was sent")
+        // A usable key refreshes as before.
+        session.dpopKey = try DPoPKey.generate().serialized
+        #expect(try await signIn.refresh(session).accessToken == "AT-dpop")
+    }
+
+    /// OAUTH.md §4 in the seam's words: a refusal that ends the grant, one that does not.
+    @Test func refreshRefusalsMapOntoTheSeam() async throws {
+        let session = IssuedSession(
+            sessionId: "ses_1", accessToken: "AT", accessTokenExpiresAt: nil, refreshToken: "RT",
+            expiresAt: nil, authenticatedAt: Timestamp(millisecondsSince1970: 0), authMethod: "oidc",
+            account: Account(userId: "u", email: "", displayName: ""))
+        let answers: [(Reply, Bool)] = [
+            (.json(400, #"{"error":"invalid_grant"}"#), true),
+            (.raw(400, []), true),
+            (.json(401, #"{"error":"invalid_client"}"#), true),
+            (.json(400, #"{"error":"invalid_scope"}"#), false),
+        ]
+        for (answer, ends) in answers {
+            let transport = Fixture.oidc(Fixture.oidcDocument())
+            transport.set(Fixture.token, answer)
+            let signIn = OAuthSignIn(provider: Fixture.provider(transport), clock: TestClock())
+            let failure = await #expect(throws: SignInFailure.self) { _ = try await signIn.refresh(session) }
+            switch failure {
+            case .ended(let ending, let error, _)?:
+                #expect(ends)
+                #expect(ending.status == .expired && ending.reason == "REFRESH_REJECTED")
+                #expect(error.code == .notSignedIn)
+                #expect((ending.warning != nil) == (error.providerError == "invalid_client"))
+            case .refused(let error, _)?:
+                #expect(!ends)
+                #expect(error.code == .providerError && error.providerError == "invalid_scope")
+            default:
+                Issue.record("\(String(describing: failure))")
+            }
+        }
+    }
 }

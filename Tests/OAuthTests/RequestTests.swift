@@ -530,17 +530,15 @@ import Testing
 /// A failed refresh reaches the app in the provider's words, not the login server's.
 @Suite struct SignInWordingTests {
     @Test func aProviderFailureNamesTheProviderAndItsIssuer() throws {
-        let settings = ProviderSettings(
-            kind: .oidc, issuer: "https://id.example.com", clientId: "c", scopes: ["openid"])
-        let signIn = OAuthSignIn(
-            provider: OAuthProvider(
-                settings: settings, transport: RecordingTransport(), caFile: nil, clock: TestClock(), cache: nil),
-            clock: TestClock())
-        let unreachable = signIn.brokerError(.notSent("connect to id.example.com failed"))
+        let unreachable = OAuthSignIn.failure(.notSent("connect to id.example.com failed")).brokerError
         #expect(unreachable.code == .providerUnreachable)
         #expect(unreachable.message.contains("Issuer="))
         #expect(!unreachable.message.contains("login server"))
-        let refused = signIn.brokerError(.providerRefused(status: 400, error: "invalid_grant", description: nil))
-        #expect(refused.code == .providerError && refused.providerError == "invalid_grant")
+        let refused = OAuthSignIn.failure(.refused(status: 400, error: "invalid_request", description: nil))
+        guard case .refused(let error, _) = refused else {
+            Issue.record("\(refused)")
+            return
+        }
+        #expect(error.code == .providerError && error.providerError == "invalid_request")
     }
 }
