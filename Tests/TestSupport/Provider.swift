@@ -118,10 +118,14 @@ public final class TestProvider: Sendable {
     /// `port` (0: a free port, chosen by the provider binding port 0), and
     /// waits until it accepts connections (its `ready ISSUER` line). Fails
     /// with the provider's output when it exits or is not ready in 60 s.
-    /// `accessTokenTTL`: the access token lifetime in seconds.
-    public static func start(_ kind: Kind = .djangoOAuthToolkit, in directory: String, accessTokenTTL: Int = 300, port: Int = 0)
-        throws -> TestProvider
-    {
+    /// `accessTokenTTL`: the access token lifetime in seconds. `externalURL`
+    /// (Glewlwyd only): the origin of a proxy in front of it, which Glewlwyd
+    /// then names as its own (issuer, endpoints, DPoP `htu`); `issuer`,
+    /// `port` and `baseURL` are then the proxy's.
+    public static func start(
+        _ kind: Kind = .djangoOAuthToolkit, in directory: String, accessTokenTTL: Int = 300, port: Int = 0,
+        externalURL: String? = nil
+    ) throws -> TestProvider {
         guard kind.isInstalled else {
             throw HarnessError(
                 kind == .glewlwyd
@@ -133,8 +137,9 @@ public final class TestProvider: Sendable {
         let log = directory + "/provider.log"
         // A restart appends to the log: only what this start writes counts.
         let offset = (try? FileManager.default.attributesOfItem(atPath: log)[.size] as? Int) ?? 0
+        let external = externalURL.map { ["--external-url", $0] } ?? []
         let process = try SpawnedProcess(
-            [kind.script, "serve", "--dir", directory, "--port", "\(port)", "--access-ttl", "\(accessTokenTTL)"],
+            [kind.script, "serve", "--dir", directory, "--port", "\(port)", "--access-ttl", "\(accessTokenTTL)"] + external,
             environment: ProcessInfo.processInfo.environment, log: log, name: "test-provider")
         var issuer: String?
         do {
