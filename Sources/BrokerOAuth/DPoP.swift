@@ -109,6 +109,8 @@ extension ProviderError {
 extension ProviderError {
     /// A DPoP proof the session's key could not make: nothing was sent.
     static let proofNotMade = ProviderError.notSent("the DPoP proof could not be made")
+    /// A sign-in's DPoP key pair could not be made: nothing was sent.
+    static let keyNotMade = ProviderError.notSent("no DPoP key could be made")
 }
 
 extension OAuthSignIn {

@@ -47,7 +47,7 @@ extension OAuthSignIn: LocalAttemptSignIn {
             }
             let dpopKey: DPoPKey?
             if try provider.usesDPoP(metadata) {
-                do { dpopKey = try DPoPKey.generate() } catch { throw .notSent("no DPoP key could be made") }
+                do { dpopKey = try DPoPKey.generate() } catch { throw .keyNotMade }
             } else {
                 dpopKey = nil
             }
@@ -154,7 +154,7 @@ extension OAuthSignIn: LocalAttemptSignIn {
             // The device authorization request itself carries no proof (OAUTH.md §6); every poll does.
             authorization = try await provider.deviceAuthorization()
             if try provider.usesDPoP(try await provider.metadata()) {
-                do { dpopKey = try DPoPKey.generate() } catch { throw .notSent("no DPoP key could be made") }
+                do { dpopKey = try DPoPKey.generate() } catch { throw .keyNotMade }
             } else {
                 dpopKey = nil
             }

@@ -84,6 +84,13 @@ public enum ProviderError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The broker error for a call that failed this way. Every message says
     /// what to do next.
     public func brokerError(attemptId: String? = nil) -> BrokerError {
+        if self == .proofNotMade || self == .keyNotMade, case .notSent(let what) = self {
+            // Made here, not at the provider: a key or proof libcrypto could not make (DPOP_KEY_UNAVAILABLE).
+            return BrokerError(
+                .dpopKeyUnavailable,
+                "\(what), so nothing was sent; try again, and if it persists check that libcrypto (libssl3) is installed, or set DPoP=no in the client file",
+                attemptId: attemptId)
+        }
         switch self {
         case .notSent(let detail), .noAnswer(let detail):
             // The detail names only the host and what failed, never a path or a secret.
@@ -104,10 +111,13 @@ public enum ProviderError: Error, Sendable, Equatable, CustomStringConvertible {
         case .refused(_, let error, let text):
             let code = ProviderError.plainText(error, limit: 100)
             let said = text.map { ProviderError.plainText($0) }.flatMap { $0.isEmpty ? nil : " (\($0))" } ?? ""
+            // A refused proof (a nonce asked for again after the broker answered it once) is no client-file mistake.
+            let next =
+                code == "use_dpop_nonce" || code == "invalid_dpop_proof"
+                ? "the provider refused the request's DPoP proof; try again, and if it persists tell the provider's operator, or set DPoP=no in the client file"
+                : "check the client's ClientId= and Scopes= with the provider's settings, then sign in again"
             return BrokerError(
-                .providerError,
-                "the provider refused: \(code)\(said); check the client's ClientId= and Scopes= with the provider's settings, then sign in again",
-                attemptId: attemptId, providerError: code)
+                .providerError, "the provider refused: \(code)\(said); \(next)", attemptId: attemptId, providerError: code)
         case .issuerMismatch(let expected, let got):
             return BrokerError(
                 .issuerMismatch,

@@ -222,4 +222,28 @@ import Testing
             }
         }
     }
+
+    /// A key or proof made here, not at the provider: its own code, never "the provider could not be reached".
+    @Test func aKeyOrProofThatCannotBeMadeIsDPoPKeyUnavailable() {
+        for failure in [ProviderError.keyNotMade, .proofNotMade] {
+            let error = failure.brokerError(attemptId: "att_1")
+            #expect(error.code == .dpopKeyUnavailable)
+            #expect(error.message.contains("nothing was sent"), "\(error.message)")
+            #expect(error.attemptId == "att_1")
+        }
+        #expect(ProviderError.notSent("a timeout").brokerError().code == .providerUnreachable)
+    }
+
+    /// A nonce asked for again (or a refused proof) is not a client-file mistake: the message says what it is.
+    @Test func aRefusedProofIsNotBlamedOnTheClientFile() {
+        for code in ["use_dpop_nonce", "invalid_dpop_proof"] {
+            let error = ProviderError.refused(status: 400, error: code, description: nil).brokerError()
+            #expect(error.code == .providerError)
+            #expect(error.providerError == code)
+            #expect(error.message.contains("DPoP proof"), "\(error.message)")
+            #expect(!error.message.contains("ClientId="), "\(error.message)")
+        }
+        let other = ProviderError.refused(status: 400, error: "invalid_client", description: nil).brokerError()
+        #expect(other.message.contains("ClientId="), "\(other.message)")
+    }
 }
