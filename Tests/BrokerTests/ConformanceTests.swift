@@ -34,7 +34,9 @@ final class ConformanceHarness: Sendable {
     let subject: ConformanceSubject
     let fake = FakeServer()
     let ticket = TicketServer()
-    let provider = ScriptedProvider()
+    let provider: ScriptedProvider
+    /// Holds the next exchange, processed by the server, before its answer.
+    let hold = ExchangeHold()
     let vault = InMemoryVault()
     let scratch: ScratchDirectory
     let client: ClientConfig
@@ -50,6 +52,9 @@ final class ConformanceHarness: Sendable {
     init(_ subject: ConformanceSubject) throws {
         self.subject = subject
         scratch = try ScratchDirectory("blconformance")
+        provider = ScriptedProvider(hold: hold)
+        let hold = self.hold
+        fake.state.withLock { $0.exchangeGate = { await hold.arrive() } }
         let returnURL = try ReturnURL("com.example.notes:/callback")
         switch subject {
         case .oauth:
@@ -69,7 +74,7 @@ final class ConformanceHarness: Sendable {
     func makeServer(_ client: ClientConfig) -> any SignInProtocol {
         switch subject {
         case .browserLogin: return fake
-        case .ticket: return ticket
+        case .ticket: return HeldRedeem(base: ticket, hold: hold)
         case .oauth:
             let oauth = OAuthProvider(
                 settings: client.provider ?? Self.providerSettings, transport: provider, caFile: nil,
@@ -169,7 +174,8 @@ final class ConformanceHarness: Sendable {
 /// engine for every protocol behind `SignInProtocol` — Browser Login, OAuth
 /// 2.0 / OpenID Connect and the ticket protocol — begin, callback, exchange,
 /// refresh, revoke; a lost exchange answer; a repeated callback; a restart
-/// while waiting, after a lost exchange answer and while signed in. Where
+/// while waiting, while exchanging, after a lost exchange answer and while
+/// signed in. Where
 /// protocols legitimately differ, the difference is a property of the
 /// subject (`reconcilesLostExchange`) that the test asserts. A new protocol
 /// adds a case.
@@ -259,6 +265,32 @@ final class ConformanceHarness: Sendable {
         #expect(h.exchanges == 1)
         #expect(try await engine.session(client: ConformanceHarness.clientId).status != .signedIn)
         #expect(try await h.storedSession() == nil)
+    }
+
+    @Test(arguments: ConformanceSubject.allCases)
+    func aRestartWhileExchangingNeverSendsTheCodeAgain(_ subject: ConformanceSubject) async throws {
+        let h = try ConformanceHarness(subject)
+        let (first, firstWork) = try h.engine()
+        defer { withExtendedLifetime(firstWork) {} }
+        let view = try await h.start(first)
+        // The server processes the exchange; its answer never reaches the broker, which stops.
+        h.loseNextExchange()
+        h.hold.arm()
+        defer { h.hold.release() }
+        let url = try h.callback("c1")
+        let inFlight = Task { try await first.finish(url: url) }
+        try await waitFor { h.hold.isHolding }
+        let (engine, running) = try h.engine()
+        defer { withExtendedLifetime(running) {} }
+        try await engine.recover()
+        let state = try await engine.status(attemptId: view.attemptId, reconcile: false).state
+        #expect(state == (subject.reconcilesLostExchange ? .uncertain : .failed))
+        await #expect(throws: BrokerError.self) { try await engine.finish(url: url) }
+        #expect(h.exchanges == 1)
+        #expect(try await engine.session(client: ConformanceHarness.clientId).status != .signedIn)
+        #expect(try await h.storedSession() == nil)
+        h.hold.release()
+        _ = try? await inFlight.value
     }
 
     @Test(arguments: ConformanceSubject.allCases)

@@ -14,10 +14,11 @@ import Testing
 /// tokens rotate, and a revoked token ends its whole grant (RFC 7009 §2.1).
 /// ID tokens are signed with a `TestSigner` key it publishes.
 ///
-/// The test scripts only the one thing a real provider cannot be told to
-/// do: whether the answer to the next code exchange arrives. A lost answer
+/// The test scripts only what a real provider cannot be told to do: whether
+/// the answer to the next code exchange arrives, and when. A lost answer
 /// (`Answer.lose`) is one the provider processed — the code spent, the
-/// tokens issued — before the connection failed.
+/// tokens issued — before the connection failed; a held one (`hold`) waits,
+/// processed, until the test releases it.
 final class ScriptedProvider: HTTPTransport {
     enum Answer: Sendable {
         /// The provider answers as it decides.
@@ -62,6 +63,12 @@ final class ScriptedProvider: HTTPTransport {
     }
     let state = Mutex(State())
     let signer = TestSigner(.p256, keyId: "conformance-1")
+    /// Holds a code exchange, processed, before its answer (`ExchangeHold`).
+    let hold: ExchangeHold
+
+    init(hold: ExchangeHold = ExchangeHold()) {
+        self.hold = hold
+    }
 
     func count(_ route: String) -> Int { state.withLock { $0.calls[route] ?? 0 } }
 
@@ -115,7 +122,10 @@ final class ScriptedProvider: HTTPTransport {
             called("userinfo")
             return userinfo(request)
         case ("POST", Self.tokenEndpoint):
-            return try token(Self.pairs(String(decoding: request.body ?? [], as: UTF8.self)))
+            let form = Self.pairs(String(decoding: request.body ?? [], as: UTF8.self))
+            let answer = token(form)
+            if form.contains(where: { $0 == ("grant_type", "authorization_code") }) { await hold.arrive() }
+            return try answer.get()
         case ("POST", Self.revocationEndpoint):
             called("revoke")
             return revoke(Self.pairs(String(decoding: request.body ?? [], as: UTF8.self)))
@@ -137,22 +147,22 @@ final class ScriptedProvider: HTTPTransport {
         """
     }
 
-    private func token(_ form: [(String, String)]) throws(HTTPTransportError) -> HTTPResponse {
+    private func token(_ form: [(String, String)]) -> Result<HTTPResponse, HTTPTransportError> {
         func value(_ name: String) -> String? { form.first { $0.0 == name }?.1 }
-        guard value("client_id") == Self.clientId else { return Self.refusal(401, "invalid_client") }
+        guard value("client_id") == Self.clientId else { return .success(Self.refusal(401, "invalid_client")) }
         switch value("grant_type") {
         case "authorization_code":
             called("authorization_code")
             let answer = state.withLock { $0.exchange.isEmpty ? Answer.answer : $0.exchange.removeFirst() }
             let response = exchange(
                 code: value("code") ?? "", redirectURI: value("redirect_uri"), verifier: value("code_verifier"))
-            guard answer == .answer else { throw .noAnswer("the connection was lost after the request was sent") }
-            return response
+            guard answer == .answer else { return .failure(.noAnswer("the connection was lost after the request was sent")) }
+            return .success(response)
         case "refresh_token":
             called("refresh_token")
-            return refresh(value("refresh_token") ?? "")
+            return .success(refresh(value("refresh_token") ?? ""))
         default:
-            return Self.refusal(400, "unsupported_grant_type")
+            return .success(Self.refusal(400, "unsupported_grant_type"))
         }
     }
 
