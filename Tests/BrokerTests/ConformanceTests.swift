@@ -37,6 +37,8 @@ final class ConformanceHarness: Sendable {
     let provider: ScriptedProvider
     /// Holds the next exchange, processed by the server, before its answer.
     let hold = ExchangeHold()
+    /// Holds the next refresh, processed by the server, before its answer.
+    let refreshHold = ExchangeHold()
     let vault = InMemoryVault()
     let scratch: ScratchDirectory
     let client: ClientConfig
@@ -52,9 +54,12 @@ final class ConformanceHarness: Sendable {
     init(_ subject: ConformanceSubject) throws {
         self.subject = subject
         scratch = try ScratchDirectory("blconformance")
-        provider = ScriptedProvider(hold: hold)
-        let hold = self.hold
-        fake.state.withLock { $0.exchangeGate = { await hold.arrive() } }
+        provider = ScriptedProvider(hold: hold, refreshHold: refreshHold)
+        let (hold, refreshHold) = (self.hold, self.refreshHold)
+        fake.state.withLock {
+            $0.exchangeGate = { await hold.arrive() }
+            $0.refreshGate = { await refreshHold.arrive() }
+        }
         let returnURL = try ReturnURL("com.example.notes:/callback")
         switch subject {
         case .oauth:
@@ -74,7 +79,7 @@ final class ConformanceHarness: Sendable {
     func makeServer(_ client: ClientConfig) -> any SignInProtocol {
         switch subject {
         case .browserLogin: return fake
-        case .ticket: return HeldRedeem(base: ticket, hold: hold)
+        case .ticket: return HeldRedeem(base: ticket, hold: hold, refreshHold: refreshHold)
         case .oauth:
             let oauth = OAuthProvider(
                 settings: client.provider ?? Self.providerSettings, transport: provider, caFile: nil,
@@ -155,6 +160,14 @@ final class ConformanceHarness: Sendable {
         case .oauth: provider.count("authorization_code")
         }
     }
+    /// The access token the server issued last.
+    var latestAccessToken: String {
+        switch subject {
+        case .browserLogin: "access-2"  // scriptRefresh's
+        case .ticket: "ticket-access-\(ticket.state.withLock { $0.refreshed } + 1)"
+        case .oauth: provider.latestAccessToken
+        }
+    }
     /// The access tokens of the sessions the server revoked, in order.
     var revokedTokens: [String] {
         switch subject {
@@ -173,12 +186,12 @@ final class ConformanceHarness: Sendable {
 /// The conformance suite (issue 29 item 2): the same story through the
 /// engine for every protocol behind `SignInProtocol` — Browser Login, OAuth
 /// 2.0 / OpenID Connect and the ticket protocol — begin, callback, exchange,
-/// refresh, revoke; a lost exchange answer; a repeated callback; a restart
-/// while waiting, while exchanging, after a lost exchange answer and while
-/// signed in. Where
-/// protocols legitimately differ, the difference is a property of the
-/// subject (`reconcilesLostExchange`) that the test asserts. A new protocol
-/// adds a case.
+/// refresh, revoke; a sign-out during a refresh; a lost exchange answer; a
+/// repeated callback; a restart while waiting, while exchanging, after a
+/// lost exchange answer and while signed in. Where protocols legitimately
+/// differ, the difference is a property of the subject
+/// (`reconcilesLostExchange`) that the test asserts. A new protocol adds a
+/// case.
 @Suite struct ConformanceTests {
     @Test(arguments: ConformanceSubject.allCases)
     func beginCallbackExchangeRefreshRevoke(_ subject: ConformanceSubject) async throws {
@@ -199,6 +212,36 @@ final class ConformanceHarness: Sendable {
         #expect(try await h.storedSession()?.contains(next.session.accessToken) == true)
         #expect(try await engine.signOut(client: ConformanceHarness.clientId).status == .signedOut)
         #expect(h.revokedTokens == [next.session.accessToken])
+        #expect(try await h.storedSession() == nil)
+    }
+
+    @Test(arguments: ConformanceSubject.allCases)
+    func aSignOutDuringARefreshLeavesNothingLive(_ subject: ConformanceSubject) async throws {
+        let h = try ConformanceHarness(subject)
+        let (engine, running) = try h.engine()
+        defer { withExtendedLifetime(running) {} }
+        _ = try await h.start(engine)
+        try h.grantNextExchange()
+        _ = try await engine.finish(url: try h.callback("c1"))
+        let current = try await engine.currentSession(ConformanceHarness.clientId)
+        h.scriptRefresh()
+        h.refreshHold.arm()
+        defer { h.refreshHold.release() }
+        let refreshing = Task { try await engine.refreshSession(ConformanceHarness.clientId, current: current) }
+        try await waitFor { h.refreshHold.isHolding }
+        // The server has rotated the tokens; the sign-out comes before its answer.
+        let signingOut = Task { try await engine.signOut(client: ConformanceHarness.clientId) }
+        for _ in 0..<500 {
+            if try await engine.session(client: ConformanceHarness.clientId).status == .signedOut { break }
+            try await Task.sleep(nanoseconds: 10_000_000)
+        }
+        h.refreshHold.release()
+        _ = try? await refreshing.value
+        #expect(try await signingOut.value.status == .signedOut)
+        // What the refresh got is revoked too: nothing is left live at the server, nothing kept.
+        let latest = h.latestAccessToken
+        try await waitFor { h.revokedTokens.contains(latest) }
+        #expect(try await engine.session(client: ConformanceHarness.clientId).status == .signedOut)
         #expect(try await h.storedSession() == nil)
     }
 

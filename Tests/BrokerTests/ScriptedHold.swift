@@ -3,10 +3,10 @@ import BrowserLoginAPI
 import BrowserLoginProtocol
 import Synchronization
 
-/// Holds the next code exchange at its server once the server has processed
-/// it, its answer not yet sent, until the test releases it: the moment a
-/// broker that stops leaves its attempt `exchanging` (the conformance suite's
-/// restart while exchanging). Unarmed, it holds nothing.
+/// Holds the next code exchange (or refresh) at its server once the server
+/// has processed it, its answer not yet sent, until the test releases it:
+/// the moment a broker that stops leaves its attempt `exchanging`, or a
+/// sign-out meets a refresh in flight. Unarmed, it holds nothing.
 final class ExchangeHold: Sendable {
     private struct State {
         var armed = false
@@ -54,12 +54,14 @@ final class ExchangeHold: Sendable {
     }
 }
 
-/// A protocol without server attempts whose code exchanges pass an
-/// `ExchangeHold` after the server has processed them; everything else is
-/// its base's, unchanged.
+/// A protocol without server attempts whose code exchanges and refreshes
+/// pass an `ExchangeHold` after the server has processed them; everything
+/// else is its base's, unchanged.
 struct HeldRedeem<Base: SignInProtocol & LocalAttemptSignIn>: SignInProtocol, LocalAttemptSignIn {
     let base: Base
     let hold: ExchangeHold
+    /// Holds a refresh, processed, before its answer.
+    let refreshHold: ExchangeHold
 
     func redeem(code: String, proofs: LocalProofs) async throws(LocalRedeemFailure) -> LocalGrant {
         let answer: Result<LocalGrant, LocalRedeemFailure>
@@ -80,7 +82,14 @@ struct HeldRedeem<Base: SignInProtocol & LocalAttemptSignIn>: SignInProtocol, Lo
     var checksSessions: Bool { base.checksSessions }
     var canRevoke: Bool { get async { await base.canRevoke } }
     func refresh(_ session: IssuedSession) async throws(LoginServerError) -> IssuedSession {
-        try await base.refresh(session)
+        let answer: Result<IssuedSession, LoginServerError>
+        do throws(LoginServerError) {
+            answer = .success(try await base.refresh(session))
+        } catch {
+            answer = .failure(error)
+        }
+        await refreshHold.arrive()
+        return try answer.get()
     }
     func revoke(_ session: IssuedSession) async throws(LoginServerError) -> RevokeResponse {
         try await base.revoke(session)

@@ -63,12 +63,17 @@ final class ScriptedProvider: HTTPTransport {
     }
     let state = Mutex(State())
     let signer = TestSigner(.p256, keyId: "conformance-1")
-    /// Holds a code exchange, processed, before its answer (`ExchangeHold`).
+    /// Hold a code exchange and a refresh, processed, before their answers (`ExchangeHold`).
     let hold: ExchangeHold
+    let refreshHold: ExchangeHold
 
-    init(hold: ExchangeHold = ExchangeHold()) {
+    init(hold: ExchangeHold = ExchangeHold(), refreshHold: ExchangeHold = ExchangeHold()) {
         self.hold = hold
+        self.refreshHold = refreshHold
     }
+
+    /// The access token issued last (by an exchange or a refresh).
+    var latestAccessToken: String { state.withLock { "oauth-access-\($0.issued)" } }
 
     func count(_ route: String) -> Int { state.withLock { $0.calls[route] ?? 0 } }
 
@@ -125,6 +130,7 @@ final class ScriptedProvider: HTTPTransport {
             let form = Self.pairs(String(decoding: request.body ?? [], as: UTF8.self))
             let answer = token(form)
             if form.contains(where: { $0 == ("grant_type", "authorization_code") }) { await hold.arrive() }
+            if form.contains(where: { $0 == ("grant_type", "refresh_token") }) { await refreshHold.arrive() }
             return try answer.get()
         case ("POST", Self.revocationEndpoint):
             called("revoke")
