@@ -28,8 +28,9 @@ enum ConformanceSubject: String, CaseIterable, Sendable, CustomTestStringConvert
 }
 
 /// One protocol behind the engine, and the few things the suite asks of it
-/// in protocol-neutral words: grant or lose the next exchange, build the
-/// callback of the last attempt, count exchanges and revoked tokens.
+/// in protocol-neutral words: grant, lose or hold the next exchange, hold the
+/// next refresh, build the callback of the last attempt, count exchanges and
+/// revoked tokens.
 final class ConformanceHarness: Sendable {
     let subject: ConformanceSubject
     let fake = FakeServer()
