@@ -208,7 +208,11 @@ let package = Package(
             name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrokerSystem", "BrowserLoginProtocol"]),
         .testTarget(
             name: "BrokerTests",
-            dependencies: ["Broker", "Engine", "BrokerCore", "BrokerVault", "BrokerRPC", "BrokerTestDoubles"]),
+            dependencies: [
+                "Broker", "Engine", "BrokerCore", "BrokerVault", "BrokerRPC", "BrokerTestDoubles",
+                // ConformanceTests: the real OAuth client against ScriptedProvider, whose ID tokens TestSigner signs.
+                "BrokerOAuth", "BrowserLoginTestSigner",
+            ]),
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
