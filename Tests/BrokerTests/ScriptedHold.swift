@@ -81,9 +81,9 @@ struct HeldRedeem<Base: SignInProtocol & LocalAttemptSignIn>: SignInProtocol, Lo
     var repeatsLostRefresh: Bool { base.repeatsLostRefresh }
     var checksSessions: Bool { base.checksSessions }
     var canRevoke: Bool { get async { await base.canRevoke } }
-    func refresh(_ session: IssuedSession) async throws(LoginServerError) -> IssuedSession {
-        let answer: Result<IssuedSession, LoginServerError>
-        do throws(LoginServerError) {
+    func refresh(_ session: IssuedSession) async throws(SignInFailure) -> IssuedSession {
+        let answer: Result<IssuedSession, SignInFailure>
+        do throws(SignInFailure) {
             answer = .success(try await base.refresh(session))
         } catch {
             answer = .failure(error)
@@ -91,11 +91,11 @@ struct HeldRedeem<Base: SignInProtocol & LocalAttemptSignIn>: SignInProtocol, Lo
         await refreshHold.arrive()
         return try answer.get()
     }
-    func revoke(_ session: IssuedSession) async throws(LoginServerError) -> RevokeResponse {
+    func revoke(_ session: IssuedSession) async throws(SignInFailure) -> RevokeResponse {
         try await base.revoke(session)
     }
-    func session(accessToken: String) async throws(LoginServerError) -> SessionInfoResponse {
-        try await base.session(accessToken: accessToken)
+    func verify(_ session: IssuedSession) async throws(SignInFailure) -> SessionCheck {
+        try await base.verify(session)
     }
     func rejectsAccessToken(_ response: HTTPResponse) -> Bool { base.rejectsAccessToken(response) }
     func authorizationHeaders(_ session: IssuedSession, method: String, url: String) throws(BrokerError)
@@ -103,7 +103,7 @@ struct HeldRedeem<Base: SignInProtocol & LocalAttemptSignIn>: SignInProtocol, Lo
     { try base.authorizationHeaders(session, method: method, url: url) }
     func wantsFreshNonce(_ response: HTTPResponse, url: String) -> Bool { base.wantsFreshNonce(response, url: url) }
     func reservesAppPath(_ path: String, client: ClientConfig) -> Bool { base.reservesAppPath(path, client: client) }
-    func brokerError(_ failure: LoginServerError) -> BrokerError { base.brokerError(failure) }
+    func endsSession(_ response: HTTPResponse) -> SessionEnding? { base.endsSession(response) }
 
     // MARK: LocalAttemptSignIn, as the base
 
