@@ -50,6 +50,10 @@ final class SessionKeeper {
     /// Owed revokes that cannot be sent now for a reason of this machine's
     /// (a DPoP key that cannot be used), and when they are tried again.
     private var revokesDeferred: [AccountSlot: Timestamp] = [:]
+    /// Owed revokes whose server could not be reached, with the wait before
+    /// the next try after another failure (0 after the first: the next timer
+    /// round tries again at once); doubled each time up to `revokeRetryCapMilliseconds`.
+    private var revokeBackoff: [AccountSlot: Int64] = [:]
     /// `session.signOut` calls waiting for the revoke in flight (the timer's retry) to settle.
     private var revokeWaiters: [AccountSlot: [CheckedContinuation<Void, Never>]] = [:]
     /// When each session is next refreshed and verified.
@@ -74,6 +78,8 @@ final class SessionKeeper {
 
     /// An owed sign-out revoke is tried again on each timer round this far apart.
     static let revokeRetryMilliseconds: Int64 = 250
+    /// An owed revoke whose server stays unreachable is tried at most this far apart.
+    static let revokeRetryCapMilliseconds: Int64 = 5_000
     /// A refresh or revoke that cannot be sent for a reason of this machine's
     /// (not the network's: a DPoP key that cannot be used) is tried again
     /// by the timer this far apart, not at its usual pace.
@@ -735,10 +741,17 @@ final class SessionKeeper {
                 switch error {
                 case .notSent(let brokerError, _):
                     if brokerError.code == .serverUnreachable || brokerError.code == .providerUnreachable {
-                        logger.notice(
-                            "sign-out revoke owed: the server could not be reached",
+                        // The next round tries again; after that, 250 ms doubling up to 5 s. Said once per outage.
+                        let wait = revokeBackoff[slot].map {
+                            min(max($0 * 2, Self.revokeRetryMilliseconds), Self.revokeRetryCapMilliseconds)
+                        }
+                        logger.log(
+                            wait == nil ? .notice : .debug, "sign-out revoke owed: the server could not be reached",
                             ["client": clientId, "error": "\(error)", Logger.messageIDKey: LogEvent.revokeOwed])
-                        timer.scheduled(now().adding(milliseconds: Self.revokeRetryMilliseconds))
+                        revokeBackoff[slot] = wait ?? 0
+                        let until = now().adding(milliseconds: wait ?? Self.revokeRetryMilliseconds)
+                        if wait != nil { revokesDeferred[slot] = until }
+                        timer.scheduled(until)
                     } else {
                         // Cannot be sent now for a reason of this machine's: owed, tried again later.
                         let until = now().adding(milliseconds: Self.unusableRetryMilliseconds)
@@ -781,6 +794,7 @@ final class SessionKeeper {
     /// Nothing is owed any more for the signed-out session.
     private func revokeSettled(_ slot: AccountSlot) {
         revokesDeferred[slot] = nil
+        revokeBackoff[slot] = nil
         if var record = try? record(slot), record.revokePending {
             record.revokePending = false
             record.updatedAt = now()

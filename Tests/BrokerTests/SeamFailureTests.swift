@@ -92,6 +92,38 @@ import Testing
         #expect(!log.contains("access-1") && !log.contains("refresh-1"), "no token in the log")
     }
 
+    /// An owed revoke whose server stays unreachable: the next timer round
+    /// tries again at once, then 250 ms later, doubling up to 5 s — not four
+    /// times a second for the whole outage — and the log says so once
+    /// (debug after that). Once the server answers, nothing is owed.
+    @Test func anUnreachableServerIsTriedLessAndLessOften() async throws {
+        try await signedIn()
+        server.state.withLock { $0.revokeByToken = Array(repeating: .failure(.notSent("refused")), count: 8) }
+        _ = try await engine.signOut(client: "com.example.notes")
+        #expect(server.count("revokeByToken") == 1)
+        await engine.tick()
+        #expect(server.count("revokeByToken") == 2, "the next round tries again at once")
+        var sent = 2
+        for wait: Int64 in [250, 500, 1_000, 2_000, 4_000, 5_000, 5_000] {
+            if wait >= 2_000 {
+                // A second short of the wait (a margin for a slow machine): not yet.
+                clock.advance(milliseconds: wait - 1_000)
+                await engine.tick()
+                #expect(server.count("revokeByToken") == sent, "not before \(wait) ms")
+                clock.advance(milliseconds: 1_000)
+            } else {
+                clock.advance(milliseconds: wait)
+            }
+            await engine.tick()
+            sent += 1
+            #expect(server.count("revokeByToken") == sent, "tried again after \(wait) ms")
+        }
+        #expect(try await vault.lookup(attributes: ["kind": "revoke", "client": "com.example.notes"]) == nil)
+        let said = lines.lines.withLock { $0 }.filter { $0.contains("sign-out revoke owed: the server could not be reached") }
+        #expect(said.count == 8, "\(said)")
+        #expect(said.filter { $0.hasPrefix("<5>") }.count == 1, "once at notice: \(said)")
+    }
+
     /// A refusal that ends the grant ends the session as the protocol says;
     /// any other refusal leaves it signed in.
     @Test func onlyARefusalThatEndsTheGrantEndsTheSession() async throws {
