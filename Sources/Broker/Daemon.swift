@@ -309,7 +309,7 @@ public enum BrokerDaemon {
                         server = LoginServerClient.signIn(for: client, transport: transport)
                     }
                     return TestFaults.wrapping(server)
-                }, callbackReaders: [OAuthCallbacks()],
+                }, callbackReaders: [OAuthCallbacks(), BrowserLoginCallbacks()],
                 launcher: ProcessBrowserLauncher(environment: environment, logger: logger), transport: transport,
                 logger: logger, socketPath: socketDescription, verifyIntervalMilliseconds: options.verifyIntervalMilliseconds,
                 retentionMilliseconds: options.retentionMilliseconds)

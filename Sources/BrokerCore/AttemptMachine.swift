@@ -11,8 +11,8 @@ public enum AttemptEvent: Sendable, Equatable {
     case exchangeBegan
     /// The exchange answered 200 and the session is in the vault.
     case exchangeSucceeded
-    /// The exchange got a well-formed 4xx error with this code.
-    case exchangeRefused(ServerErrorCode)
+    /// The exchange got a definite refusal; the protocol says what it does to the attempt.
+    case exchangeRefused(AfterRefusal)
     /// The exchange certainly never reached the server (connect failed).
     case exchangeNotSent
     /// The exchange got no definite answer (§7 Uncertain).
@@ -75,15 +75,15 @@ public enum AttemptMachine {
         case (.exchanging, .exchangeNotSent): return .success(.waiting)
         case (.exchanging, .exchangeUncertain): return .success(.uncertain)
         case (.exchanging, .recovered): return .success(.uncertain)
-        case (.exchanging, .exchangeRefused(let code)):
-            switch code {
+        case (.exchanging, .exchangeRefused(let then)):
+            switch then {
             // A forged callback must not kill a genuine login.
-            case .invalidGrant, .attemptNotAuthorized, .rateLimited: return .success(.waiting)
-            case .attemptCancelled: return .success(.cancelled)
-            case .attemptExpired: return .success(.expired)
-            // Someone else redeemed the code; the server revoked that session.
-            case .attemptAlreadyExchanged: return .success(.uncertain)
-            default: return .success(.failed)
+            case .waits: return .success(.waiting)
+            case .cancelled: return .success(.cancelled)
+            case .expired: return .success(.expired)
+            // Someone else redeemed the code: its session must be settled.
+            case .redeemedElsewhere: return .success(.uncertain)
+            case .fails: return .success(.failed)
             }
         // Cancel while exchanging: the exchange may succeed; the cancel goes
         // to the server and a session issued anyway is revoked, never adopted.

@@ -2,7 +2,7 @@ import BrowserLoginProtocol
 
 /// Why a call to a Browser Login server (docs/protocol.md) did not answer
 /// with its success body: the wire error of Browser Login's routes and of its
-/// server-kept attempts (`ServerAttemptControl`). The session calls of the
+/// server-kept attempts (mapped onto `ServerAttemptFailure`). The session calls of the
 /// seam answer a `SignInFailure` instead (`signInFailure(_:)`). Messages
 /// never hold a token, a proof, a code or the server's attempt id.
 public enum LoginServerError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -137,6 +137,46 @@ extension LoginServerError {
         } catch {
             if case .refused(_, .tokenExpired, _, _) = error { return .accessTokenExpired }
             throw error.signInFailure(.verify)
+        }
+    }
+}
+
+extension LoginServerError {
+    /// Browser Login's failure of a call about a server-kept attempt (status,
+    /// cancel, acknowledge, revoke by proof) in the seam's terms.
+    public var attemptFailure: ServerAttemptFailure {
+        let kind: ServerAttemptFailure.Kind
+        switch self {
+        case .refused(_, .attemptUnknown, _, _): kind = .unknown
+        case .refused(_, .proofInvalid, _, _): kind = .proofRefused
+        case .refused(_, .attemptAlreadyExchanged, _, _): kind = .alreadyExchanged
+        case .refused(_, .attemptActive, _, _): kind = .stillActive
+        case .refused: kind = .refused
+        default: kind = .unanswered
+        }
+        return ServerAttemptFailure(kind, brokerError(), detail: description)
+    }
+
+    /// Browser Login's failure of an exchange (§5.2) in the seam's terms:
+    /// only `notSent` certainly never left; only a well-formed 4xx error body
+    /// is definite, and its code says what becomes of the attempt (§7).
+    public var redeemFailure: LocalRedeemFailure {
+        switch self {
+        case .notSent: return .notSent(brokerError())
+        case .refused(_, let code, _, _):
+            let then: AfterRefusal
+            switch code {
+            // Only an INVALID_GRANT lets a callback kept during the exchange be tried (§7).
+            case .invalidGrant: then = .waits(triesKept: true)
+            case .attemptNotAuthorized, .rateLimited: then = .waits(triesKept: false)
+            case .attemptCancelled: then = .cancelled
+            case .attemptExpired: then = .expired
+            // Someone else redeemed the code; the server revoked that session.
+            case .attemptAlreadyExchanged: then = .redeemedElsewhere
+            default: then = .fails
+            }
+            return .refused(brokerError(), then: then)
+        default: return .uncertain(description, brokerError())
         }
     }
 }

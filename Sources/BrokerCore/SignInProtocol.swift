@@ -82,14 +82,41 @@ public protocol SignInProtocol: Sendable {
     func revoke(_ session: IssuedSession) async throws(SignInFailure) -> RevokeResponse
     /// Checks the session with the server (§5.6); only called when `checksSessions`.
     func verify(_ session: IssuedSession) async throws(SignInFailure) -> SessionCheck
-    /// The server's routes for one attempt (create, exchange, status,
-    /// cancel, acknowledge, revoke by proof), which sign-in, reconciliation
-    /// and follow-ups use; nil for a protocol whose server keeps no attempt a
-    /// client can ask about (it has `localAttempts` instead).
-    var attemptControl: (any ServerAttemptControl)? { get }
-    /// The sign-in steps of a protocol whose server keeps no attempt (its
-    /// attempts live in the broker only); nil for one whose server keeps them.
-    var localAttempts: (any LocalAttemptSignIn)? { get }
+    // MARK: The attempt's steps (SignInSteps.swift): begin, callback, exchange
+
+    /// The flow of a `login.start` that names none.
+    var defaultFlow: SignInFlow { get }
+    /// The issuer an attempt records (its `issuer` column).
+    var issuer: String { get }
+    /// How long a browser sign-in may take, unless opening it says (`OpenedAttempt.expiresAt`).
+    var attemptMilliseconds: Int64 { get }
+    /// Everything a browser sign-in of `client` opens with, for a redirect to
+    /// `redirectURI`: no request leaves before its attempt is committed (what
+    /// must be sent first is `LocalAuthorization.open`). `accounts` says
+    /// whether the sign-in page should offer another account than the
+    /// browser's current one, and which address to pre-fill.
+    func authorize(client: ClientConfig, redirectURI: String, accounts: AccountRequest, ephemeral: Bool)
+        async throws(BrokerError) -> LocalAuthorization
+    /// Checks a callback this protocol's reader claimed (the issuer that
+    /// answered, RFC 9207); nothing is changed when it throws.
+    func check(_ callback: ClaimedCallback, client: ClientConfig) async throws(BrokerError)
+    /// Redeems the callback's code of the attempt `key`: sent once; the grant completes the sign-in.
+    func redeem(code: String, key: String, proofs: LocalProofs) async throws(LocalRedeemFailure) -> LocalGrant
+    /// Throws when the server offers no device sign-in (before any attempt exists).
+    func deviceAvailable(client: ClientConfig) async throws(BrokerError)
+    /// Begins a device sign-in (RFC 8628 §3.1–3.2).
+    func authorizeDevice() async throws(BrokerError) -> DeviceGrant
+    /// One poll of a device sign-in (RFC 8628 §3.4–3.5), proving `dpopKey`
+    /// (the grant's) when there is one.
+    func poll(deviceCode: String, dpopKey: String?) async -> DevicePollOutcome
+    /// What the server keeps of each attempt, for reconciliation and
+    /// follow-ups (docs/protocol.md §7); nil for a protocol whose attempts
+    /// live in the broker only: an exchange without a definite answer then
+    /// ends its attempt, as nothing can be asked about it.
+    var serverAttempts: (any ServerAttempts)? { get }
+
+    // MARK: The session
+
     /// True when a refresh whose answer was lost may be sent once more at
     /// once (Browser Login's grace window gives the same successor); false
     /// for a standard provider, whose next refresh waits for the next need.
@@ -132,7 +159,8 @@ extension SignInProtocol {
     public var repeatsLostRefresh: Bool { true }
     public var checksSessions: Bool { true }
     public var canRevoke: Bool { get async { true } }
-    public var localAttempts: (any LocalAttemptSignIn)? { nil }
+    public var serverAttempts: (any ServerAttempts)? { nil }
+    public var defaultFlow: SignInFlow { .browser }
     /// Browser Login's routes under the client's `BasePath=` on its API origin.
     public func reservesAppPath(_ path: String, client: ClientConfig) -> Bool {
         client.apiOrigin == client.server && (path == client.basePath || path.hasPrefix(client.basePath + "/"))
@@ -158,42 +186,91 @@ extension SignInProtocol {
 }
 
 /// The optional capability of a sign-in protocol whose server keeps each
-/// attempt and answers for it with the attempt's recovery key (§5.3–§5.5, §5.8).
-public protocol ServerAttemptControl: Sendable {
-    /// Begins an attempt at the server (§5.1): its id there, the authorize
-    /// URL the browser opens, its expiry and the server's issuer. The proofs
-    /// behind the request's challenges are in the vault before this is sent.
-    func create(_ request: CreateAttemptRequest) async throws(LoginServerError) -> CreateAttemptResponse
-    /// Redeems the accepted callback's code for a session (§5.2).
-    func exchange(attemptId: String, _ request: ExchangeRequest) async throws(LoginServerError) -> ExchangeResponse
-    func status(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> StatusResponse
-    func cancel(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> ServerAttemptState
-    func acknowledge(attemptId: String, recoveryKey: String) async throws(LoginServerError)
-    func revokeByProof(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> RevokeResponse
+/// attempt and answers for it with the attempt's recovery key (Browser Login,
+/// docs/protocol.md §5.3–§5.5, §5.8), in the engine's terms: reconciliation
+/// and follow-ups decide on these answers only.
+public protocol ServerAttempts: Sendable {
+    /// What the server says of the attempt (safe to repeat).
+    func status(_ attempt: ServerAttemptRef) async throws(ServerAttemptFailure) -> ServerAttemptReport
+    func cancel(_ attempt: ServerAttemptRef) async throws(ServerAttemptFailure)
+    func acknowledge(_ attempt: ServerAttemptRef) async throws(ServerAttemptFailure)
+    /// Revokes the session the attempt's exchange issued, by the attempt's proof.
+    func revokeSession(_ attempt: ServerAttemptRef) async throws(ServerAttemptFailure)
 }
 
-/// The attempt control of a protocol without one: every attempt is unknown to
-/// its server (404 `ATTEMPT_UNKNOWN`), so nothing is owed there and an
-/// uncertain attempt is retired.
-public struct NoServerAttempts: ServerAttemptControl {
+/// An attempt at its server: its key there and the proof that it is ours.
+/// Holds a secret: never log it.
+public struct ServerAttemptRef: Sendable {
+    public var key: String
+    public var recoveryKey: String
+    public init(key: String, recoveryKey: String) {
+        self.key = key
+        self.recoveryKey = recoveryKey
+    }
+}
+
+/// What the server says of an attempt.
+public struct ServerAttemptReport: Sendable, Equatable {
+    public var state: ServerAttemptState
+    /// For a completed attempt: when its session was issued and the digest
+    /// of its access token (to recognise the session the broker holds).
+    public var issuedAt: Timestamp?
+    public var tokenDigest: String?
+    public var sessionRevoked: Bool?
+    public var sessionExpiresAt: Timestamp?
+    public init(
+        state: ServerAttemptState, issuedAt: Timestamp? = nil, tokenDigest: String? = nil, sessionRevoked: Bool? = nil,
+        sessionExpiresAt: Timestamp? = nil
+    ) {
+        self.state = state
+        self.issuedAt = issuedAt
+        self.tokenDigest = tokenDigest
+        self.sessionRevoked = sessionRevoked
+        self.sessionExpiresAt = sessionExpiresAt
+    }
+}
+
+/// Why a call about a server-kept attempt did not succeed, in the words the
+/// engine decides on.
+public struct ServerAttemptFailure: Error, Sendable, Equatable, CustomStringConvertible {
+    public enum Kind: Sendable, Equatable {
+        /// The server knows no such attempt (any more): nothing is owed there.
+        case unknown
+        /// The server refused the attempt's proof.
+        case proofRefused
+        /// The attempt's code was exchanged already (a cancel came too late).
+        case alreadyExchanged
+        /// The attempt is still open (an acknowledge came too early).
+        case stillActive
+        /// Another definite refusal.
+        case refused
+        /// No definite answer (not sent, no answer, a 5xx, a broken answer): try again later.
+        case unanswered
+    }
+    public var kind: Kind
+    /// The public error, in the protocol's words.
+    public var error: BrokerError
+    /// For the log; names no secret.
+    public var detail: String
+    public init(_ kind: Kind, _ error: BrokerError, detail: String) {
+        self.kind = kind
+        self.error = error
+        self.detail = detail
+    }
+    public var description: String { detail }
+}
+
+/// The server attempts of a protocol without them: every attempt is unknown
+/// there, so nothing is owed and an uncertain attempt is retired.
+public struct NoServerAttempts: ServerAttempts {
     public init() {}
-    static let unknown = LoginServerError.refused(
-        status: 404, code: .attemptUnknown, message: "the protocol keeps no attempt at the server",
-        retryAfterSeconds: nil)
-    public func create(_ request: CreateAttemptRequest) async throws(LoginServerError) -> CreateAttemptResponse {
+    static let unknown = ServerAttemptFailure(
+        .unknown, BrokerError(.attemptUnknown, "the protocol keeps no attempt at the server"),
+        detail: "the protocol keeps no attempt at the server")
+    public func status(_ attempt: ServerAttemptRef) async throws(ServerAttemptFailure) -> ServerAttemptReport {
         throw Self.unknown
     }
-    public func exchange(attemptId: String, _ request: ExchangeRequest) async throws(LoginServerError)
-        -> ExchangeResponse
-    { throw Self.unknown }
-    public func status(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> StatusResponse {
-        throw Self.unknown
-    }
-    public func cancel(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> ServerAttemptState {
-        throw Self.unknown
-    }
-    public func acknowledge(attemptId: String, recoveryKey: String) async throws(LoginServerError) { throw Self.unknown }
-    public func revokeByProof(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> RevokeResponse {
-        throw Self.unknown
-    }
+    public func cancel(_ attempt: ServerAttemptRef) async throws(ServerAttemptFailure) { throw Self.unknown }
+    public func acknowledge(_ attempt: ServerAttemptRef) async throws(ServerAttemptFailure) { throw Self.unknown }
+    public func revokeSession(_ attempt: ServerAttemptRef) async throws(ServerAttemptFailure) { throw Self.unknown }
 }

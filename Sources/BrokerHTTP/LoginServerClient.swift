@@ -38,7 +38,7 @@ public struct LoginServerConfiguration: Sendable, Equatable {
 /// Browser Login (docs/protocol.md §5), the first `SignInProtocol`: typed
 /// calls over any `HTTPTransport`. Requests carry no cookie and no `Origin`;
 /// state-changing calls are marked so and are never repeated.
-public struct LoginServerClient: SignInProtocol, ServerAttemptControl {
+public struct LoginServerClient: BrowserLoginRoutes {
     public let configuration: LoginServerConfiguration
     public let transport: any HTTPTransport
 
@@ -55,7 +55,7 @@ public struct LoginServerClient: SignInProtocol, ServerAttemptControl {
         return LoginServerClient(configuration: configuration, transport: transport)
     }
 
-    public var attemptControl: (any ServerAttemptControl)? { self }
+    public var origin: Origin { configuration.origin }
 
     // MARK: §5 routes
 

@@ -7,8 +7,7 @@ import BrowserLoginProtocol
 /// through the browser, and the device authorization grant. The provider keeps
 /// no attempt the broker can ask about; the attempt is found by a digest of
 /// its `state` (or device code).
-extension OAuthSignIn: LocalAttemptSignIn {
-    public var localAttempts: (any LocalAttemptSignIn)? { self }
+extension OAuthSignIn {
     /// Not Browser Login's base path: every path of the API origin is the app's.
     public func reservesAppPath(_ path: String, client: ClientConfig) -> Bool { false }
 
@@ -27,8 +26,8 @@ extension OAuthSignIn: LocalAttemptSignIn {
     /// or sign in as another account: `prompt=select_account`, or `login` when
     /// the metadata lists `prompt_values_supported` without it; `login_hint`
     /// pre-fills the address.
-    public func authorize(redirectURI: String, accounts: AccountRequest) async throws(BrokerError)
-        -> LocalAuthorization
+    public func authorize(client: ClientConfig, redirectURI: String, accounts: AccountRequest, ephemeral: Bool)
+        async throws(BrokerError) -> LocalAuthorization
     {
         do throws(ProviderError) {
             let metadata = try await provider.metadata()
@@ -56,13 +55,14 @@ extension OAuthSignIn: LocalAttemptSignIn {
                 redirectURI: redirectURI, state: state, nonce: nonce, codeChallenge: verifier.challenge, prompt: prompt,
                 loginHint: accounts.loginHint)
             let url = OAuthProvider.url(endpoint, adding: parameters)
-            var push: (@Sendable () async throws(BrokerError) -> String)?
+            var push: (@Sendable () async throws(BrokerError) -> OpenedAttempt)?
             if let pushTo {
                 let provider = self.provider
-                push = { () async throws(BrokerError) -> String in
+                push = { () async throws(BrokerError) -> OpenedAttempt in
                     do throws(ProviderError) {
-                        return try await provider.pushAuthorization(
-                            to: pushTo, authorizationEndpoint: endpoint, parameters: parameters)
+                        return OpenedAttempt(
+                            authorizeUrl: try await provider.pushAuthorization(
+                                to: pushTo, authorizationEndpoint: endpoint, parameters: parameters))
                     } catch { throw error.pushFailure }
                 }
             }
@@ -71,13 +71,13 @@ extension OAuthSignIn: LocalAttemptSignIn {
                 proofs: LocalProofs(
                     codeVerifier: verifier.value, state: state, nonce: nonce, redirectURI: redirectURI,
                     dpopKey: dpopKey?.serialized),
-                lookupKey: Self.stateKey(state), deviceFallback: metadata.deviceAuthorizationEndpoint != nil, push: push)
+                lookupKey: Self.stateKey(state), deviceFallback: metadata.deviceAuthorizationEndpoint != nil, open: push)
         } catch { throw error.brokerError() }
     }
 
     /// RFC 9207: the issuer that answered must be the client's. Fails closed:
     /// without the metadata, whether `iss` is promised is unknown.
-    public func check(_ callback: ClaimedCallback) async throws(BrokerError) {
+    public func check(_ callback: ClaimedCallback, client: ClientConfig) async throws(BrokerError) {
         let metadata: ProviderMetadata
         do { metadata = try await provider.metadata() } catch { throw error.brokerError() }
         switch metadata.checkCallbackIssuer(callback.issuer, issuerIsTemplate: settings.issuerIsTemplate) {
@@ -99,7 +99,7 @@ extension OAuthSignIn: LocalAttemptSignIn {
 
     /// The exchange, sent once: a definite refusal or no definite answer
     /// spends the code; only a request that provably never left does not.
-    public func redeem(code: String, proofs: LocalProofs) async throws(LocalRedeemFailure) -> LocalGrant {
+    public func redeem(code: String, key: String, proofs: LocalProofs) async throws(LocalRedeemFailure) -> LocalGrant {
         let tokens: TokenResponse
         var dpop: DPoPKey?
         if let serialized = proofs.dpopKey {
@@ -140,7 +140,7 @@ extension OAuthSignIn: LocalAttemptSignIn {
 
     // MARK: - The device authorization grant
 
-    public func deviceAvailable() async throws(BrokerError) {
+    public func deviceAvailable(client: ClientConfig) async throws(BrokerError) {
         do throws(ProviderError) {
             // (The metadata already carries the client file's *Endpoint keys.)
             if try await provider.metadata().deviceAuthorizationEndpoint == nil { throw ProviderError.noDeviceEndpoint }

@@ -23,7 +23,7 @@ public enum TokenAnswerFailure: Error, Sendable, Equatable {
 
 /// A client of a standard OAuth 2.0 / OpenID Connect provider as the
 /// engine's sign-in protocol (docs/providers.md): sessions are refreshed and
-/// revoked here; its attempts are its `LocalAttemptSignIn` (OAuthFlow.swift:
+/// revoked here; its attempts' steps are in OAuthFlow.swift (
 /// there is no attempt at the provider to create, ask about or acknowledge).
 public struct OAuthSignIn: SignInProtocol {
     public let provider: OAuthProvider
@@ -35,7 +35,6 @@ public struct OAuthSignIn: SignInProtocol {
     }
 
     public var settings: ProviderSettings { provider.settings }
-    public var attemptControl: (any ServerAttemptControl)? { nil }
     /// docs/providers.md: a refresh without a definite answer is not re-sent at once.
     public var repeatsLostRefresh: Bool { false }
     /// A provider has no session check: refresh is what tells.

@@ -21,7 +21,8 @@ final class AttemptLedger {
     private let timer: TimerSignal
 
     /// The latest callback that arrived while its attempt was exchanging (memory only: it holds a code).
-    private var keptCallbacks: [String: KeptCallback] = [:]
+    /// The token of the `finish` call whose callback is kept, by attempt.
+    private var keptCallbacks: [String: UInt64] = [:]
     private var keptCounter: UInt64 = 0
     /// Attempts whose exchange request is in flight now.
     private var exchangesInFlight: Set<String> = []
@@ -141,16 +142,17 @@ final class AttemptLedger {
 
     func isExchanging(_ attemptId: String) -> Bool { exchangesInFlight.contains(attemptId) }
 
-    /// Keeps the latest callback for an attempt that is exchanging; answers its token.
-    func keep(_ callback: Callback, for attemptId: String) -> UInt64 {
+    /// Keeps the latest callback for an attempt that is exchanging (its
+    /// `finish` call holds it); answers its token.
+    func keepCallback(for attemptId: String) -> UInt64 {
         keptCounter += 1
-        keptCallbacks[attemptId] = KeptCallback(callback: callback, token: keptCounter)
+        keptCallbacks[attemptId] = keptCounter
         return keptCounter
     }
 
     /// Takes the kept callback back when it is still the one kept with `token`.
     func takeKept(_ attemptId: String, token: UInt64) -> Bool {
-        guard keptCallbacks[attemptId]?.token == token else { return false }
+        guard keptCallbacks[attemptId] == token else { return false }
         keptCallbacks[attemptId] = nil
         return true
     }
@@ -188,10 +190,4 @@ final class AttemptLedger {
         if state == .exchanging { timer.scheduled(clock.now()) }
         for continuation in (exchangeWaiters.removeValue(forKey: attemptId) ?? [:]).values { continuation.resume() }
     }
-}
-
-/// A callback kept while its attempt was exchanging, with the token of the `finish` call that delivered it.
-struct KeptCallback: Sendable {
-    var callback: Callback
-    var token: UInt64
 }

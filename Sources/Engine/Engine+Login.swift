@@ -13,12 +13,6 @@ extension BrokerEngine {
     ) async throws -> AttemptView {
         let client = try client(clientId)
         let accounts = AccountRequest(add: addAccount, loginHint: loginHint)
-        if flow == .device && server(client.id).localAttempts == nil {
-            throw BrokerError(
-                .deviceFlowUnsupported,
-                "\(client.appName) signs in with a Browser Login server, which has no device sign-in; start without 'flow', or open the sign-in page on another device with 'browser-login start --no-browser'"
-            )
-        }
         if ephemeral && client.privateBrowserCommand == nil {
             throw BrokerError(
                 .ephemeralUnsupported,
@@ -80,29 +74,32 @@ extension BrokerEngine {
         if var live = try store.list(client: client.id, states: [.waiting], limit: 1).first, try !expireIfDue(&live) {
             return try await resume(attemptId: live.id, openBrowser: openBrowser, activationToken: activationToken)
         }
-        if let signIn = server(client.id).localAttempts {
-            return try await startLocal(
-                client, signIn: signIn, ephemeral: ephemeral, openBrowser: openBrowser, flow: flow,
-                activationToken: activationToken, accounts: accounts)
+        let signIn = server(client.id)
+        if (flow ?? signIn.defaultFlow) == .device {
+            try await signIn.deviceAvailable(client: client)
+            return try await startDevice(client, signIn: signIn)
         }
 
-        // Both proofs are in the vault and the row is committed before create is sent.
-        let codeVerifier = try ProofSecret.generate()
-        let recoveryKey = try ProofSecret.generate()
         let id = "at_" + (try Crypto.randomToken(bytes: 12))
-        var secrets = AttemptSecrets(codeVerifier: codeVerifier.value, recoveryKey: recoveryKey.value)
-        let keys = VaultKeys.attempt(client: client.id, attemptId: id)
-        // The row first, then the proofs: a crash between them leaves a
-        // `starting` row, which start-up recovery fails and cleans up, never
-        // a vault item that nothing names.
-        let createdAt = now()
         // The scheme or a loopback listener of its own (Engine+LocalAttempts.swift), closed unless the attempt waits.
         let route = try chooseReturn(client, attemptId: id, ephemeral: ephemeral)
         var routeKept = false
         defer { if !routeKept { route.listener?.close() } }
+        let authorization = try await signIn.authorize(
+            client: client, redirectURI: route.url, accounts: accounts, ephemeral: ephemeral)
+        let proofs = authorization.proofs
+        var secrets = AttemptSecrets(
+            codeVerifier: proofs.codeVerifier, recoveryKey: proofs.recoveryKey ?? "",
+            authorizeUrl: authorization.open == nil ? authorization.authorizeUrl : nil, state: proofs.state,
+            nonce: proofs.nonce, redirectURI: route.url, dpopKey: proofs.dpopKey)
+        let keys = VaultKeys.attempt(client: client.id, attemptId: id)
+        // The row, then the proofs, then the attempt is opened at the server
+        // and waits — all before the browser opens. A crash between the row
+        // and the proofs leaves a `starting` row, which start-up recovery
+        // fails and cleans up, never a vault item that nothing names.
         var record = AttemptRecord(
-            id: id, client: client.id, state: .starting, returnURL: route.url,
-            issuer: client.server.serialized, ephemeral: ephemeral, createdAt: createdAt)
+            id: id, client: client.id, state: .starting, returnURL: route.url, issuer: signIn.issuer,
+            ephemeral: ephemeral, createdAt: now())
         try attempts.insert(record)
         do {
             try await vault.storeJSON(secrets, label: VaultKeys.attemptLabel(appName: client.appName), attributes: keys)
@@ -116,71 +113,72 @@ extension BrokerEngine {
             ["attempt.id": id, "client": client.id, "return.via": route.via, "return.reason": route.reason])
         attempts.publish(record)
 
-        let created: CreateAttemptResponse
-        do {
-            created = try await attemptControl(client.id).create(
-                CreateAttemptRequest(
-                    clientId: client.id, returnUrl: route.url, codeChallenge: codeVerifier.challenge,
-                    recoveryChallenge: recoveryKey.challenge, ephemeral: ephemeral,
-                    prompt: accounts.add ? "login" : nil, loginHint: accounts.loginHint))
-        } catch {
-            let brokerError = error.brokerError(attemptId: id)
+        var opened = OpenedAttempt(authorizeUrl: authorization.authorizeUrl, lookupKey: authorization.lookupKey)
+        var problem: BrokerError?
+        do throws(BrokerError) {
+            if let open = authorization.open {
+                let answer = try await open()
+                opened.authorizeUrl = answer.authorizeUrl
+                opened.lookupKey = answer.lookupKey ?? opened.lookupKey
+                opened.expiresAt = answer.expiresAt
+            }
+        } catch { problem = error }
+        if problem == nil { problem = try openedProblem(opened, client: client) }
+        if let error = problem {
+            // Nothing opened: the attempt ends, its proofs leave the keyring.
             try attempts.commit(
                 &record, .createFailed,
                 error: AttemptError(
-                    code: brokerError.code.rawValue, message: brokerError.message, serverCode: brokerError.serverCode))
+                    code: error.code.rawValue, message: error.message, serverCode: error.serverCode ?? error.providerError))
             try? await vault.remove(attributes: keys)
-            throw brokerError
+            throw error.with(attemptId: id)
         }
-        if let problem = try createProblem(created, client: client) {
-            try attempts.commit(
-                &record, .createFailed, error: AttemptError(code: problem.code.rawValue, message: problem.message))
-            try? await vault.remove(attributes: keys)
-            throw problem.with(attemptId: id)
+        if secrets.authorizeUrl != opened.authorizeUrl {
+            // login.resume opens what the server answered.
+            secrets.authorizeUrl = opened.authorizeUrl
+            do {
+                try await vault.storeJSON(
+                    secrets, label: VaultKeys.attemptLabel(appName: client.appName), attributes: keys)
+            } catch {
+                try attempts.commit(
+                    &record, .createFailed,
+                    error: AttemptError(code: error.brokerError.code.rawValue, message: error.message))
+                throw error.brokerError.with(attemptId: id)
+            }
         }
-        secrets.authorizeUrl = created.authorizeUrl
-        do {
-            try await vault.storeJSON(secrets, label: VaultKeys.attemptLabel(appName: client.appName), attributes: keys)
-        } catch {
-            try attempts.commit(
-                &record, .createFailed, error: AttemptError(code: error.brokerError.code.rawValue, message: error.message))
-            throw error.brokerError.with(attemptId: id)
-        }
+        let (key, expiresAt) = (opened.lookupKey, opened.expiresAt ?? now().adding(milliseconds: signIn.attemptMilliseconds))
         try attempts.commit(&record, .created) {
-            $0.serverAttemptId = created.attemptId
-            $0.expiresAt = created.expiresAt
+            $0.serverAttemptId = key
+            $0.expiresAt = expiresAt
         }
         if let listener = route.listener {
             loopbacks[id] = listener
             routeKept = true
         }
         var result = AttemptView(record)
-        result.authorizeUrl = created.authorizeUrl
+        result.authorizeUrl = opened.authorizeUrl
         if openBrowser {
-            try await launch(
-                created.authorizeUrl, client: client, ephemeral: ephemeral, attemptId: id,
-                activationToken: activationToken)
+            do {
+                try await launch(
+                    opened.authorizeUrl, client: client, ephemeral: ephemeral, attemptId: id,
+                    activationToken: activationToken, wait: flow == nil && authorization.deviceFallback)
+            } catch let failure as BrokerError
+                where failure.code == .browserFailed && flow == nil && authorization.deviceFallback
+            {
+                // No browser here: the device grant is the way through (docs/providers.md).
+                logger.notice("no browser could be opened; signing in with a device code", ["client": client.id])
+                try await fail(&record, BrokerError(.browserFailed, "no browser; continued as a device sign-in"))
+                return try await startDevice(client, signIn: signIn)
+            }
         }
         return result
     }
 
-    /// §7 Create: the issuer must be the configured origin and the id new for the client.
-    private func createProblem(_ created: CreateAttemptResponse, client: ClientConfig) throws -> BrokerError? {
-        if created.issuer != client.server.serialized {
-            return BrokerError(
-                .serverProtocolError,
-                "the login server answered with another issuer than the client's Server= origin; check the client file")
-        }
-        if !isValidOpaqueId(created.attemptId) {
-            return BrokerError(.serverProtocolError, "the login server answered with a malformed attempt id")
-        }
-        if try store.attempts(serverAttemptId: created.attemptId).contains(where: { $0.client == client.id }) {
+    /// The attempt's key must be new for the client (a server that gives one twice breaks the protocol).
+    private func openedProblem(_ opened: OpenedAttempt, client: ClientConfig) throws -> BrokerError? {
+        guard let key = opened.lookupKey else { return BrokerError(.serverProtocolError, "the server named no attempt") }
+        if try store.attempts(serverAttemptId: key).contains(where: { $0.client == client.id }) {
             return BrokerError(.serverProtocolError, "the login server reused an attempt id it had already given")
-        }
-        guard let parts = URLParts(splitting: created.authorizeUrl),
-            parts.scheme == "https" || (parts.scheme == "http" && client.server.isLoopback)
-        else {
-            return BrokerError(.serverProtocolError, "the login server's authorizeUrl is not an https URL")
         }
         return nil
     }
@@ -256,70 +254,112 @@ extension BrokerEngine {
     // MARK: - login.finish
 
     public func finish(url: String) async throws -> AttemptView {
-        // Each registered protocol's reader is asked whether the callback is its kind.
-        for reader in callbackReaders {
-            if let claimed = try reader.claim(callback: url) { return try await finishLocal(claimed) }
+        // Each registered protocol's reader is asked in turn whether the callback is its kind.
+        var claimed: ClaimedCallback?
+        for reader in callbackReaders where claimed == nil { claimed = try reader.claim(callback: url) }
+        guard let callback = claimed else {
+            throw BrokerError(.callbackInvalid, "the callback URL was refused: no sign-in protocol of this broker reads it")
         }
-        let callback: Callback
-        do { callback = try Callback(parsing: url) } catch {
-            throw BrokerError(.callbackInvalid, "the callback URL was refused: \(error.message)")
-        }
-        var candidates = try store.attempts(serverAttemptId: callback.attempt)
-        if candidates.isEmpty {
-            let knownTarget = clients.values.contains { isReturnTarget(callback.target, of: $0) }
-            if !knownTarget {
+        let found = try store.attempts(serverAttemptId: callback.lookupKey).filter { clients[$0.client] != nil }
+        if found.isEmpty {
+            if !clients.values.contains(where: { isReturnTarget(callback.target, of: $0) }) {
                 throw BrokerError(
                     .callbackMismatch, "the callback URL matches no configured client's return URL; nothing was changed")
             }
             throw BrokerError(
                 .attemptUnknown, "the callback names no attempt of this broker (it may be old); start a new sign-in")
         }
-        candidates = candidates.filter {
-            clients[$0.client].map { server($0.id).attemptControl != nil } ?? false
-                && ReturnURL.attemptMatches($0.returnURL, callback.target)
-        }
-        guard var record = candidates.first else {
+        // Exactly the return URL the attempt registered: scheme, authority (the port included) and path.
+        guard var record = found.first(where: { ReturnURL.attemptMatches($0.returnURL, callback.target) }) else {
             throw BrokerError(
                 .callbackMismatch, "the callback URL is not the return URL its attempt registered; nothing was changed")
         }
+        if case .code(let code) = callback.outcome, let answer = try repeated(record, code: code) { return answer }
         let client = try client(record.client)
-        guard callback.issuer == client.server.serialized else {
-            throw BrokerError(
-                .issuerMismatch, "the callback's issuer is not this client's login server; nothing was changed",
-                attemptId: record.id)
+        // While the attempt can still take a callback, its correlation value
+        // (where the protocol has one) is compared with the vault's in
+        // constant time. An ended attempt's proofs may be gone: it answers as it is.
+        var secrets: AttemptSecrets?
+        if record.state == .waiting || record.state == .exchanging {
+            let proofs = try await attemptSecrets(record)
+            secrets = proofs
+            if let expected = proofs.state {
+                guard let state = callback.state, Crypto.constantTimeEquals(expected, state) else {
+                    throw BrokerError(
+                        .callbackMismatch, "the callback's state is not its attempt's; nothing was changed",
+                        attemptId: record.id)
+                }
+            }
         }
+        do { try await server(client.id).check(callback, client: client) } catch { throw error.with(attemptId: record.id) }
+        record = try attempt(record.id)
         switch callback.outcome {
-        case .error:
-            return try await finishError(&record)
+        case .denied:
+            return try await finishDenied(&record, secrets: secrets)
+        case .failed(let refusal):
+            try expireIfDue(&record)
+            guard record.state == .waiting else { throw notWaiting(record) }
+            let failure = refusal.with(attemptId: record.id)
+            try await fail(&record, failure)
+            throw failure
         case .code(let code):
-            return try await finishCode(&record, callback: callback, code: code)
+            if record.state == .exchanging { return try await keepUntilSettled(&record, code: code) }
+            try expireIfDue(&record)
+            // Its proofs were read above while it was open (a waiting attempt cannot have ended meanwhile).
+            guard record.state == .waiting, let secrets else { throw notWaiting(record) }
+            return try await exchange(&record, code: code, secrets: secrets)
         }
     }
 
-    private func finishError(_ record: inout AttemptRecord) async throws -> AttemptView {
-        guard record.state == .waiting else { throw notWaiting(record) }
-        let secrets = try await attemptSecrets(record)
-        let status: StatusResponse
-        do {
-            status = try await attemptControl(record.client).status(
-                attemptId: record.serverAttemptId ?? "", recoveryKey: secrets.recoveryKey)
-        } catch {
-            throw error.brokerError(attemptId: record.id)
+    /// A repeat of the callback that completed the attempt: answered, nothing
+    /// sent — also once its proofs have left the keyring. (One whose exchange
+    /// went uncertain and was reconciled without its session did not complete it.)
+    private func repeated(_ record: AttemptRecord, code: String) throws -> AttemptView? {
+        guard record.state == .completed || record.state == .acknowledged,
+            record.resolution == .none || record.resolution == .adopted,
+            let known = record.callbackDigest, Crypto.constantTimeEquals(known, Crypto.digest(code))
+        else { return nil }
+        var result = AttemptView(record)
+        if record.state == .completed { result.session = try sessions.view(record.client) }
+        return result
+    }
+
+    /// The user declined at the server. Where the server keeps the attempt,
+    /// the denial is its own (§7: the attempt's status says `cancelled`)
+    /// before anything ends here.
+    private func finishDenied(_ record: inout AttemptRecord, secrets: AttemptSecrets?) async throws -> AttemptView {
+        try expireIfDue(&record)
+        guard record.state == .waiting, let secrets else { throw notWaiting(record) }
+        let kept = server(record.client).serverAttempts
+        if let kept {
+            let report: ServerAttemptReport
+            do {
+                report = try await kept.status(
+                    ServerAttemptRef(key: record.serverAttemptId ?? "", recoveryKey: secrets.recoveryKey))
+            } catch {
+                throw error.error.with(attemptId: record.id)
+            }
+            record = try attempt(record.id)
+            guard report.state == .cancelled else {
+                throw BrokerError(
+                    .callbackInvalid,
+                    "the error callback was not confirmed by the server (it says \(report.state.rawValue)); nothing was changed",
+                    attemptId: record.id)
+            }
+            guard record.state == .waiting else { throw notWaiting(record) }
         }
-        record = try attempt(record.id)
-        guard status.state == .cancelled else {
-            throw BrokerError(
-                .callbackInvalid,
-                "the error callback was not confirmed by the server (it says \(status.state.rawValue)); nothing was changed",
-                attemptId: record.id)
-        }
-        guard record.state == .waiting else { throw notWaiting(record) }
         try attempts.commit(
             &record, .deniedConfirmed,
             error: AttemptError(code: BrokerErrorCode.accessDenied.rawValue, message: "the user declined the sign-in")
-        ) { $0.followUp = .acknowledge }
-        scheduleFollowUp(record.id)
+        ) { if kept != nil { $0.followUp = .acknowledge } }
+        await ended(record)
         throw BrokerError(.accessDenied, "the user declined the sign-in in the browser", attemptId: record.id)
+    }
+
+    /// An attempt that ended: what it owes its server is done soon (a
+    /// follow-up); one whose server keeps nothing is retired at once.
+    func ended(_ record: AttemptRecord) async {
+        if server(record.client).serverAttempts != nil { scheduleFollowUp(record.id) } else { await retire(record) }
     }
 
     func notWaiting(_ record: AttemptRecord) -> BrokerError {
@@ -331,34 +371,13 @@ extension BrokerEngine {
             attemptId: record.id)
     }
 
-    private func finishCode(_ record: inout AttemptRecord, callback: Callback, code: String) async throws -> AttemptView {
-        let digest = Crypto.digest(code)
-        if record.state == .completed || record.state == .acknowledged,
-            record.resolution == .none || record.resolution == .adopted,
-            let known = record.callbackDigest, Crypto.constantTimeEquals(known, digest)
-        {
-            // A repeat of the callback that completed the attempt: answer, send nothing. (One whose
-            // exchange went uncertain and was reconciled without its session did not complete it.)
-            var result = AttemptView(record)
-            if record.state == .completed { result.session = try sessions.view(record.client) }
-            return result
-        }
-        if record.state == .exchanging {
-            return try await keepUntilSettled(&record, callback: callback, code: code)
-        }
-        try expireIfDue(&record)
-        guard record.state == .waiting else { throw notWaiting(record) }
-        return try await exchange(&record, code: code, digest: digest)
-    }
-
     /// A callback that arrives while its attempt is exchanging (§7): it is
     /// kept (the latest one only), and this call answers once that exchange
     /// is settled — by exchanging the kept callback itself when the exchange
-    /// answered `INVALID_GRANT`, else with the attempt as it then is.
-    private func keepUntilSettled(_ record: inout AttemptRecord, callback: Callback, code: String) async throws
-        -> AttemptView
-    {
-        let token = attempts.keep(callback, for: record.id)
+    /// was refused in a way that lets it be tried (Browser Login's
+    /// `INVALID_GRANT`), else with the attempt as it then is.
+    private func keepUntilSettled(_ record: inout AttemptRecord, code: String) async throws -> AttemptView {
+        let token = attempts.keepCallback(for: record.id)
         let attemptId = record.id
         repeat {
             await attempts.waitForExchange(attemptId) { id in
@@ -366,10 +385,11 @@ extension BrokerEngine {
             }
             record = try attempt(attemptId)
         } while record.state == .exchanging && attempts.isExchanging(attemptId) && !Task.isCancelled
-        if attempts.takeKept(record.id, token: token) {
-            if record.state == .waiting && !Task.isCancelled {
-                return try await finishCode(&record, callback: callback, code: code)
-            }
+        if attempts.takeKept(record.id, token: token), record.state == .waiting, !Task.isCancelled {
+            let secrets = try await attemptSecrets(record)
+            record = try attempt(attemptId)
+            guard record.state == .waiting else { throw notWaiting(record) }
+            return try await exchange(&record, code: code, secrets: secrets)
         }
         var result = AttemptView(record)
         if record.state == .completed { result.session = try sessions.view(record.client) }
@@ -392,33 +412,37 @@ extension BrokerEngine {
         TestFaults.hit("after-exchanging-commit")
     }
 
-    private func exchange(_ record: inout AttemptRecord, code: String, digest: String) async throws -> AttemptView {
-        try beginExchange(&record, digest: digest)
+    /// The exchange, sent once (§7): a session is kept; a refusal does to the
+    /// attempt what the protocol says; a request that provably never left lets
+    /// the callback be delivered again; no definite answer is reconciled with
+    /// a server that keeps the attempt, and ends the attempt where none does
+    /// (a code is never sent twice).
+    private func exchange(_ record: inout AttemptRecord, code: String, secrets: AttemptSecrets) async throws
+        -> AttemptView
+    {
+        try beginExchange(&record, digest: Crypto.digest(code))
         let attemptId = record.id
         defer { attempts.exchangeSettled(attemptId) }
-        let secrets: AttemptSecrets
+        let signIn = server(record.client)
+        let grant: LocalGrant
         do {
-            secrets = try await attemptSecrets(record)
+            grant = try await signIn.redeem(
+                code: code, key: record.serverAttemptId ?? "",
+                proofs: LocalProofs(
+                    codeVerifier: secrets.codeVerifier, recoveryKey: secrets.recoveryKey, state: secrets.state,
+                    nonce: secrets.nonce, redirectURI: secrets.redirectURI ?? record.returnURL, dpopKey: secrets.dpopKey))
         } catch {
-            try attempts.commit(&record, .exchangeNotSent)
-            throw error
+            record = try attempt(attemptId)
+            throw try await exchangeFailed(&record, error)
         }
-        let result: Result<ExchangeResponse, LoginServerError>
-        do {
-            result = .success(
-                try await attemptControl(record.client).exchange(
-                    attemptId: record.serverAttemptId ?? "", ExchangeRequest(code: code, codeVerifier: secrets.codeVerifier)))
-        } catch {
-            result = .failure(error)
+        TestFaults.hit("after-provider-exchange")
+        let issued: IssuedSession
+        do { issued = try await grant.complete() } catch {
+            record = try attempt(attemptId)
+            throw try await signInRefused(&record, error)
         }
-        record = try attempt(record.id)
-        switch result {
-        case .success(let answer):
-            return try await exchanged(
-                &record, answer.session, issuedAt: answer.receipt.issuedAt, secrets: secrets)
-        case .failure(let failure):
-            return try await exchangeFailed(&record, failure)
-        }
+        record = try attempt(attemptId)
+        return try await exchanged(&record, issued, issuedAt: grant.issuedAt ?? now(), secrets: secrets)
     }
 
     /// The session an exchange issued, kept: in the attempt's vault item
@@ -426,7 +450,7 @@ extension BrokerEngine {
     func exchanged(
         _ record: inout AttemptRecord, _ issued: IssuedSession, issuedAt: Timestamp, secrets: AttemptSecrets
     ) async throws -> AttemptView {
-        // The protocol checked the receipt against the attempt and the issued session.
+        // The protocol checked the answer against the attempt and the issued session.
         let client = try client(record.client)
         var withSession = secrets
         withSession.session = issued
@@ -448,6 +472,7 @@ extension BrokerEngine {
             return AttemptView(record)
         }
         guard record.state == .exchanging else { return AttemptView(record) }
+        closeListener(record.id)
         func notKept() throws {
             try attempts.commit(
                 &record, .exchangeUncertain,
@@ -479,45 +504,71 @@ extension BrokerEngine {
         return result
     }
 
-    private func exchangeFailed(_ record: inout AttemptRecord, _ failure: LoginServerError) async throws -> AttemptView {
-        if record.state == .cancelled {
-            // Cancelled meanwhile: whatever the answer, a session issued anyway must be revoked.
-            if case .refused = failure {} else { record.followUp = .revoke }
-            try attempts.save(&record)
-            scheduleFollowUp(record.id)
-            throw failure.brokerError(attemptId: record.id)
-        }
-        guard record.state == .exchanging else { throw notWaiting(record) }
+    /// An exchange without its session: the error the caller gets, after the
+    /// attempt is changed as the failure says.
+    private func exchangeFailed(_ record: inout AttemptRecord, _ failure: LocalRedeemFailure) async throws
+        -> BrokerError
+    {
+        let kept = server(record.client).serverAttempts != nil
         switch failure {
-        case .refused(_, let code, _, _):
-            let brokerError = failure.brokerError(attemptId: record.id)
-            let error = AttemptError(code: brokerError.code.rawValue, message: brokerError.message, serverCode: code.rawValue)
-            try attempts.commit(&record, .exchangeRefused(code), error: error) { r in
-                if r.state == .uncertain { r.nextReconcileAt = self.now() }
-                if r.state == .cancelled || r.state == .expired || r.state == .failed { r.followUp = .acknowledge }
-            }
-            if record.state == .uncertain {
-                scheduleFollowUp(record.id)
-                throw uncertain(record)
-            }
-            if record.state.isTerminal { scheduleFollowUp(record.id) }
-            // Only an INVALID_GRANT lets a kept callback be tried (§7).
-            if code != .invalidGrant { attempts.dropKept(record.id) }
-            throw brokerError
-        case .notSent:
+        case .notSent(let refusal):
+            let error = refusal.with(attemptId: record.id)
+            guard record.state == .exchanging else { return error }
             try attempts.commit(
                 &record, .exchangeNotSent,
                 error: AttemptError(
-                    code: BrokerErrorCode.serverUnreachable.rawValue,
-                    message: "the login server could not be reached; the callback can be delivered again"))
-            throw failure.brokerError(attemptId: record.id)
-        default:
+                    code: refusal.code.rawValue,
+                    message: "\(refusal.message.split(separator: ";").first ?? ""); the callback can be delivered again"))
+            return error
+        case .refused(let refusal, let then):
+            let error = refusal.with(attemptId: record.id)
+            if record.state == .cancelled {
+                // Cancelled meanwhile: nothing was issued; the cancel's follow-up goes on.
+                if kept { scheduleFollowUp(record.id) }
+                return error
+            }
+            guard record.state == .exchanging else { return notWaiting(record) }
+            try attempts.commit(
+                &record, .exchangeRefused(then),
+                error: AttemptError(
+                    code: refusal.code.rawValue, message: refusal.message,
+                    serverCode: refusal.serverCode ?? refusal.providerError)
+            ) { r in
+                if r.state == .uncertain { r.nextReconcileAt = self.now() }
+                if kept && (r.state == .cancelled || r.state == .expired || r.state == .failed) { r.followUp = .acknowledge }
+            }
+            if record.state == .uncertain {
+                scheduleFollowUp(record.id)
+                return uncertain(record)
+            }
+            if record.state.isTerminal { await ended(record) }
+            if then != .waits(triesKept: true) { attempts.dropKept(record.id) }
+            return error
+        case .uncertain(let detail, let refusal):
+            if record.state == .cancelled {
+                // Cancelled meanwhile: a session issued anyway must be revoked.
+                guard kept else { return refusal.with(attemptId: record.id) }
+                record.followUp = .revoke
+                try attempts.save(&record)
+                scheduleFollowUp(record.id)
+                return refusal.with(attemptId: record.id)
+            }
+            guard record.state == .exchanging else { return refusal.with(attemptId: record.id) }
+            guard kept else {
+                // Nothing to ask about: the code is spent either way (docs/providers.md).
+                let error = BrokerError(
+                    .exchangeUncertain,
+                    "the exchange got no definite answer (\(detail)); a code is never sent twice, so sign in again",
+                    attemptId: record.id)
+                try await fail(&record, error)
+                return error
+            }
             try attempts.commit(
                 &record, .exchangeUncertain,
-                error: AttemptError(code: BrokerErrorCode.exchangeUncertain.rawValue, message: "\(failure)")
+                error: AttemptError(code: BrokerErrorCode.exchangeUncertain.rawValue, message: detail)
             ) { $0.nextReconcileAt = self.now() }
             scheduleFollowUp(record.id)
-            throw uncertain(record)
+            return uncertain(record)
         }
     }
 
@@ -567,8 +618,8 @@ extension BrokerEngine {
     public func status(attemptId: String, reconcile: Bool) async throws -> AttemptView {
         var record = try attempt(attemptId)
         try expireIfDue(&record)
-        // A server that keeps no attempt (a standard provider) has nothing to ask about (docs/providers.md).
-        guard reconcile, server(record.client).attemptControl != nil else { return AttemptView(record) }
+        // A server that keeps no attempt has nothing to ask about (docs/providers.md).
+        guard reconcile, let kept = server(record.client).serverAttempts else { return AttemptView(record) }
         switch record.state {
         case .uncertain where record.resolution == .none:
             await reconcileNow(record.id)
@@ -576,14 +627,17 @@ extension BrokerEngine {
             return AttemptView(record)
         case .waiting:
             let secrets = try await attemptSecrets(record)
-            let status: StatusResponse
+            let status: ServerAttemptReport
             do {
-                status = try await attemptControl(record.client).status(
-                    attemptId: record.serverAttemptId ?? "", recoveryKey: secrets.recoveryKey)
+                status = try await kept.status(
+                    ServerAttemptRef(key: record.serverAttemptId ?? "", recoveryKey: secrets.recoveryKey))
             } catch {
                 var result = AttemptView(try attempt(attemptId))
-                result.serverState = "unreachable"
-                if case .refused(_, let code, _, _) = error { result.serverState = code == .attemptUnknown ? "unknown" : "error" }
+                switch error.kind {
+                case .unknown: result.serverState = "unknown"
+                case .unanswered: result.serverState = "unreachable"
+                default: result.serverState = "error"
+                }
                 return result
             }
             record = try attempt(attemptId)
@@ -621,13 +675,4 @@ extension BrokerEngine {
         }
         return AttemptView(try attempt(attemptId))
     }
-}
-
-/// Server ids are opaque and URL-safe (docs/protocol.md §4).
-func isValidOpaqueId(_ id: String) -> Bool {
-    (16...256).contains(id.utf8.count)
-        && id.utf8.allSatisfy {
-            ($0 | 0x20) >= 0x61 && ($0 | 0x20) <= 0x7A || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2D || $0 == 0x5F
-                || $0 == 0x2E || $0 == 0x7E
-        }
 }

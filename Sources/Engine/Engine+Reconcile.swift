@@ -52,20 +52,20 @@ extension BrokerEngine {
     private func reconcileSteps(_ attemptId: String) async throws {
         var record = try attempt(attemptId)
         guard record.state == .uncertain, record.resolution == .none else { return }
-        let server = attemptControl(record.client)
+        let server = serverAttempts(record.client)
         let secrets: AttemptSecrets
         do { secrets = try await attemptSecrets(record) } catch {
             record = try attempt(attemptId)
             try backoff(&record, "keyring: \(error)")
             return
         }
-        let serverId = record.serverAttemptId ?? ""
-        let status: StatusResponse
+        let ref = ServerAttemptRef(key: record.serverAttemptId ?? "", recoveryKey: secrets.recoveryKey)
+        let status: ServerAttemptReport
         do {
-            status = try await server.status(attemptId: serverId, recoveryKey: secrets.recoveryKey)
+            status = try await server.status(ref)
         } catch {
             record = try attempt(attemptId)
-            if case .refused(_, .attemptUnknown, _, _) = error {
+            if error.kind == .unknown {
                 try settle(&record, .retired, followUp: .none)
                 try? await vault.remove(attributes: VaultKeys.attempt(client: record.client, attemptId: record.id))
                 return
@@ -78,17 +78,17 @@ extension BrokerEngine {
 
         switch status.state {
         case .completed:
-            guard let receipt = status.receipt else {
+            guard let issuedAt = status.issuedAt, let tokenDigest = status.tokenDigest else {
                 try backoff(&record, "status without receipt")
                 return
             }
             if let session = secrets.session,
-                Crypto.constantTimeEquals(Crypto.digest(session.accessToken), receipt.tokenDigest),
+                Crypto.constantTimeEquals(Crypto.digest(session.accessToken), tokenDigest),
                 status.sessionRevoked != true
             {
                 switch await verify(session, server: self.server(record.client)) {
                 case .alive:
-                    try await adopt(&record, session: session, receipt: receipt)
+                    try await adopt(&record, session: session, issuedAt: issuedAt)
                     return
                 case .unreachable(let problem):
                     try backoff(&record, problem)
@@ -98,10 +98,10 @@ extension BrokerEngine {
                 }
             }
             if let expires = status.sessionExpiresAt, now() >= expires {
-                try settle(&record, .sessionExpired, followUp: .acknowledge, receipt: receipt, sessionExpiresAt: expires)
+                try settle(&record, .sessionExpired, followUp: .acknowledge, issuedAt: issuedAt, sessionExpiresAt: expires)
             } else {
                 do {
-                    _ = try await server.revokeByProof(attemptId: serverId, recoveryKey: secrets.recoveryKey)
+                    try await server.revokeSession(ref)
                 } catch {
                     record = try attempt(attemptId)
                     try backoff(&record, "revoke: \(error)")
@@ -109,14 +109,14 @@ extension BrokerEngine {
                 }
                 record = try attempt(attemptId)
                 try settle(
-                    &record, .revoked, followUp: .acknowledge, receipt: receipt, sessionExpiresAt: status.sessionExpiresAt)
+                    &record, .revoked, followUp: .acknowledge, issuedAt: issuedAt, sessionExpiresAt: status.sessionExpiresAt)
             }
         case .pending, .authorized:
             do {
-                _ = try await server.cancel(attemptId: serverId, recoveryKey: secrets.recoveryKey)
+                try await server.cancel(ref)
             } catch {
                 record = try attempt(attemptId)
-                if case .refused(_, .attemptAlreadyExchanged, _, _) = error {
+                if error.kind == .alreadyExchanged {
                     // Redeemed meanwhile: reconcile again from the top.
                     try backoff(&record, "exchanged meanwhile")
                     record.nextReconcileAt = now()
@@ -154,7 +154,7 @@ extension BrokerEngine {
         }
     }
 
-    private func adopt(_ record: inout AttemptRecord, session: IssuedSession, receipt: Receipt) async throws {
+    private func adopt(_ record: inout AttemptRecord, session: IssuedSession, issuedAt: Timestamp) async throws {
         record = try attempt(record.id)
         guard record.state == .uncertain else { return }
         do {
@@ -169,7 +169,7 @@ extension BrokerEngine {
         try attempts.commit(&record, .adopted) {
             $0.resolution = .adopted
             $0.followUp = .acknowledge
-            $0.receiptIssuedAt = receipt.issuedAt
+            $0.receiptIssuedAt = issuedAt
             $0.receiptSessionExpiresAt = session.expiresAt
             $0.error = nil
             $0.nextReconcileAt = nil
@@ -181,14 +181,14 @@ extension BrokerEngine {
     }
 
     private func settle(
-        _ record: inout AttemptRecord, _ resolution: Resolution, followUp: ServerFollowUp, receipt: Receipt? = nil,
+        _ record: inout AttemptRecord, _ resolution: Resolution, followUp: ServerFollowUp, issuedAt: Timestamp? = nil,
         sessionExpiresAt: Timestamp? = nil
     ) throws {
         record.resolution = resolution
         record.followUp = followUp
         record.nextReconcileAt = nil
-        if let receipt {
-            record.receiptIssuedAt = receipt.issuedAt
+        if let issuedAt {
+            record.receiptIssuedAt = issuedAt
             record.receiptSessionExpiresAt = sessionExpiresAt
         }
         try attempts.save(&record)
@@ -219,7 +219,7 @@ extension BrokerEngine {
             try await retireIfReconciled(&record)
             return
         }
-        let server = attemptControl(record.client)
+        let server = serverAttempts(record.client)
         let keys = VaultKeys.attempt(client: record.client, attemptId: record.id)
         guard let serverId = record.serverAttemptId,
             let secrets = try? await vault.lookupJSON(AttemptSecrets.self, attributes: keys)
@@ -229,16 +229,16 @@ extension BrokerEngine {
             try attempts.save(&record)
             return
         }
+        let ref = ServerAttemptRef(key: serverId, recoveryKey: secrets.recoveryKey)
         var step = record.followUp
         if record.reconcileTries > 0 {
             // An earlier try may have reached the server: never send it again
             // blind (docs/protocol.md §4); ask `status` (safe) and act on what it says.
             do {
-                let status = try await server.status(attemptId: serverId, recoveryKey: secrets.recoveryKey)
-                step = Self.followUp(step, after: status)
+                step = Self.followUp(step, after: try await server.status(ref))
             } catch {
-                switch error {
-                case .refused(_, .attemptUnknown, _, _), .refused(_, .proofInvalid, _, _):
+                switch error.kind {
+                case .unknown, .proofRefused:
                     step = .none
                 default:
                     record = try attempt(attemptId)
@@ -251,25 +251,25 @@ extension BrokerEngine {
             do {
                 switch step {
                 case .cancel:
-                    _ = try await server.cancel(attemptId: serverId, recoveryKey: secrets.recoveryKey)
+                    try await server.cancel(ref)
                     step = .acknowledge
                 case .revoke:
-                    _ = try await server.revokeByProof(attemptId: serverId, recoveryKey: secrets.recoveryKey)
+                    try await server.revokeSession(ref)
                     step = .acknowledge
                 case .acknowledge:
-                    _ = try await server.acknowledge(attemptId: serverId, recoveryKey: secrets.recoveryKey)
+                    try await server.acknowledge(ref)
                     step = .none
                 case .none:
                     break
                 }
             } catch {
-                switch error {
-                case .refused(_, .attemptAlreadyExchanged, _, _) where step == .cancel:
+                switch error.kind {
+                case .alreadyExchanged where step == .cancel:
                     // A callback won the race on another path: revoke, never adopt.
                     step = .revoke
-                case .refused(_, .attemptActive, _, _) where step == .acknowledge:
+                case .stillActive where step == .acknowledge:
                     step = .cancel
-                case .refused(_, .attemptUnknown, _, _), .refused(_, .proofInvalid, _, _):
+                case .unknown, .proofRefused:
                     step = .none
                 default:
                     record = try attempt(attemptId)
@@ -310,7 +310,7 @@ extension BrokerEngine {
     }
 
     /// The follow-up still owed for `intent`, given what the server reports now.
-    static func followUp(_ intent: ServerFollowUp, after status: StatusResponse) -> ServerFollowUp {
+    static func followUp(_ intent: ServerFollowUp, after status: ServerAttemptReport) -> ServerFollowUp {
         switch status.state {
         case .pending, .authorized: return .cancel
         case .cancelled, .expired: return .acknowledge
@@ -324,8 +324,8 @@ extension BrokerEngine {
     /// stopped, or its answer could not be committed) is uncertain, due for
     /// reconciliation now.
     func markUncertain(_ record: inout AttemptRecord, _ message: String) throws {
-        if server(record.client).attemptControl == nil {
-            // The server keeps no attempt to ask about (a standard provider), and the code is spent (docs/providers.md).
+        if server(record.client).serverAttempts == nil {
+            // The server keeps no attempt to ask about, and the code is spent (docs/providers.md).
             try attempts.commit(
                 &record, .providerFailed,
                 error: AttemptError(

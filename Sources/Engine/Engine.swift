@@ -6,7 +6,8 @@ import Synchronization
 import SystemSupport
 
 /// The broker's entry point for the RPC methods: the sign-in flow of each
-/// attempt (Engine+Login, Engine+Reconcile) over three owners — the attempts
+/// attempt (Engine+Login, Engine+Reconcile), one path for every protocol
+/// (each a `SignInProtocol`, registered by client), over three owners — the attempts
 /// and their commits (`AttemptLedger`), the sessions (`SessionKeeper`) and the
 /// app's requests (`AppRequestProxy`). It persists each change before it acts
 /// on it (docs/protocol.md §7 durability order), publishes each committed
@@ -26,8 +27,8 @@ public actor BrokerEngine {
     private nonisolated let boundPeers: [String: [String]]
     package nonisolated let vault: any SecretVault
     let servers: [String: any SignInProtocol]
-    /// The callback readers of the registered protocols whose callbacks are
-    /// not Browser Login's (`login.finish` asks each in turn).
+    /// The callback readers of the registered protocols, in the order
+    /// `login.finish` asks them (the last one may claim whatever is left).
     let callbackReaders: [any CallbackReader]
     let launcher: any BrowserLauncher
     let clock: any BrokerCore.Clock
@@ -47,7 +48,7 @@ public actor BrokerEngine {
     public nonisolated let sessionBoard = SessionBoard()
     /// The timer's next deadline and its wake-up hook.
     nonisolated let timer = TimerSignal()
-    /// The loopback listener of each waiting provider attempt that has one (docs/providers.md).
+    /// The loopback listener of each waiting attempt that returns over loopback (docs/desktop.md).
     var loopbacks: [String: LoopbackListener] = [:]
     /// The waiting device sign-ins being polled.
     var devicePolls: Set<String> = []
@@ -63,7 +64,7 @@ public actor BrokerEngine {
 
     public init(
         storePath: String, clients: [ClientConfig], vault: any SecretVault,
-        makeServer: (ClientConfig) -> any SignInProtocol, callbackReaders: [any CallbackReader] = [],
+        makeServer: (ClientConfig) -> any SignInProtocol, callbackReaders: [any CallbackReader],
         launcher: any BrowserLauncher, transport: any HTTPTransport,
         clock: any BrokerCore.Clock = SystemClock(), logger: Logger, socketPath: String,
         verifyIntervalMilliseconds: Int64 = 300_000, retentionMilliseconds: Int64 = BrokerEngine.defaultRetentionMilliseconds,
@@ -106,8 +107,8 @@ public actor BrokerEngine {
 
     func server(_ id: String) -> any SignInProtocol { servers[id]! }
 
-    /// The server's attempt routes; a protocol without them has no attempt there to settle.
-    func attemptControl(_ id: String) -> any ServerAttemptControl { servers[id]!.attemptControl ?? NoServerAttempts() }
+    /// What the client's server keeps of its attempts; a protocol without server attempts has none there to settle.
+    func serverAttempts(_ id: String) -> any ServerAttempts { servers[id]!.serverAttempts ?? NoServerAttempts() }
 
     func now() -> Timestamp { clock.now() }
 
@@ -307,7 +308,7 @@ public actor BrokerEngine {
             default:
                 break
             }
-            if server(record.client).attemptControl == nil { continue }
+            if server(record.client).serverAttempts == nil { continue }
             if record.followUp != .none && record.reconcileTries == 0 {
                 // The broker may have stopped with that request in flight.
                 record.reconcileTries = 1

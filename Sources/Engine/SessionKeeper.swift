@@ -78,6 +78,9 @@ final class SessionKeeper {
 
     /// An owed sign-out revoke is tried again on each timer round this far apart.
     static let revokeRetryMilliseconds: Int64 = 250
+    /// The reason a session records when its own expiry passes (the word the
+    /// public state uses whatever the protocol, docs/rpc.md `session.changed`).
+    static let expiredReason = "SESSION_EXPIRED"
     /// An owed revoke whose server stays unreachable is tried at most this far apart.
     static let revokeRetryCapMilliseconds: Int64 = 5_000
     /// A refresh or revoke that cannot be sent for a reason of this machine's
@@ -590,7 +593,10 @@ final class SessionKeeper {
         record.status = status
         record.reason = reason
         record.updatedAt = now()
-        try save(record, project: false)
+        // Recorded first (a crash after it still ends the session); the board
+        // and the subscribers learn of it once the tokens have left the keyring,
+        // so an app told `expired` finds none of them there.
+        try store.save(record)
         newGeneration(slot)
         forget(slot)
         try? await vault.remove(attributes: Self.sessionKeys(record))
@@ -832,7 +838,7 @@ final class SessionKeeper {
             guard session.status == .signedIn else { continue }
             guard clients[slot.client] != nil else { continue }
             if let expires = session.expiresAt, now >= expires {
-                try? await end(slot, status: .expired, reason: ServerErrorCode.sessionExpired.rawValue)
+                try? await end(slot, status: .expired, reason: Self.expiredReason)
                 continue
             }
             if let expires = session.expiresAt { consider(expires) }

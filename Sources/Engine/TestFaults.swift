@@ -18,10 +18,10 @@ import SystemSupport
 /// file. Points (each a durability point of docs/protocol.md §7):
 /// - `commit:STATE` — right after an attempt's move to STATE is committed;
 /// - `vault:store`, `vault:remove` — right after a vault write;
-/// - `answer:ROUTE` — after a request to the login server was sent and
+/// - `answer:STEP` — after a request of the sign-in protocol was sent and
 ///   answered, before the answer is used (a crash between send and answer):
-///   `create`, `exchange`, `cancel`, `acknowledge`, `revoke-proof`,
-///   `revoke-token`, `refresh`;
+///   `create` (opening the attempt), `exchange`, `status`, `cancel`,
+///   `acknowledge`, `revoke-proof`, `revoke-token`, `refresh`, `session`;
 /// - named points in the engine (`after-session-in-vault`,
 ///   `after-reconcile-settled`, `before-signout-revoke`, …).
 public enum TestFaults {
@@ -65,7 +65,7 @@ public enum TestFaults {
 
     /// A client's sign-in protocol, with the armed faults in place (itself when none is armed).
     public static func wrapping(_ server: any SignInProtocol) -> any SignInProtocol {
-        armed ? FaultingLoginServer(base: server) : server
+        armed ? FaultingSignIn(base: server) : server
     }
 
     /// Passes the point `name`: kills or pauses the daemon when it is the armed one.
@@ -88,30 +88,17 @@ public enum TestFaults {
     }
 }
 
-/// A login server whose answers pass the `answer:ROUTE` fault points.
-struct FaultingLoginServer: SignInProtocol, ServerAttemptControl {
+/// A sign-in protocol whose answers pass the `answer:STEP` fault points.
+struct FaultingSignIn: SignInProtocol {
     let base: any SignInProtocol
 
-    private func after<T>(_ route: String, _ body: @autoclosure () async throws(LoginServerError) -> T)
-        async throws(LoginServerError) -> T
-    {
-        let result: Result<T, LoginServerError>
+    private func after<T, E: Error>(_ route: String, _ body: () async throws(E) -> T) async throws(E) -> T {
+        let result: Result<T, E>
         do { result = .success(try await body()) } catch { result = .failure(error) }
         TestFaults.hit("answer:" + route)
         return try result.get()
     }
 
-    private func after<T>(session route: String, _ body: @autoclosure () async throws(SignInFailure) -> T)
-        async throws(SignInFailure) -> T
-    {
-        let result: Result<T, SignInFailure>
-        do { result = .success(try await body()) } catch { result = .failure(error) }
-        TestFaults.hit("answer:" + route)
-        return try result.get()
-    }
-
-    var attemptControl: (any ServerAttemptControl)? { base.attemptControl == nil ? nil : self }
-    var localAttempts: (any LocalAttemptSignIn)? { base.localAttempts }
     var repeatsLostRefresh: Bool { base.repeatsLostRefresh }
     func reservesAppPath(_ path: String, client: ClientConfig) -> Bool { base.reservesAppPath(path, client: client) }
     var checksSessions: Bool { base.checksSessions }
@@ -122,34 +109,76 @@ struct FaultingLoginServer: SignInProtocol, ServerAttemptControl {
         -> [HTTPHeader]
     { try base.authorizationHeaders(session, method: method, url: url) }
     func wantsFreshNonce(_ response: HTTPResponse, url: String) -> Bool { base.wantsFreshNonce(response, url: url) }
-    private var control: any ServerAttemptControl { base.attemptControl! }
+    var defaultFlow: SignInFlow { base.defaultFlow }
+    var issuer: String { base.issuer }
+    var attemptMilliseconds: Int64 { base.attemptMilliseconds }
+    var serverAttempts: (any ServerAttempts)? { base.serverAttempts.map { FaultingServerAttempts(base: $0) } }
 
-    func create(_ request: CreateAttemptRequest) async throws(LoginServerError) -> CreateAttemptResponse {
-        try await after("create", await control.create(request))
+    func authorize(client: ClientConfig, redirectURI: String, accounts: AccountRequest, ephemeral: Bool)
+        async throws(BrokerError) -> LocalAuthorization
+    {
+        var authorization = try await base.authorize(
+            client: client, redirectURI: redirectURI, accounts: accounts, ephemeral: ephemeral)
+        if let open = authorization.open {
+            authorization.open = { () async throws(BrokerError) -> OpenedAttempt in
+                let result: Result<OpenedAttempt, BrokerError>
+                do throws(BrokerError) { result = .success(try await open()) } catch { result = .failure(error) }
+                TestFaults.hit("answer:create")
+                return try result.get()
+            }
+        }
+        return authorization
     }
-    func exchange(attemptId: String, _ request: ExchangeRequest) async throws(LoginServerError) -> ExchangeResponse {
-        try await after("exchange", await control.exchange(attemptId: attemptId, request))
+    func check(_ callback: ClaimedCallback, client: ClientConfig) async throws(BrokerError) {
+        try await base.check(callback, client: client)
     }
-    func status(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> StatusResponse {
-        try await after("status", await control.status(attemptId: attemptId, recoveryKey: recoveryKey))
+    func redeem(code: String, key: String, proofs: LocalProofs) async throws(LocalRedeemFailure) -> LocalGrant {
+        try await after("exchange") { () async throws(LocalRedeemFailure) in
+            try await base.redeem(code: code, key: key, proofs: proofs)
+        }
     }
-    func cancel(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> ServerAttemptState {
-        try await after("cancel", await control.cancel(attemptId: attemptId, recoveryKey: recoveryKey))
-    }
-    func acknowledge(attemptId: String, recoveryKey: String) async throws(LoginServerError) {
-        try await after("acknowledge", await control.acknowledge(attemptId: attemptId, recoveryKey: recoveryKey))
-    }
-    func revokeByProof(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> RevokeResponse {
-        try await after("revoke-proof", await control.revokeByProof(attemptId: attemptId, recoveryKey: recoveryKey))
+    func deviceAvailable(client: ClientConfig) async throws(BrokerError) { try await base.deviceAvailable(client: client) }
+    func authorizeDevice() async throws(BrokerError) -> DeviceGrant { try await base.authorizeDevice() }
+    func poll(deviceCode: String, dpopKey: String?) async -> DevicePollOutcome {
+        await base.poll(deviceCode: deviceCode, dpopKey: dpopKey)
     }
     func revoke(_ session: IssuedSession) async throws(SignInFailure) -> RevokeResponse {
-        try await after(session: "revoke-token", await base.revoke(session))
+        try await after("revoke-token") { () async throws(SignInFailure) in try await base.revoke(session) }
     }
     func verify(_ session: IssuedSession) async throws(SignInFailure) -> SessionCheck {
-        try await after(session: "session", await base.verify(session))
+        try await after("session") { () async throws(SignInFailure) in try await base.verify(session) }
     }
     func refresh(_ session: IssuedSession) async throws(SignInFailure) -> IssuedSession {
-        try await after(session: "refresh", await base.refresh(session))
+        try await after("refresh") { () async throws(SignInFailure) in try await base.refresh(session) }
+    }
+}
+
+/// A server's attempts whose answers pass the `answer:STEP` fault points.
+struct FaultingServerAttempts: ServerAttempts {
+    let base: any ServerAttempts
+
+    private func after<T>(_ route: String, _ body: () async throws(ServerAttemptFailure) -> T)
+        async throws(ServerAttemptFailure) -> T
+    {
+        let result: Result<T, ServerAttemptFailure>
+        do { result = .success(try await body()) } catch { result = .failure(error) }
+        TestFaults.hit("answer:" + route)
+        return try result.get()
+    }
+
+    func status(_ attempt: ServerAttemptRef) async throws(ServerAttemptFailure) -> ServerAttemptReport {
+        try await after("status") { () async throws(ServerAttemptFailure) in try await base.status(attempt) }
+    }
+    func cancel(_ attempt: ServerAttemptRef) async throws(ServerAttemptFailure) {
+        try await after("cancel") { () async throws(ServerAttemptFailure) in try await base.cancel(attempt) }
+    }
+    func acknowledge(_ attempt: ServerAttemptRef) async throws(ServerAttemptFailure) {
+        try await after("acknowledge") { () async throws(ServerAttemptFailure) in try await base.acknowledge(attempt) }
+    }
+    func revokeSession(_ attempt: ServerAttemptRef) async throws(ServerAttemptFailure) {
+        try await after("revoke-proof") { () async throws(ServerAttemptFailure) in
+            try await base.revokeSession(attempt)
+        }
     }
 }
 

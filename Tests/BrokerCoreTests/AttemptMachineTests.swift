@@ -3,14 +3,22 @@ import Testing
 
 @testable import BrokerCore
 
+/// A Browser Login exchange refused with `code`, as the protocol tells the machine (`redeemFailure`).
+func refused(_ code: ServerErrorCode) -> AttemptEvent {
+    let failure = LoginServerError.refused(status: 400, code: code, message: "refused", retryAfterSeconds: nil)
+    guard case .refused(_, let then) = failure.redeemFailure else { return .exchangeUncertain }
+    return .exchangeRefused(then)
+}
+
 /// The attempt lifecycle as a transition table: every (state, event) pair is
-/// either listed here with its next state, or refused.
+/// either listed here with its next state, or refused. Browser Login's
+/// refusals of an exchange reach the machine as the protocol maps them.
 @Suite struct AttemptMachineTests {
     static let events: [AttemptEvent] = [
-        .created, .createFailed, .exchangeBegan, .exchangeSucceeded, .exchangeRefused(.invalidGrant),
-        .exchangeRefused(.attemptNotAuthorized), .exchangeRefused(.rateLimited), .exchangeRefused(.attemptCancelled),
-        .exchangeRefused(.attemptExpired), .exchangeRefused(.authUserDisabled),
-        .exchangeRefused(.attemptAlreadyExchanged), .exchangeRefused(.attemptUnknown), .exchangeNotSent,
+        .created, .createFailed, .exchangeBegan, .exchangeSucceeded, refused(.invalidGrant),
+        refused(.attemptNotAuthorized), refused(.rateLimited), refused(.attemptCancelled),
+        refused(.attemptExpired), refused(.authUserDisabled),
+        refused(.attemptAlreadyExchanged), refused(.attemptUnknown), .exchangeNotSent,
         .exchangeUncertain, .deniedConfirmed, .cancel, .localExpiry, .recovered, .serverReported(.pending),
         .serverReported(.authorized), .serverReported(.completed), .serverReported(.cancelled),
         .serverReported(.expired), .adopted, .acknowledge, .providerFailed,
@@ -43,14 +51,14 @@ import Testing
         Row(from: .waiting, event: .providerFailed, to: .failed),
         Row(from: .exchanging, event: .providerFailed, to: .failed),
         Row(from: .exchanging, event: .exchangeSucceeded, to: .completed),
-        Row(from: .exchanging, event: .exchangeRefused(.invalidGrant), to: .waiting),
-        Row(from: .exchanging, event: .exchangeRefused(.attemptNotAuthorized), to: .waiting),
-        Row(from: .exchanging, event: .exchangeRefused(.rateLimited), to: .waiting),
-        Row(from: .exchanging, event: .exchangeRefused(.attemptCancelled), to: .cancelled),
-        Row(from: .exchanging, event: .exchangeRefused(.attemptExpired), to: .expired),
-        Row(from: .exchanging, event: .exchangeRefused(.authUserDisabled), to: .failed),
-        Row(from: .exchanging, event: .exchangeRefused(.attemptAlreadyExchanged), to: .uncertain),
-        Row(from: .exchanging, event: .exchangeRefused(.attemptUnknown), to: .failed),
+        Row(from: .exchanging, event: refused(.invalidGrant), to: .waiting),
+        Row(from: .exchanging, event: refused(.attemptNotAuthorized), to: .waiting),
+        Row(from: .exchanging, event: refused(.rateLimited), to: .waiting),
+        Row(from: .exchanging, event: refused(.attemptCancelled), to: .cancelled),
+        Row(from: .exchanging, event: refused(.attemptExpired), to: .expired),
+        Row(from: .exchanging, event: refused(.authUserDisabled), to: .failed),
+        Row(from: .exchanging, event: refused(.attemptAlreadyExchanged), to: .uncertain),
+        Row(from: .exchanging, event: refused(.attemptUnknown), to: .failed),
         Row(from: .exchanging, event: .exchangeNotSent, to: .waiting),
         Row(from: .exchanging, event: .exchangeUncertain, to: .uncertain),
         Row(from: .exchanging, event: .recovered, to: .uncertain),

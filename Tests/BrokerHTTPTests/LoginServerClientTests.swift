@@ -291,16 +291,24 @@ actor RecordingTransport: HTTPTransport {
             id: "com.example.notes", appName: "Notes", server: try Origin(server.url), basePath: "/auth/bl",
             returnURL: try ReturnURL("com.example.notes:/callback"))
         let signIn: any SignInProtocol = LoginServerClient.signIn(for: config, transport: CurlTransport())
-        let control = try #require(signIn.attemptControl)
-        #expect(try await control.status(attemptId: "att", recoveryKey: LoginServerClientTests.challenge).state == .expired)
-        // The receipt is checked by the protocol: a receipt of another attempt never reaches the engine.
-        let error = await #expect(throws: LoginServerError.self) {
-            try await control.exchange(
-                attemptId: "att", ExchangeRequest(code: "c", codeVerifier: LoginServerClientTests.challenge))
+        let attempts = try #require(signIn.serverAttempts)
+        let ref = ServerAttemptRef(key: "att", recoveryKey: LoginServerClientTests.challenge)
+        #expect(try await attempts.status(ref).state == .expired)
+        // The receipt is checked by the protocol: a receipt of another attempt never reaches the engine,
+        // and an answer that breaks the protocol is no definite answer (the code is never sent again).
+        let error = await #expect(throws: LocalRedeemFailure.self) {
+            try await signIn.redeem(
+                code: "c", key: "att",
+                proofs: LocalProofs(
+                    codeVerifier: LoginServerClientTests.challenge, state: nil, nonce: nil,
+                    redirectURI: "com.example.notes:/callback"))
         }
-        #expect(error?.isDefinite == false)
+        guard case .uncertain(_, let brokerError) = error else {
+            Issue.record("expected no definite answer, got \(String(describing: error))")
+            return
+        }
         #expect(
-            error?.brokerError(attemptId: "at_1").message
+            brokerError.message
                 == "the login server's answer broke the protocol (the server's answer (200) is not a protocol answer: the receipt does not match the attempt or the issued session); check the client's Server= and BasePath="
         )
         #expect(
@@ -308,9 +316,9 @@ actor RecordingTransport: HTTPTransport {
     }
 
     @Test func aProtocolWithoutServerAttemptsKnowsNone() async throws {
-        let error = await #expect(throws: LoginServerError.self) {
-            try await NoServerAttempts().status(attemptId: "att", recoveryKey: "k")
+        let error = await #expect(throws: ServerAttemptFailure.self) {
+            try await NoServerAttempts().status(ServerAttemptRef(key: "att", recoveryKey: "k"))
         }
-        #expect(error?.serverCode == .attemptUnknown)
+        #expect(error?.kind == .unknown)
     }
 }

@@ -1,4 +1,5 @@
 import BrokerCore
+import BrokerHTTP
 import BrokerOAuth
 import BrokerTestDoubles
 import BrowserLoginAPI
@@ -95,7 +96,8 @@ final class ConformanceHarness: Sendable {
     func engine() throws -> (BrokerEngine, RunningWork) {
         let engine = try BrokerEngine(
             storePath: scratch.url.appendingPathComponent("state.sqlite").path, clients: [client], vault: vault,
-            makeServer: makeServer, callbackReaders: [OAuthCallbacks(), TicketCallbacks()], launcher: NoBrowser(),
+            makeServer: makeServer, callbackReaders: [OAuthCallbacks(), TicketCallbacks(), BrowserLoginCallbacks()],
+            launcher: NoBrowser(),
             transport: NoTransport(), logger: Logger(label: "test", sink: { _ in }), socketPath: "/nonexistent")
         return (engine, RunningWork(engine.work))
     }

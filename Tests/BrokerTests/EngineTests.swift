@@ -1,4 +1,5 @@
 import BrokerCore
+import BrokerHTTP
 import BrokerRPC
 import BrokerTestDoubles
 import BrokerVault
@@ -12,7 +13,7 @@ import Testing
 
 /// A scripted login server: answers each route from a queue the test fills,
 /// and counts the calls. The logic of the engine, without I/O.
-final class FakeServer: SignInProtocol, ServerAttemptControl {
+final class FakeServer: BrowserLoginRoutes {
     struct State {
         var calls: [String: Int] = [:]
         var exchange: [Result<ExchangeResponse, LoginServerError>] = []
@@ -32,7 +33,7 @@ final class FakeServer: SignInProtocol, ServerAttemptControl {
         var cannotSend: SignInFailure?
     }
     let state = Mutex(State())
-    let issuer = "https://login.example.com"
+    let origin = try! Origin("https://login.example.com")
 
     func count(_ route: String) -> Int { state.withLock { $0.calls[route] ?? 0 } }
     private func called(_ route: String) { state.withLock { $0.calls[route, default: 0] += 1 } }
@@ -62,7 +63,6 @@ final class FakeServer: SignInProtocol, ServerAttemptControl {
         case .failure(let f): throw f
         }
     }
-    var attemptControl: (any ServerAttemptControl)? { self }
     var canRevoke: Bool { get async { !state.withLock { $0.cannotRevoke } } }
     func cancel(attemptId: String, recoveryKey: String) async throws(LoginServerError) -> ServerAttemptState {
         called("cancel")
@@ -168,7 +168,8 @@ final class ScratchDirectory: Sendable {
         let server = self.server
         engine = try BrokerEngine(
             storePath: dir.appendingPathComponent("state.sqlite").path, clients: [client], vault: vault,
-            makeServer: { _ in server }, launcher: NoBrowser(), transport: NoTransport(),
+            makeServer: { _ in server }, callbackReaders: [BrowserLoginCallbacks()], launcher: NoBrowser(),
+            transport: NoTransport(),
             logger: Logger(label: "test", sink: { _ in }), socketPath: "/nonexistent")
         running = RunningWork(engine.work)
     }
@@ -526,7 +527,7 @@ final class ScriptedTransport: HTTPTransport {
             returnURL: try ReturnURL("com.example.notes:/callback"))
         let engine = try BrokerEngine(
             storePath: dir.appendingPathComponent("state.sqlite").path, clients: [client], vault: InMemoryVault(),
-            makeServer: { _ in server }, launcher: NoBrowser(), transport: transport,
+            makeServer: { _ in server }, callbackReaders: [BrowserLoginCallbacks()], launcher: NoBrowser(), transport: transport,
             logger: Logger(label: "test", sink: { _ in }), socketPath: "/nonexistent")
         let running = RunningWork(engine.work)
         defer { withExtendedLifetime(running) {} }

@@ -57,16 +57,16 @@ final class ExchangeHold: Sendable {
 /// A protocol without server attempts whose code exchanges and refreshes
 /// pass an `ExchangeHold` after the server has processed them; everything
 /// else is its base's, unchanged.
-struct HeldRedeem<Base: SignInProtocol & LocalAttemptSignIn>: SignInProtocol, LocalAttemptSignIn {
+struct HeldRedeem<Base: SignInProtocol>: SignInProtocol {
     let base: Base
     let hold: ExchangeHold
     /// Holds a refresh, processed, before its answer.
     let refreshHold: ExchangeHold
 
-    func redeem(code: String, proofs: LocalProofs) async throws(LocalRedeemFailure) -> LocalGrant {
+    func redeem(code: String, key: String, proofs: LocalProofs) async throws(LocalRedeemFailure) -> LocalGrant {
         let answer: Result<LocalGrant, LocalRedeemFailure>
         do throws(LocalRedeemFailure) {
-            answer = .success(try await base.redeem(code: code, proofs: proofs))
+            answer = .success(try await base.redeem(code: code, key: key, proofs: proofs))
         } catch {
             answer = .failure(error)
         }
@@ -76,8 +76,7 @@ struct HeldRedeem<Base: SignInProtocol & LocalAttemptSignIn>: SignInProtocol, Lo
 
     // MARK: SignInProtocol, as the base
 
-    var attemptControl: (any ServerAttemptControl)? { nil }
-    var localAttempts: (any LocalAttemptSignIn)? { self }
+    var serverAttempts: (any ServerAttempts)? { base.serverAttempts }
     var repeatsLostRefresh: Bool { base.repeatsLostRefresh }
     var checksSessions: Bool { base.checksSessions }
     var canRevoke: Bool { get async { await base.canRevoke } }
@@ -105,16 +104,20 @@ struct HeldRedeem<Base: SignInProtocol & LocalAttemptSignIn>: SignInProtocol, Lo
     func reservesAppPath(_ path: String, client: ClientConfig) -> Bool { base.reservesAppPath(path, client: client) }
     func endsSession(_ response: HTTPResponse) -> SessionEnding? { base.endsSession(response) }
 
-    // MARK: LocalAttemptSignIn, as the base
+    // MARK: The attempt's steps, as the base
 
     var defaultFlow: SignInFlow { base.defaultFlow }
     var issuer: String { base.issuer }
     var attemptMilliseconds: Int64 { base.attemptMilliseconds }
-    func authorize(redirectURI: String, accounts: AccountRequest) async throws(BrokerError) -> LocalAuthorization {
-        try await base.authorize(redirectURI: redirectURI, accounts: accounts)
+    func authorize(client: ClientConfig, redirectURI: String, accounts: AccountRequest, ephemeral: Bool)
+        async throws(BrokerError) -> LocalAuthorization
+    {
+        try await base.authorize(client: client, redirectURI: redirectURI, accounts: accounts, ephemeral: ephemeral)
     }
-    func check(_ callback: ClaimedCallback) async throws(BrokerError) { try await base.check(callback) }
-    func deviceAvailable() async throws(BrokerError) { try await base.deviceAvailable() }
+    func check(_ callback: ClaimedCallback, client: ClientConfig) async throws(BrokerError) {
+        try await base.check(callback, client: client)
+    }
+    func deviceAvailable(client: ClientConfig) async throws(BrokerError) { try await base.deviceAvailable(client: client) }
     func authorizeDevice() async throws(BrokerError) -> DeviceGrant { try await base.authorizeDevice() }
     func poll(deviceCode: String, dpopKey: String?) async -> DevicePollOutcome {
         await base.poll(deviceCode: deviceCode, dpopKey: dpopKey)

@@ -1,4 +1,5 @@
 import BrokerCore
+import BrokerHTTP
 import BrokerTestDoubles
 import BrokerVault
 import BrowserLoginAPI
@@ -30,7 +31,8 @@ import Testing
         let lines = self.lines
         engine = try BrokerEngine(
             storePath: scratch.url.appendingPathComponent("state.sqlite").path, clients: [client], vault: vault,
-            makeServer: { _ in server }, launcher: NoBrowser(), transport: NoTransport(), clock: clock,
+            makeServer: { _ in server }, callbackReaders: [BrowserLoginCallbacks()], launcher: NoBrowser(),
+            transport: NoTransport(), clock: clock,
             logger: Logger(label: "test", minimum: .debug, sink: { line in lines.lines.withLock { $0.append(line) } }),
             socketPath: "/nonexistent")
         running = RunningWork(engine.work)

@@ -1,4 +1,5 @@
 import BrokerCore
+import BrokerHTTP
 import BrokerStore
 import BrokerTestDoubles
 import BrokerVault
@@ -173,7 +174,8 @@ final class Owners {
         let server = self.server
         engine = try BrokerEngine(
             storePath: scratch.url.appendingPathComponent("state.sqlite").path, clients: [notesClient],
-            vault: InMemoryVault(), makeServer: { _ in server }, launcher: NoBrowser(), transport: NoTransport(),
+            vault: InMemoryVault(), makeServer: { _ in server }, callbackReaders: [BrowserLoginCallbacks()],
+            launcher: NoBrowser(), transport: NoTransport(),
             logger: quietLogger(), socketPath: "/nonexistent", verifyIntervalMilliseconds: 36_000_000)
         running = RunningWork(engine.work)
     }
@@ -246,7 +248,8 @@ final class Owners {
         let transport = ScriptedTransport()
         let engine = try BrokerEngine(
             storePath: scratch.url.appendingPathComponent("state.sqlite").path, clients: [notesClient],
-            vault: InMemoryVault(), makeServer: { _ in FakeServer() }, launcher: NoBrowser(), transport: transport,
+            vault: InMemoryVault(), makeServer: { _ in FakeServer() }, callbackReaders: [BrowserLoginCallbacks()],
+            launcher: NoBrowser(), transport: transport,
             logger: quietLogger(), socketPath: "/nonexistent")
         func request(_ path: String) -> AppRequest {
             AppRequest(

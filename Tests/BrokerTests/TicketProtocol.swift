@@ -8,7 +8,7 @@ import Synchronization
 /// server keeps no attempt: the browser comes back with `ticket` and `code`;
 /// the code is redeemed once; sessions are refreshed and revoked by token.
 /// Its answers are scripted by the test (`TicketServer.State`).
-final class TicketServer: SignInProtocol, LocalAttemptSignIn {
+final class TicketServer: SignInProtocol {
     enum Answer: Sendable {
         case granted
         case lost
@@ -29,8 +29,6 @@ final class TicketServer: SignInProtocol, LocalAttemptSignIn {
 
     // MARK: SignInProtocol
 
-    var attemptControl: (any ServerAttemptControl)? { nil }
-    var localAttempts: (any LocalAttemptSignIn)? { self }
     var repeatsLostRefresh: Bool { false }
     var checksSessions: Bool { false }
     func reservesAppPath(_ path: String, client: ClientConfig) -> Bool { false }
@@ -55,7 +53,7 @@ final class TicketServer: SignInProtocol, LocalAttemptSignIn {
         throw .notSent(BrokerError(.serverUnreachable, "no session check"), detail: "a ticket server has no session check")
     }
 
-    // MARK: LocalAttemptSignIn
+    // MARK: The attempt's steps
 
     var defaultFlow: SignInFlow { .browser }
     var issuer: String { "https://tickets.example" }
@@ -63,7 +61,9 @@ final class TicketServer: SignInProtocol, LocalAttemptSignIn {
 
     static func key(_ ticket: String) -> String { "tk_" + Crypto.digest(ticket) }
 
-    func authorize(redirectURI: String, accounts: AccountRequest) async throws(BrokerError) -> LocalAuthorization {
+    func authorize(client: ClientConfig, redirectURI: String, accounts: AccountRequest, ephemeral: Bool)
+        async throws(BrokerError) -> LocalAuthorization
+    {
         called("authorize")
         guard let ticket = try? Crypto.randomToken(bytes: 16) else {
             throw BrokerError(.serverUnreachable, "no randomness")
@@ -74,8 +74,8 @@ final class TicketServer: SignInProtocol, LocalAttemptSignIn {
             proofs: LocalProofs(codeVerifier: "unused", state: ticket, nonce: nil, redirectURI: redirectURI),
             lookupKey: Self.key(ticket), deviceFallback: false)
     }
-    func check(_ callback: ClaimedCallback) async throws(BrokerError) {}
-    func redeem(code: String, proofs: LocalProofs) async throws(LocalRedeemFailure) -> LocalGrant {
+    func check(_ callback: ClaimedCallback, client: ClientConfig) async throws(BrokerError) {}
+    func redeem(code: String, key: String, proofs: LocalProofs) async throws(LocalRedeemFailure) -> LocalGrant {
         called("redeem")
         let answer = state.withLock { $0.redeem.isEmpty ? Answer.lost : $0.redeem.removeFirst() }
         guard answer == .granted else {
@@ -91,7 +91,7 @@ final class TicketServer: SignInProtocol, LocalAttemptSignIn {
         }
     }
     static let noDevice = BrokerError(.deviceFlowUnsupported, "a ticket server has no device sign-in")
-    func deviceAvailable() async throws(BrokerError) { throw Self.noDevice }
+    func deviceAvailable(client: ClientConfig) async throws(BrokerError) { throw Self.noDevice }
     func authorizeDevice() async throws(BrokerError) -> DeviceGrant { throw Self.noDevice }
     func poll(deviceCode: String, dpopKey: String?) async -> DevicePollOutcome { .refused(Self.noDevice) }
 }

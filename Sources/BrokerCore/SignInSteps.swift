@@ -1,38 +1,6 @@
 import BrowserLoginAPI
 import BrowserLoginProtocol
 
-/// The sign-in steps of a protocol whose server keeps no attempt a client can
-/// ask about (a standard OAuth 2.0 / OpenID Connect provider): the attempt
-/// lives in the broker only, keyed by a value the protocol derives from its
-/// callback. The engine drives these steps in protocol-neutral terms (begin,
-/// accept a callback or a poll result, redeem); a protocol offers them through
-/// `SignInProtocol.localAttempts`, as a server that keeps attempts offers
-/// `attemptControl`. Errors carry no attempt id: the engine adds it.
-public protocol LocalAttemptSignIn: Sendable {
-    /// The flow of a `login.start` that names none.
-    var defaultFlow: SignInFlow { get }
-    /// The issuer an attempt records (its `issuer` column).
-    var issuer: String { get }
-    /// How long a browser sign-in may take.
-    var attemptMilliseconds: Int64 { get }
-    /// Everything a browser sign-in opens with, for a redirect to `redirectURI`;
-    /// `accounts` says whether the sign-in page should offer another account
-    /// than the browser's current one, and which address to pre-fill.
-    func authorize(redirectURI: String, accounts: AccountRequest) async throws(BrokerError) -> LocalAuthorization
-    /// Checks a callback this protocol's reader claimed against its server
-    /// (the issuer that answered, RFC 9207); nothing is changed when it throws.
-    func check(_ callback: ClaimedCallback) async throws(BrokerError)
-    /// Redeems the callback's code: sent once; the grant completes the sign-in.
-    func redeem(code: String, proofs: LocalProofs) async throws(LocalRedeemFailure) -> LocalGrant
-    /// Throws when the server offers no device sign-in (before any attempt exists).
-    func deviceAvailable() async throws(BrokerError)
-    /// Begins a device sign-in (RFC 8628 §3.1–3.2).
-    func authorizeDevice() async throws(BrokerError) -> DeviceGrant
-    /// One poll of a device sign-in (RFC 8628 §3.4–3.5), proving `dpopKey`
-    /// (the grant's) when there is one.
-    func poll(deviceCode: String, dpopKey: String?) async -> DevicePollOutcome
-}
-
 /// What a `login.start` asks of accounts (docs/rpc.md "Several accounts per
 /// client"): one more (`add`, a fresh sign-in rather than the browser's
 /// current one) and the address to pre-fill.
@@ -47,19 +15,26 @@ public struct AccountRequest: Sendable, Equatable {
     public static let none = AccountRequest(add: false, loginHint: nil)
 }
 
-/// The secrets of a browser sign-in at a protocol without server attempts:
-/// kept in the vault only.
+/// The secrets of a browser sign-in: kept in the vault only.
 public struct LocalProofs: Sendable {
     public var codeVerifier: String
-    /// The callback's correlation value (OAuth's `state`).
-    public var state: String
+    /// The proof that lets the broker ask the server about the attempt (a
+    /// protocol with `serverAttempts`); nil for one without.
+    public var recoveryKey: String?
+    /// The callback's correlation value (OAuth's `state`); nil when the
+    /// callback names its attempt otherwise (Browser Login's attempt id).
+    public var state: String?
     public var nonce: String?
     public var redirectURI: String
     /// The DPoP key pair the exchange proves (RFC 9449), serialized; it
     /// becomes the session's. Nil when the client does not use DPoP.
     public var dpopKey: String?
-    public init(codeVerifier: String, state: String, nonce: String?, redirectURI: String, dpopKey: String? = nil) {
+    public init(
+        codeVerifier: String, recoveryKey: String? = nil, state: String?, nonce: String?, redirectURI: String,
+        dpopKey: String? = nil
+    ) {
         self.codeVerifier = codeVerifier
+        self.recoveryKey = recoveryKey
         self.state = state
         self.nonce = nonce
         self.redirectURI = redirectURI
@@ -70,25 +45,43 @@ public struct LocalProofs: Sendable {
 /// What a browser sign-in opens: the URL, its proofs, and the key its
 /// callback finds the attempt by (stored as the attempt's `serverAttemptId`).
 public struct LocalAuthorization: Sendable {
+    /// The URL the browser opens, unless `open` answers another one.
     public var authorizeUrl: String
     public var proofs: LocalProofs
-    public var lookupKey: String
+    /// Nil when the server names the attempt only once it is opened (`open`).
+    public var lookupKey: String?
     /// True when a device sign-in can take over if no browser opens.
     public var deviceFallback: Bool
-    /// A pushed authorization request (RFC 9126), sent once the attempt and
-    /// its proofs are committed: it answers the URL the browser opens
-    /// (`client_id` and `request_uri` only; `authorizeUrl` is then not
-    /// opened). A failure ends the attempt with its error and opens nothing.
-    public var push: (@Sendable () async throws(BrokerError) -> String)?
+    /// The request that opens the attempt at the server, sent once the
+    /// attempt's row and its proofs are committed (a Browser Login server's
+    /// create, RFC 9126's pushed authorization request): it answers the URL
+    /// the browser opens and, where the server names the attempt, its key
+    /// and expiry. A failure ends the attempt with its error and opens
+    /// nothing. Nil when there is nothing to send before the browser opens.
+    public var open: (@Sendable () async throws(BrokerError) -> OpenedAttempt)?
     public init(
-        authorizeUrl: String, proofs: LocalProofs, lookupKey: String, deviceFallback: Bool,
-        push: (@Sendable () async throws(BrokerError) -> String)? = nil
+        authorizeUrl: String, proofs: LocalProofs, lookupKey: String?, deviceFallback: Bool,
+        open: (@Sendable () async throws(BrokerError) -> OpenedAttempt)? = nil
     ) {
         self.authorizeUrl = authorizeUrl
         self.proofs = proofs
         self.lookupKey = lookupKey
         self.deviceFallback = deviceFallback
-        self.push = push
+        self.open = open
+    }
+}
+
+/// What opening an attempt at its server answered (`LocalAuthorization.open`).
+public struct OpenedAttempt: Sendable {
+    public var authorizeUrl: String
+    /// The attempt's key there, when the server names it.
+    public var lookupKey: String?
+    /// When the server lets the attempt expire (else the protocol's `attemptMilliseconds`).
+    public var expiresAt: Timestamp?
+    public init(authorizeUrl: String, lookupKey: String? = nil, expiresAt: Timestamp? = nil) {
+        self.authorizeUrl = authorizeUrl
+        self.lookupKey = lookupKey
+        self.expiresAt = expiresAt
     }
 }
 
@@ -105,12 +98,13 @@ public struct ClaimedCallback: Sendable {
     public var lookupKey: String
     /// Scheme, authority and path (query and fragment not kept).
     public var target: URLParts
-    /// Compared in constant time with the attempt's `LocalProofs.state`.
-    public var state: String
+    /// Compared in constant time with the attempt's `LocalProofs.state`
+    /// (nil for a protocol whose callbacks carry none).
+    public var state: String?
     /// The issuer the callback names, if any (checked by the protocol).
     public var issuer: String?
     public var outcome: Outcome
-    public init(lookupKey: String, target: URLParts, state: String, issuer: String?, outcome: Outcome) {
+    public init(lookupKey: String, target: URLParts, state: String?, issuer: String?, outcome: Outcome) {
         self.lookupKey = lookupKey
         self.target = target
         self.state = state
@@ -129,11 +123,27 @@ public protocol CallbackReader: Sendable {
 public enum LocalRedeemFailure: Error, Sendable {
     /// The request certainly never left: the callback may be delivered again.
     case notSent(BrokerError)
-    /// A well-formed refusal.
-    case refused(BrokerError)
+    /// A well-formed refusal; `then` says what becomes of the attempt.
+    case refused(BrokerError, then: AfterRefusal = .fails)
     /// No definite answer (the detail names no secret; the error is the
     /// failure's own): a code is never sent twice.
     case uncertain(String, BrokerError)
+}
+
+/// What a definite refusal of an exchange does to its attempt.
+public enum AfterRefusal: Sendable, Equatable {
+    /// It ends `failed`.
+    case fails
+    /// It waits for another callback (a forged or stale one must not end a
+    /// genuine sign-in); `triesKept`: a callback that arrived during the
+    /// exchange may be tried now (the code itself was refused).
+    case waits(triesKept: Bool)
+    /// The server ended the attempt: `cancelled` or `expired`.
+    case cancelled
+    case expired
+    /// Another exchange redeemed the code: the session it got must be settled
+    /// with the server (`uncertain`, reconciled).
+    case redeemedElsewhere
 }
 
 /// Tokens a server granted, not yet a session: `complete` checks them (an ID
@@ -141,7 +151,12 @@ public enum LocalRedeemFailure: Error, Sendable {
 /// already tried to revoke them (nothing was kept).
 public struct LocalGrant: Sendable {
     public let complete: @Sendable () async throws(BrokerError) -> IssuedSession
-    public init(complete: @escaping @Sendable () async throws(BrokerError) -> IssuedSession) {
+    /// When the server says it issued the session (its receipt); nil: now.
+    public let issuedAt: Timestamp?
+    public init(
+        issuedAt: Timestamp? = nil, complete: @escaping @Sendable () async throws(BrokerError) -> IssuedSession
+    ) {
+        self.issuedAt = issuedAt
         self.complete = complete
     }
 }
