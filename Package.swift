@@ -99,8 +99,10 @@ let package = Package(
         // The broker.
         .target(name: "BrokerCore", dependencies: ["BrowserLoginAPI", "BrowserLoginProtocol"]),
         .target(name: "BrokerStore", dependencies: ["BrokerCore", "SQLiteSupport"]),
-        // The login server's wire, and HTTP through the helper process: no libcurl in the daemon.
+        // HTTP through the helper process: no libcurl in the daemon.
         .target(name: "BrokerHTTP", dependencies: ["BrokerCore", "BrowserLoginProtocol", "SystemSupport"]),
+        // Browser Login (docs/protocol.md) as a sign-in protocol: its routes, its wire error, the seam's steps.
+        .target(name: "BrokerBrowserLogin", dependencies: ["BrokerCore", "BrowserLoginProtocol", "SystemSupport"]),
         // CurlTransport: HTTPTransport over libcurl, run by the helper, the reference server and the tests.
         .target(name: "BrokerCurl", dependencies: ["BrokerCore", "BrowserLoginProtocol", "CurlSupport", "CCurl"]),
         .executableTarget(
@@ -143,7 +145,8 @@ let package = Package(
         .target(
             name: "Broker",
             dependencies: [
-                "Engine", "BrokerCore", "BrokerStore", "BrokerRPC", "BrokerHTTP", "BrokerVault", "BrokerSystem",
+                "Engine", "BrokerCore", "BrokerStore", "BrokerRPC", "BrokerHTTP", "BrokerBrowserLogin", "BrokerVault",
+                "BrokerSystem",
                 "DesktopEntry", "BrokerOAuth", "BrokerJOSE",
                 "BrowserLoginAPI", "BrowserLoginProtocol", "CMalloc", "CommandLineKit", "SQLiteSupport", "SystemSupport",
             ]
@@ -193,7 +196,8 @@ let package = Package(
         .testTarget(
             name: "BrokerHTTPTests",
             dependencies: [
-                "BrokerHTTP", "BrokerCurl", "BrokerCore", "BrowserLoginProtocol", "BrowserLoginTestSupport",
+                "BrokerHTTP", "BrokerBrowserLogin", "BrokerCurl", "BrokerCore", "BrowserLoginProtocol",
+                "BrowserLoginTestSupport",
                 "BrowserLoginTestTraits", "CurlSupport", "browser-login-http",
             ]),
         .testTarget(name: "OAuthTests", dependencies: ["BrokerOAuth", "BrokerCore", "BrowserLoginProtocol"]),
@@ -205,11 +209,12 @@ let package = Package(
             dependencies: ["BrokerLoopback", "BrowserLoginTestSupport", "BrowserLoginTestTraits", "SystemSupport"]),
         // BrokerSystem: the documented client files (docs/examples/clients) are read with GKeyFile as the daemon reads them.
         .testTarget(
-            name: "BrokerCoreTests", dependencies: ["BrokerCore", "BrokerStore", "BrokerSystem", "BrowserLoginProtocol"]),
+            name: "BrokerCoreTests",
+            dependencies: ["BrokerCore", "BrokerStore", "BrokerSystem", "BrokerBrowserLogin", "BrowserLoginProtocol"]),
         .testTarget(
             name: "BrokerTests",
             dependencies: [
-                "Broker", "Engine", "BrokerCore", "BrokerVault", "BrokerRPC", "BrokerTestDoubles",
+                "Broker", "Engine", "BrokerCore", "BrokerVault", "BrokerRPC", "BrokerTestDoubles", "BrokerBrowserLogin",
                 // ConformanceTests: the real OAuth client against ScriptedProvider, whose ID tokens TestSigner signs.
                 "BrokerOAuth", "BrowserLoginTestSigner",
             ]),
@@ -238,7 +243,8 @@ let package = Package(
         .executableTarget(
             name: "browser-login-bench",
             dependencies: [
-                "BrokerRPC", "BrokerStore", "BrokerCore", "BrokerHTTP", "BrokerCurl", "BrokerVault", "BrowserLoginProtocol",
+                "BrokerRPC", "BrokerStore", "BrokerCore", "BrokerHTTP", "BrokerBrowserLogin", "BrokerCurl", "BrokerVault",
+                "BrowserLoginProtocol",
                 "SQLiteSupport", "ScriptedBrowser", "BrowserLoginTestSupport", "SystemSupport", "CMicroHTTPD", "CLinux",
             ],
             path: "Benchmarks/browser-login-bench"

@@ -1,3 +1,4 @@
+import BrokerBrowserLogin
 import BrokerCore
 import BrokerCurl
 import BrokerHTTP

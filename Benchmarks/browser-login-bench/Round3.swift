@@ -1,5 +1,6 @@
 // Issue 33's figures of the broker at rest and of a whole sign-in: context
 // switches over an idle minute, and login.start → signedIn with its breakdown.
+import BrokerBrowserLogin
 import BrokerCurl
 import BrokerHTTP
 import BrokerVault

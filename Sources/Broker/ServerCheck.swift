@@ -1,3 +1,4 @@
+import BrokerBrowserLogin
 import BrokerCore
 import BrokerHTTP
 import BrokerOAuth

@@ -19,7 +19,7 @@ public final class OAuthProvider: Sendable {
     let clock: any Clock
     let cache: (any ProviderMetadataCache)?
 
-    /// As for login servers (BrokerHTTP's `LoginServerConfiguration`).
+    /// As for login servers (BrokerBrowserLogin's `LoginServerConfiguration`).
     static let timeoutMilliseconds = 15_000
     static let connectTimeoutMilliseconds = 5_000
     static let maximumResponseBytes = 256 * 1024

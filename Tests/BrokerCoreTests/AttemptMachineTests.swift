@@ -1,3 +1,4 @@
+import BrokerBrowserLogin
 import BrowserLoginProtocol
 import Testing
 

@@ -4,6 +4,7 @@ import BrowserLoginProtocol
 import Foundation
 import Testing
 
+@testable import BrokerBrowserLogin
 @testable import BrokerHTTP
 
 @Suite struct LoginServerClientTests {

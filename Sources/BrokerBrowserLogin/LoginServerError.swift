@@ -1,3 +1,4 @@
+import BrokerCore
 import BrowserLoginProtocol
 
 /// Why a call to a Browser Login server (docs/protocol.md) did not answer
