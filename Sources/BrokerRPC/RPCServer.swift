@@ -35,7 +35,7 @@ public struct RPCServerConfiguration: Sendable {
     /// Connections from any other uid are closed before anything is read.
     /// Default: the effective uid of this process.
     public var allowedUID: UInt32
-    /// Serial queues that serve the connections' I/O. Default 2.
+    /// Serial queues that serve the connections' I/O (run by `RPCServer.ioPool`'s two threads). Default 2.
     public var ioQueueCount: Int
     /// The largest message accepted. Default 1 MiB.
     public var maxMessageSize: Int
@@ -212,7 +212,11 @@ public final class RPCServer: Sendable {
     private let listenFD: Int32
     /// The path bound and its inode, to remove exactly that socket at shutdown.
     private let boundPath: (path: String, device: UInt64, inode: UInt64)?
-    private let acceptQueue = SerialQueue(label: "browser-login.rpc.accept")
+    /// The threads that run every server's I/O queues and accept queue in this process: two, apart from
+    /// the global executor's (a handler's work on a busy executor never holds up reading and answering),
+    /// as libdispatch's queues of their own were until round 14 (docs/performance.md).
+    static let ioPool = ThreadPool(name: "bl-rpc-io", maximumThreads: 2)
+    private let acceptQueue = SerialQueue(label: "browser-login.rpc.accept", pool: RPCServer.ioPool)
     /// Decodes the large messages of every connection, one at a time (`largeMessage`), at a lower priority.
     private let bulk = BulkLane()
     private let ioQueues: [SerialQueue]
@@ -259,7 +263,7 @@ public final class RPCServer: Sendable {
         self.fastHandler = fast
         self.events = events
         self.ioQueues = (0..<configuration.ioQueueCount).map {
-            SerialQueue(label: "browser-login.rpc.io.\($0)")
+            SerialQueue(label: "browser-login.rpc.io.\($0)", pool: RPCServer.ioPool)
         }
         self.readBuffers = ioQueues.map { _ in ReadBuffer() }
         self.backgroundTurns = ioQueues.map { BackgroundTurns(queue: $0) }
