@@ -13,7 +13,8 @@ import SystemSupport
 /// client (the I/O queues, the epoll thread). At nice +10 the kernel gives this thread about a tenth
 /// of a core's share against them whenever they have work, and all the rest while they have none: a
 /// large request of a well-behaved client is decoded as fast as before on an idle broker, and an
-/// abuser's stream of them slows down only itself. (A queue on the shared pool cannot be given a priority, and a pool thread made nicer could not be made normal again without `CAP_SYS_NICE`.)
+/// abuser's stream of them slows down only itself. (A serial queue on a shared pool cannot be given a
+/// priority, and a pool thread made nicer could not be made normal again without `CAP_SYS_NICE`.)
 ///
 /// Started by `RPCServer.run()` and stopped when it returns, after the last job (every job belongs to
 /// a request in flight, which `run()` waits for).

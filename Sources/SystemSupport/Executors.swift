@@ -164,7 +164,9 @@ private struct DelayHeap {
 /// a condition variable with no timeout, so a pool with nothing to do takes no wake-ups. While delayed
 /// work waits, the idle threads wait until the earliest deadline (or new work). Work runs in the order it
 /// was queued (FIFO; delayed work when due). A job blocked in a system call holds its thread: run work
-/// that blocks (a keyring call, a proxy look-up) on a pool of its own.
+/// that blocks (a keyring call, a proxy look-up) on a pool of its own. A cancelled `Task.sleep` returns
+/// at once, but its job stays in the heap until its deadline (the runtime gives no way to take it out),
+/// where it wakes a thread once and does nothing, as a cancelled `dispatch_after` did.
 ///
 /// `@unchecked Sendable`: every mutable member is touched only with `condition`'s lock held.
 public final class ThreadPool: TaskExecutor, @unchecked Sendable {
