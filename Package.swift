@@ -173,7 +173,9 @@ let package = Package(
         .testTarget(
             name: "ProviderTests",
             dependencies: ["BrokerRPC", "BrowserLoginProtocol", "BrowserLoginTestSupport", "BrowserLoginTestTraits"]),
-        .testTarget(name: "SystemSupportTests", dependencies: ["SystemSupport", "CurlSupport"]),
+        .testTarget(name: "SystemSupportTests", dependencies: ["SystemSupport", "CurlSupport", "executor-probe"]),
+        // Test support: a process that runs on SystemSupport's executors (ExecutorTests).
+        .executableTarget(name: "executor-probe", dependencies: ["SystemSupport"], path: "Tests/Support/executor-probe"),
         .testTarget(name: "BrokerRPCTests", dependencies: ["BrokerRPC", "BrowserLoginTestSupport", "BrowserLoginTestTraits"]),
         .testTarget(name: "BrowserLoginAPITests", dependencies: ["BrowserLoginAPI", "BrowserLoginProtocol"]),
         .testTarget(name: "CommandLineKitTests", dependencies: ["CommandLineKit"]),

@@ -1,7 +1,6 @@
 import BrokerCore
 import BrokerRPC
 import BrokerSystem
-import Dispatch
 import Engine
 import Synchronization
 import SystemSupport
@@ -95,7 +94,7 @@ final class BusAPI: Sendable {
     private let nextCall = Atomic<UInt64>(0)
     private let bus = Mutex<DBusApplication?>(nil)
     /// Where signals are encoded and sent, in publishing order (`emit`).
-    private let signals = DispatchQueue(label: "org.browserlogin.broker.signals")
+    private let signals = SerialQueue(label: "org.browserlogin.broker.signals")
 
     init(methods: MethodTable, engine: BrokerEngine, logger: Logger) {
         self.methods = methods

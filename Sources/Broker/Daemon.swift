@@ -8,7 +8,6 @@ import BrokerVault
 import BrowserLoginProtocol
 import CommandLineKit
 import DesktopEntry
-import Dispatch
 import Engine
 import Synchronization
 import SystemSupport
@@ -631,7 +630,7 @@ final class RPCEventLog: Sendable {
 
     private func limited(_ kind: String, _ level: Logger.Level, _ message: String, _ metadata: [String: String]) {
         // The clock is read under the lock: events of one kind come from several I/O queues at once.
-        let suppressed = kinds.withLock { $0.admit(kind, now: DispatchTime.now().uptimeNanoseconds) }
+        let suppressed = kinds.withLock { $0.admit(kind, now: monotonicNanoseconds()) }
         guard let suppressed else { return }
         var metadata = metadata
         if suppressed > 0 { metadata["suppressed"] = "\(suppressed)" }

@@ -1,6 +1,5 @@
 import BrokerCore
 import BrowserLoginProtocol
-import Dispatch
 import Synchronization
 import SystemSupport
 
@@ -41,7 +40,9 @@ public final class HelperTransport: HTTPTransport {
     private let environment: [String: String]
     private let idleSeconds: Int
     private let proxyLookup: ProxyLookup?
-    private let lookupQueue = DispatchQueue(label: "browser-login.http.proxy", attributes: .concurrent)
+    /// Where the proxy look-ups run (they may block): up to 4 threads of their own, started as
+    /// look-ups need them, shared by every transport of the process.
+    private static let lookupPool = ThreadPool(name: "bl-proxy", maximumThreads: 4)
     private let state = Mutex(State())
     private let log: @Sendable (_ message: String, _ metadata: [String: String]) -> Void
 
@@ -94,7 +95,7 @@ public final class HelperTransport: HTTPTransport {
             !Self.isLoopback(authority: authority)
         else { return .environment }
         let origin = parts.scheme.lowercased() + "://" + authority
-        let queue = lookupQueue
+        let queue = Self.lookupPool
         return await withCheckedContinuation { continuation in
             queue.async { continuation.resume(returning: proxyLookup(origin).map { .url($0) } ?? .direct) }
         }
@@ -177,7 +178,7 @@ public final class HelperTransport: HTTPTransport {
     }
 
     private func scheduleIdleStop(_ generation: UInt64) {
-        DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(idleSeconds)) { [weak self] in
+        ThreadPool.shared.asyncAfter(.seconds(idleSeconds)) { [weak self] in
             guard let self else { return }
             let idle = self.state.withLock { state -> Helper? in
                 guard state.idleGeneration == generation, state.inFlight == 0, let helper = state.helper else { return nil }

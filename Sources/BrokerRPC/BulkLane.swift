@@ -1,4 +1,3 @@
-import Dispatch
 import Synchronization
 import SystemSupport
 
@@ -14,8 +13,8 @@ import SystemSupport
 /// client (the I/O queues, the epoll thread). At nice +10 the kernel gives this thread about a tenth
 /// of a core's share against them whenever they have work, and all the rest while they have none: a
 /// large request of a well-behaved client is decoded as fast as before on an idle broker, and an
-/// abuser's stream of them slows down only itself. (A dispatch queue cannot be given a priority on
-/// Linux, and a pool thread made nicer could not be made normal again without `CAP_SYS_NICE`.)
+/// abuser's stream of them slows down only itself. (A serial queue on a shared pool cannot be given a
+/// priority, and a pool thread made nicer could not be made normal again without `CAP_SYS_NICE`.)
 ///
 /// Started by `RPCServer.run()` and stopped when it returns, after the last job (every job belongs to
 /// a request in flight, which `run()` waits for).
@@ -31,11 +30,11 @@ final class BulkLane: Sendable {
     }
 
     private let state = Mutex(State())
-    private let wake = DispatchSemaphore(value: 0)
+    private let wake = ThreadSemaphore()
     /// Signalled by the thread when it has ended (after `stop()`).
-    private let ended = DispatchSemaphore(value: 0)
+    private let ended = ThreadSemaphore()
 
-    /// Starts the thread; false when none could be made (jobs then run on a global dispatch queue).
+    /// Starts the thread; false when none could be made (jobs then run on `ThreadPool.shared`).
     func start() -> Bool {
         let first = state.withLock { state -> Bool in
             guard !state.started else { return false }
@@ -58,7 +57,7 @@ final class BulkLane: Sendable {
         if queued {
             wake.signal()
         } else {
-            DispatchQueue.global().async(execute: job)
+            ThreadPool.shared.async(job)
         }
     }
 

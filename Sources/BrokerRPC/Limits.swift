@@ -1,5 +1,5 @@
-import Dispatch
 import Synchronization
+import SystemSupport
 
 /// The memory budget for replies and notifications that peers have not read
 /// yet, shared by every connection of one server and counted per peer
@@ -205,10 +205,4 @@ struct ConnectionPolicy: Sendable, Hashable {
         }
         return victim
     }
-}
-
-/// Monotonic nanoseconds (never 0).
-@inline(__always)
-func monotonicNanoseconds() -> UInt64 {
-    max(1, DispatchTime.now().uptimeNanoseconds)
 }

@@ -1,5 +1,4 @@
 import CLinux
-import Dispatch
 import Glibc
 import Synchronization
 import SystemSupport
@@ -162,7 +161,7 @@ public struct RPCRequestContext: Sendable {
     }
 }
 
-/// The I/O side of one connection: the descriptor, its dispatch sources,
+/// The I/O side of one connection: the descriptor, its poller registration,
 /// the framing decoder, the output buffer and the handlers in flight.
 ///
 /// `@unchecked Sendable`: every mutable member is touched only on `queue`
@@ -192,7 +191,7 @@ final class ConnectionIO: @unchecked Sendable {
     let connectionID: UInt64
     let peer: RPCPeer
     let fd: Int32
-    let queue: DispatchQueue
+    let queue: SerialQueue
     let limits: Limits
     /// The server's budget for unsent output (shared by all connections).
     let budget: OutputBudget
@@ -247,7 +246,7 @@ final class ConnectionIO: @unchecked Sendable {
     private(set) var closed = false
 
     init(
-        connectionID: UInt64, peer: RPCPeer, fd: Int32, queue: DispatchQueue, readBuffer: ReadBuffer,
+        connectionID: UInt64, peer: RPCPeer, fd: Int32, queue: SerialQueue, readBuffer: ReadBuffer,
         backgroundTurns: BackgroundTurns, limits: Limits, budget: OutputBudget, poller: EventPoller,
         submit: @escaping @Sendable (ConnectionIO, UInt64, [UInt8]) -> Submitted,
         onFrameError: @escaping @Sendable (RPCFrameError) -> Void,
@@ -297,7 +296,7 @@ final class ConnectionIO: @unchecked Sendable {
             }
             armed = .readable
         } catch {
-            close(.readFailed(error))
+            close(.readFailed(Errno(rawValue: error.code)))
             return
         }
         updateIdle()
@@ -506,7 +505,7 @@ final class ConnectionIO: @unchecked Sendable {
     }
 
     private func scheduleHangUpCheck() {
-        queue.asyncAfter(deadline: .now() + .milliseconds(200)) { [weak self] in
+        queue.asyncAfter(.milliseconds(200)) { [weak self] in
             guard let self else { return }
             guard !self.closed, self.readPaused || (self.readingStopped && (self.inFlight > 0 || self.unsent > 0))
             else {
@@ -744,12 +743,12 @@ final class ReadBuffer: @unchecked Sendable {
 /// `@unchecked Sendable`: its members are touched only on `queue` (a serial queue), by the
 /// connections' code that runs there and by the blocks it queues itself.
 final class BackgroundTurns: @unchecked Sendable {
-    let queue: DispatchQueue
+    let queue: SerialQueue
     private var waiting: [ConnectionIO] = []
     private var next = 0
     private var scheduled = false
 
-    init(queue: DispatchQueue) { self.queue = queue }
+    init(queue: SerialQueue) { self.queue = queue }
 
     /// On `queue`: runs `connection`'s next turn after those waiting already.
     func add(_ connection: ConnectionIO) {

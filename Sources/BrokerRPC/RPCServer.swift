@@ -1,5 +1,5 @@
-import Dispatch
 import Synchronization
+import SystemSupport
 
 /// Handles one request or notification. Throw an `RPCError` to answer with
 /// it; for a notification the result (or error) is discarded. Calls run
@@ -35,7 +35,7 @@ public struct RPCServerConfiguration: Sendable {
     /// Connections from any other uid are closed before anything is read.
     /// Default: the effective uid of this process.
     public var allowedUID: UInt32
-    /// Serial queues that serve the connections' I/O. Default 2.
+    /// Serial queues that serve the connections' I/O (run by `RPCServer.ioPool`'s two threads). Default 2.
     public var ioQueueCount: Int
     /// The largest message accepted. Default 1 MiB.
     public var maxMessageSize: Int
@@ -212,10 +212,14 @@ public final class RPCServer: Sendable {
     private let listenFD: Int32
     /// The path bound and its inode, to remove exactly that socket at shutdown.
     private let boundPath: (path: String, device: UInt64, inode: UInt64)?
-    private let acceptQueue = DispatchQueue(label: "browser-login.rpc.accept")
+    /// The threads that run every server's I/O queues and accept queue in this process: two, apart from
+    /// the global executor's (a handler's work on a busy executor never holds up reading and answering),
+    /// as libdispatch's queues of their own were until round 14 (docs/performance.md).
+    static let ioPool = ThreadPool(name: "bl-rpc-io", maximumThreads: 2)
+    private let acceptQueue = SerialQueue(label: "browser-login.rpc.accept", pool: RPCServer.ioPool)
     /// Decodes the large messages of every connection, one at a time (`largeMessage`), at a lower priority.
     private let bulk = BulkLane()
-    private let ioQueues: [DispatchQueue]
+    private let ioQueues: [SerialQueue]
     /// One read buffer per I/O queue, shared by that queue's connections.
     private let readBuffers: [ReadBuffer]
     /// One lane per I/O queue for the turns of its connections that move bulk (`BackgroundTurns`).
@@ -259,14 +263,14 @@ public final class RPCServer: Sendable {
         self.fastHandler = fast
         self.events = events
         self.ioQueues = (0..<configuration.ioQueueCount).map {
-            DispatchQueue(label: "browser-login.rpc.io.\($0)")
+            SerialQueue(label: "browser-login.rpc.io.\($0)", pool: RPCServer.ioPool)
         }
         self.readBuffers = ioQueues.map { _ in ReadBuffer() }
         self.backgroundTurns = ioQueues.map { BackgroundTurns(queue: $0) }
         do {
             poller = try EventPoller()
         } catch {
-            throw .socketFailed(error)
+            throw .socketFailed(Errno(rawValue: error.code))
         }
         (stopSignal, stopContinuation) = AsyncStream.makeStream(bufferingPolicy: .unbounded)
         budget = OutputBudget(
@@ -388,7 +392,7 @@ public final class RPCServer: Sendable {
         if set(\.running) { throw RPCServerError.alreadyRunning }
         guard poller.start() else { throw RPCServerError.socketFailed(.wouldBlock) }
         defer { poller.stop() }
-        // Without its thread, large messages are decoded on a global queue instead.
+        // Without its thread, large messages are decoded on the shared pool instead.
         _ = bulk.start()
         defer { bulk.stop() }
 
@@ -408,7 +412,7 @@ public final class RPCServer: Sendable {
                 done.resume()
             }
         }
-        // The listener closes (and its socket file goes) in the source's cancel handler.
+        // The listener is closed (and its socket file gone) by `stopAccepting`.
         for _ in 0..<200 where !state.withLock({ $0.listenerClosed }) { await pause() }
         await eachConnection { $0.stopReading() }
         let deadline = ContinuousClock.now + configuration.shutdownGracePeriod
@@ -432,49 +436,61 @@ public final class RPCServer: Sendable {
     /// Waits 5 ms (also when the task is cancelled).
     private func pause() async {
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            acceptQueue.asyncAfter(deadline: .now() + .milliseconds(5)) { done.resume() }
+            acceptQueue.asyncAfter(.milliseconds(5)) { done.resume() }
         }
     }
 
     /// Runs `body` on each open connection's queue, and waits until all ran.
     private func eachConnection(_ body: @escaping @Sendable (ConnectionIO) -> Void) async {
         let all = connections
-        let group = DispatchGroup()
-        for connection in all {
-            let io = connection.io
-            io.queue.async(group: group) { body(io) }
-        }
+        guard !all.isEmpty else { return }
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            group.notify(queue: acceptQueue) { done.resume() }
+            let left = Countdown(all.count)
+            for connection in all {
+                let io = connection.io
+                io.queue.async {
+                    body(io)
+                    if left.tick() { done.resume() }
+                }
+            }
         }
     }
 
     // MARK: Accepting (on acceptQueue)
 
+    /// Watches the listener on the server's epoll thread (one-shot, like the connections: armed again
+    /// after each round of accepts); its events run `acceptReady` on `acceptQueue`.
     private func startAccepting() {
-        dispatchPrecondition(condition: .onQueue(acceptQueue))
         guard !state.withLock({ $0.stopping }) else { return }
-        let source = DispatchSource.makeReadSource(fileDescriptor: listenFD, queue: acceptQueue)
-        source.setEventHandler { [self] in self.acceptPending() }
-        source.setCancelHandler { [self] in
-            if !self.set(\.listenerClosed) { self.closeListener() }
+        do {
+            acceptSource.registration = try poller.register(fd: listenFD, interest: .readable, queue: acceptQueue) {
+                [self] _ in self.acceptReady()
+            }
+        } catch {
+            // No way to hear of connections: the server stops (and the daemon with it).
+            events(.acceptFailed(Errno(rawValue: error.code)))
+            shutdown()
         }
-        acceptSource.source = source
-        source.resume()
+    }
+
+    private func acceptReady() {
+        guard acceptSource.registration != nil else { return }
+        acceptPending()
+        if !acceptSource.paused { armListener() }
+    }
+
+    private func armListener() {
+        guard let registration = acceptSource.registration else { return }
+        poller.arm(registration, fd: listenFD, interest: .readable)
     }
 
     private func stopAccepting() {
-        dispatchPrecondition(condition: .onQueue(acceptQueue))
-        if let source = acceptSource.source {
-            if acceptSource.paused {
-                acceptSource.paused = false
-                source.resume()
-            }
-            source.cancel()
-            acceptSource.source = nil
-        } else if !set(\.listenerClosed) {
-            closeListener()
+        if let registration = acceptSource.registration {
+            poller.unregister(registration, fd: listenFD)
+            acceptSource.registration = nil
+            acceptSource.paused = false
         }
+        if !set(\.listenerClosed) { closeListener() }
     }
 
     /// Closes the listener and removes the socket file if it is still the one bound here.
@@ -519,13 +535,12 @@ public final class RPCServer: Sendable {
 
     /// After an accept failure (EMFILE…), waits a little instead of spinning.
     private func pauseAccepting() {
-        guard let source = acceptSource.source, !acceptSource.paused else { return }
+        guard acceptSource.registration != nil, !acceptSource.paused else { return }
         acceptSource.paused = true
-        source.suspend()
-        acceptQueue.asyncAfter(deadline: .now() + .milliseconds(100)) { [self] in
-            guard let source = self.acceptSource.source, self.acceptSource.paused else { return }
+        acceptQueue.asyncAfter(.milliseconds(100)) { [self] in
+            guard self.acceptSource.registration != nil, self.acceptSource.paused else { return }
             self.acceptSource.paused = false
-            source.resume()
+            self.armListener()
         }
     }
 
@@ -818,14 +833,21 @@ public final class RPCServer: Sendable {
     }
 }
 
-/// The accept source and whether it is suspended.
+/// The listener's registration with the poller and whether accepting is paused.
 ///
 /// `@unchecked Sendable`: both members are read and written only on the
-/// server's `acceptQueue` (a serial queue): in `startAccepting`,
+/// server's `acceptQueue` (a serial queue): in `startAccepting`, `acceptReady`,
 /// `stopAccepting`, `acceptPending` and `pauseAccepting`, which all run there.
 private final class AcceptSourceBox: @unchecked Sendable {
-    var source: DispatchSourceRead?
+    var registration: UInt64?
     var paused = false
+}
+
+/// Counts down from `count`; `tick()` answers true once, for the last tick.
+private final class Countdown: Sendable {
+    private let left: Atomic<Int>
+    init(_ count: Int) { left = Atomic(count) }
+    func tick() -> Bool { left.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 }
 }
 
 /// Turns one incoming message into its reply, running the requests through `perform`.

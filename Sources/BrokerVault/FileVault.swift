@@ -1,6 +1,5 @@
 import BrokerCore
 import BrowserLoginProtocol
-import Dispatch
 import Synchronization
 import SystemSupport
 import VaultKey
@@ -41,8 +40,10 @@ public final class FileVault: SecretVault {
     /// File operations and key creation, one at a time.
     private let lock = Mutex<Void>(())
     /// Where store, lookup and remove run: they wait for fsync, which is
-    /// kept off the caller's (cooperative) threads.
-    private let queue = DispatchQueue(label: "browser-login.file-vault")
+    /// kept off the caller's (cooperative) threads. One thread for every file
+    /// vault of the process, started on first use (file operations are one at a time anyway).
+    private static let lane = ThreadPool(name: "bl-file-vault", maximumThreads: 1)
+    private var queue: ThreadPool { Self.lane }
     private let lostHandler = Mutex<(@Sendable ([[String: String]]) -> Void)?>(nil)
 
     static let format = "browser-login-vault-item"

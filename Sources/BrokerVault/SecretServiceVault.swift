@@ -1,6 +1,6 @@
 import BrokerCore
-import Dispatch
 import Synchronization
+import SystemSupport
 
 /// A `SecretVault` over libsecret (the freedesktop Secret Service:
 /// gnome-keyring, KeePassXC, KWallet).
@@ -22,8 +22,10 @@ import Synchronization
 ///   `SecretService` connection per process, and its sync calls are
 ///   serialised rather than trusted to run side by side.
 public final class SecretServiceVault: SecretVault {
-    private static let sharedQueue = DispatchQueue(label: "browser-login.vault")
-    private var queue: DispatchQueue { Self.sharedQueue }
+    /// The vault's serial queue: one thread of its own (a call may block for as long as a prompt is
+    /// open), started on the first call and then kept, asleep while there is nothing to do.
+    private static let sharedQueue = ThreadPool(name: "bl-vault", maximumThreads: 1)
+    private var queue: ThreadPool { Self.sharedQueue }
 
     /// GLib's types for libsecret, registered once, on the thread that makes
     /// the first vault (before the daemon starts its D-Bus thread): GLib can
@@ -84,7 +86,7 @@ public final class SecretServiceVault: SecretVault {
     }
 
     public func knownHealth() -> VaultHealth? {
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = monotonicNanoseconds()
         let ttl = watched.load(ordering: .relaxed) ? Self.watchedHealthTTL : Self.healthTTL
         guard let cached = cachedHealth.withLock({ $0.answer }), now &- cached.at < ttl else { return nil }
         return cached.health
@@ -97,7 +99,7 @@ public final class SecretServiceVault: SecretVault {
             queue.async { continuation.resume(returning: LibSecret.health()) }
         }
         cachedHealth.withLock {
-            if $0.generation == generation { $0.answer = (health, DispatchTime.now().uptimeNanoseconds) }
+            if $0.generation == generation { $0.answer = (health, monotonicNanoseconds()) }
         }
         return health
     }

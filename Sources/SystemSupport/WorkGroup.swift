@@ -1,4 +1,3 @@
-import Dispatch
 import Synchronization
 
 /// The tasks of one owner, by id: started here, forgotten when they finish,
@@ -155,7 +154,7 @@ public final class WorkGroup<ID: Hashable & Sendable>: Service {
 /// reference server's thread per connection, never a thread of the concurrency pool) calls async code. The task
 /// is awaited here, so it is no loose one; each of its waits has its own timeout.
 public func waitBlocking<T: Sendable>(_ body: @escaping @Sendable () async -> T) -> T {
-    let done = DispatchSemaphore(value: 0)
+    let done = ThreadSemaphore()
     let box = ResultBox<T>()
     Task {
         let value = await body()

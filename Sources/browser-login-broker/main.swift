@@ -19,10 +19,18 @@ if Array(CommandLine.arguments.dropFirst()) == ["help", "--troff", "options"] {
     exit(0)
 }
 
+let options: DaemonOptions
 do {
-    guard let options = try DaemonOptions.parse(Array(CommandLine.arguments.dropFirst())) else { exit(0) }
-    exit(await BrokerDaemon.run(options, environment: ProcessEnvironment.current))
+    guard let parsed = try DaemonOptions.parse(Array(CommandLine.arguments.dropFirst())) else { exit(0) }
+    options = parsed
 } catch {
     StandardError.write("browser-login-broker: \(error.message)\n")
     exit(64)
+}
+
+// The daemon's tasks run on executors of its own (SystemSupport/Executors.swift), never on
+// libdispatch's global queues, whose workqueue monitor would wake the process every second at rest.
+// No `await` in this file: an async main would have started on the default executors.
+Executors.runMain {
+    exit(await BrokerDaemon.run(options, environment: ProcessEnvironment.current))
 }

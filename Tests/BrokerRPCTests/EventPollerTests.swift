@@ -3,6 +3,7 @@ import Dispatch
 import Foundation
 import Glibc
 import Synchronization
+import SystemSupport
 import Testing
 
 @testable import BrokerRPC
@@ -22,7 +23,7 @@ import Testing
             close(fds[1])
         }
         let seen = Mutex<[UInt32]>([])
-        let id = try poller.register(fd: fds[0], interest: .readable, queue: DispatchQueue(label: "poller-test")) {
+        let id = try poller.register(fd: fds[0], interest: .readable, queue: SerialQueue(label: "poller-test")) {
             mask in seen.withLock { $0.append(mask) }
         }
         #expect(write(fds[1], "x", 1) == 1)
