@@ -4,6 +4,7 @@ import BrowserLoginTestTraits
 import Foundation
 import ScriptedBrowser
 import Synchronization
+import SystemSupport
 import Testing
 
 @testable import LoginServer
@@ -211,5 +212,43 @@ private final class Turnstile: Sendable {
             }
         }
         #expect(wrong.withLock { $0 }.isEmpty, "\(wrong.withLock { $0.prefix(5) })")
+    }
+}
+
+/// The server's stderr log lines, written without a lock held across the write.
+@Suite(.dedicatedThread) struct ServerLogLineTests {
+    @Test func linesFromManyThreadsAtOnceStayWhole() throws {
+        let directory = try TemporaryDirectory("server-log")
+        let path = directory.path + "/stderr"
+        let fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0o600)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        let handler = ServerStderrLogHandler(prefixes: true, fileDescriptor: fd)
+        onThreads(32 * 200, threads: 32) { i in
+            handler.handle(
+                LogEntry(
+                    level: .info, label: "browser-login-server", message: "request",
+                    metadata: ["n": "\(i)", "pad": String(repeating: "p", count: 1 + i % 700)]))
+        }
+        // One line past PIPE_BUF goes whole too.
+        handler.handle(
+            LogEntry(
+                level: .warning, label: "browser-login-server", message: "long",
+                metadata: ["pad": String(repeating: "q", count: 9000)]))
+        let lines = try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false)
+        #expect(lines.last == "")
+        var seen = Set<Int>()
+        for line in lines.dropLast() where !line.hasPrefix("<4>") {
+            let fields = line.split(separator: " ")
+            guard fields.count == 4, fields[0] == "<6>browser-login-server:", fields[1] == "request",
+                let n = Int(fields[2].dropFirst(2)), fields[3] == "pad=" + String(repeating: "p", count: 1 + n % 700)
+            else {
+                Issue.record("a broken line: \(line.prefix(80))")
+                continue
+            }
+            seen.insert(n)
+        }
+        #expect(seen.count == 32 * 200)
+        #expect(lines.contains { $0 == "<4>browser-login-server: long pad=" + String(repeating: "q", count: 9000) })
     }
 }
