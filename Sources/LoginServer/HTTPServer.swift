@@ -71,12 +71,65 @@ public enum HTTPServerError: Error, Sendable, CustomStringConvertible {
     }
 }
 
-/// The body being received for one request; owned by libmicrohttpd's
-/// per-request pointer from the first call of the access handler until the
-/// completion callback, and touched only by that connection's thread.
+/// One request, from the access handler's first call to the completion
+/// callback: owned by libmicrohttpd's per-request pointer and touched only by
+/// the polling thread its connection belongs to. The answer is made on a
+/// handler thread while the connection is suspended, and reaches the polling
+/// thread through `answer`.
 private final class PendingRequest {
+    enum Phase {
+        /// Headers and body arriving.
+        case receiving
+        /// Handed to a handler thread (the request counts in the listener's `RequestGate`).
+        case answering
+    }
     var body: [UInt8] = []
     var tooLarge = false
+    var phase = Phase.receiving
+    let answer = AnswerSlot()
+}
+
+/// Where a handler thread leaves its answer for the polling thread.
+private final class AnswerSlot: Sendable {
+    private let response = Mutex<HTTPServerResponse?>(nil)
+    func put(_ value: HTTPServerResponse) { response.withLock { $0 = value } }
+    func take() -> HTTPServerResponse? { response.withLock { $0.take() } }
+}
+
+/// Counts the requests being answered, so `stop()` can wait for them:
+/// libmicrohttpd must not be stopped with a connection suspended, and a
+/// request in flight gets its answer. Once closed, a request that arrives
+/// is answered 503 at once.
+private final class RequestGate: Sendable {
+    private let state = Mutex((open: true, inFlight: 0))
+    private let drained = DispatchSemaphore(value: 0)
+
+    /// Counts one request in; false once closed.
+    func enter() -> Bool {
+        state.withLock { state in
+            guard state.open else { return false }
+            state.inFlight += 1
+            return true
+        }
+    }
+
+    /// Counts one request out (its connection has finished with it).
+    func leave() {
+        let last = state.withLock { state in
+            state.inFlight -= 1
+            return !state.open && state.inFlight == 0
+        }
+        if last { drained.signal() }
+    }
+
+    /// Closes the gate and returns when every request counted in has left.
+    func close() {
+        let waiting = state.withLock { state in
+            state.open = false
+            return state.inFlight
+        }
+        if waiting > 0 { drained.wait() }
+    }
 }
 
 /// Collects headers, cookies and query arguments through the C iterator.
@@ -87,9 +140,13 @@ private final class ValueCollector {
     var repeatedQuery: Set<String> = []
 }
 
-/// An HTTP listener on libmicrohttpd with one thread per connection, so a
-/// slow request (or the test-only exchange delay) never holds up others.
-/// The handler is called concurrently from connection threads.
+/// An HTTP listener on libmicrohttpd: a few polling threads (its thread pool,
+/// epoll) read and write every connection; each request, once its body is in,
+/// is answered on a handler thread (`HandlerThreads`) while its connection is
+/// suspended, then resumed to be written. So a slow request (a mail, an
+/// upstream provider, the test-only exchange delay) never holds up others,
+/// and no thread is made per connection. The handler is called concurrently
+/// from handler threads.
 public final class HTTPServer: Sendable {
     public typealias Handler = @Sendable (HTTPServerRequest) -> HTTPServerResponse
 
@@ -97,16 +154,24 @@ public final class HTTPServer: Sendable {
     private let daemon = Atomic<Int>(0)
     public let port: Int
 
-    /// Starts listening. `tls` is (key PEM, certificate PEM).
+    /// The polling threads when none are asked for: one a CPU, at most 4 (they
+    /// only read and write; the answers are made on handler threads).
+    public static var defaultPollingThreads: Int { min(4, max(1, ProcessInfo.processInfo.activeProcessorCount)) }
+
+    /// Starts listening. `tls` is (key PEM, certificate PEM). `pollingThreads`:
+    /// libmicrohttpd's threads (0: `defaultPollingThreads`); the handler
+    /// threads number at most `connectionLimit`.
     public init(
         address: String, port: Int, tls: (key: String, certificate: String)?, maximumBody: Int,
-        connectionLimit: Int = 256, timeoutSeconds: Int = 30, handler: @escaping Handler
+        connectionLimit: Int = 256, timeoutSeconds: Int = 30, pollingThreads: Int = 0, handler: @escaping Handler
     ) throws(HTTPServerError) {
         var error: Int32 = 0
-        let box = Unmanaged.passRetained(HandlerBox(handler: handler, maximumBody: maximumBody))
-        let started = bl_mhd_start(
+        let box = Unmanaged.passRetained(
+            HandlerBox(handler: handler, maximumBody: maximumBody, threads: HandlerThreads(maximum: connectionLimit)))
+        let polling = pollingThreads > 0 ? pollingThreads : Self.defaultPollingThreads
+        let started = bl_mhd_start_pool(
             address, UInt16(port), tls?.key, tls?.certificate, UInt32(connectionLimit), UInt32(timeoutSeconds),
-            accessHandler, box.toOpaque(), completedHandler, nil, &error)
+            UInt32(polling), accessHandler, box.toOpaque(), completedHandler, box.toOpaque(), &error)
         guard let started else {
             box.release()
             switch UInt32(error) {
@@ -124,10 +189,17 @@ public final class HTTPServer: Sendable {
     /// daemon in `init`, released after the daemon stops.
     private let box: HandlerBox
 
-    /// Stops listening and waits for the connection threads to finish.
+    /// The handler threads now (busy and idle), for tests.
+    var handlerThreadCount: Int { box.threads.counts.threads }
+
+    /// Stops listening: waits for the requests being answered to be written
+    /// (one arriving meanwhile is answered 503), closes every connection,
+    /// joins the polling threads and ends the handler threads.
     public func stop() {
         guard let running = OpaquePointer(bitPattern: daemon.exchange(0, ordering: .acquiringAndReleasing)) else { return }
+        box.gate.close()
         MHD_stop_daemon(running)
+        box.threads.stop()
         Unmanaged.passUnretained(box).release()
     }
 
@@ -138,9 +210,12 @@ public final class HTTPServer: Sendable {
 private final class HandlerBox: Sendable {
     let handler: HTTPServer.Handler
     let maximumBody: Int
-    init(handler: @escaping HTTPServer.Handler, maximumBody: Int) {
+    let threads: HandlerThreads
+    let gate = RequestGate()
+    init(handler: @escaping HTTPServer.Handler, maximumBody: Int, threads: HandlerThreads) {
         self.handler = handler
         self.maximumBody = maximumBody
+        self.threads = threads
     }
 }
 
@@ -159,6 +234,10 @@ private let collectValue: MHD_KeyValueIterator = { cls, kind, key, value in
     return .YES
 }
 
+/// Called by a polling thread: first when the head is in, then with each
+/// piece of the body, then once more with none (the request is complete:
+/// it is handed to a handler thread and the connection suspended), and,
+/// after the connection is resumed, once more to queue the answer.
 private let accessHandler: bl_mhd_access_handler = {
     cls, connection, url, method, _, uploadData, uploadDataSize, requestContext in
     guard let cls, let connection, let requestContext, let uploadDataSize else { return .NO }
@@ -168,6 +247,11 @@ private let accessHandler: bl_mhd_access_handler = {
         return .YES
     }
     let pending = Unmanaged<PendingRequest>.fromOpaque(pendingPointer).takeUnretainedValue()
+    if pending.phase == .answering {
+        // Resumed: the handler thread has left the answer.
+        guard let response = pending.answer.take() else { return .NO }
+        return queue(response, on: connection)
+    }
     if uploadDataSize.pointee > 0 {
         let count = uploadDataSize.pointee
         if !pending.tooLarge, let uploadData {
@@ -200,8 +284,29 @@ private let accessHandler: bl_mhd_access_handler = {
         query: collector.query, headers: collector.headers, cookies: collector.cookies, body: pending.body,
         bodyTooLarge: pending.tooLarge, remoteAddress: remote)
     request.repeatedQueryNames = collector.repeatedQuery
-    let response = box.handler(request)
+    pending.body = []
 
+    guard box.gate.enter() else {
+        // Stopping: nothing new is started.
+        return queue(
+            HTTPServerResponse(status: 503, headers: [("Cache-Control", "no-store"), ("Retry-After", "1")]), on: connection)
+    }
+    pending.phase = .answering
+    // Suspended before the job can resume it; resumed only by the job, after its answer is in.
+    MHD_suspend_connection(connection)
+    let answer = pending.answer
+    let handler = box.handler
+    let suspended = Int(bitPattern: connection)
+    let complete = request
+    box.threads.submit {
+        answer.put(handler(complete))
+        MHD_resume_connection(OpaquePointer(bitPattern: suspended))
+    }
+    return .YES
+}
+
+/// Queues `response` on `connection` (in the access handler).
+private func queue(_ response: HTTPServerResponse, on connection: OpaquePointer) -> MHD_Result {
     var body = response.body
     let mhdResponse = body.withUnsafeMutableBytes { raw in
         MHD_create_response_from_buffer(raw.count, raw.baseAddress, .RESPMEM_MUST_COPY)
@@ -213,8 +318,12 @@ private let accessHandler: bl_mhd_access_handler = {
     return result
 }
 
-private let completedHandler: bl_mhd_completed_handler = { _, _, requestContext, _ in
-    guard let requestContext, let pointer = requestContext.pointee else { return }
-    Unmanaged<PendingRequest>.fromOpaque(pointer).release()
+/// The request is over (answered, or its connection closed or timed out): a
+/// request handed to a handler thread leaves the gate here, so `stop()` waits
+/// until its answer has been written.
+private let completedHandler: bl_mhd_completed_handler = { cls, _, requestContext, _ in
+    guard let cls, let requestContext, let pointer = requestContext.pointee else { return }
+    let pending = Unmanaged<PendingRequest>.fromOpaque(pointer).takeRetainedValue()
     requestContext.pointee = nil
+    if pending.phase == .answering { Unmanaged<HandlerBox>.fromOpaque(cls).takeUnretainedValue().gate.leave() }
 }
