@@ -15,7 +15,7 @@ import Synchronization
 /// pushed it away, so the owner works out its next deadline and arms again. A
 /// deadline already past fires at once. Disarmed, the alarm takes no wake-ups at all.
 public final class WallClockAlarm: Sendable {
-    private let fd: Int32
+    private let timer: TimerDescriptor
     /// The poller registration; nil once cancelled.
     private let registration: Mutex<UInt64?>
     private let poller: EventPoller
@@ -25,18 +25,18 @@ public final class WallClockAlarm: Sendable {
         guard let poller = EventPoller.shared else { return nil }
         let fd = timerfd_create(CLOCK_REALTIME, bl_tfd_cloexec | bl_tfd_nonblock)
         guard fd >= 0 else { return nil }
-        self.fd = fd
+        let timer = TimerDescriptor(fd)
+        self.timer = timer
         self.poller = poller
         let registration = Mutex<UInt64?>(nil)
         let id = try? poller.register(fd: fd, interest: .readable, queue: nil) { _ in
             // Clears the readiness: the expiry count, or ECANCELED after a clock change
             // (which also leaves the timer disarmed until the next `arm`).
-            var expirations: UInt64 = 0
-            _ = withUnsafeMutableBytes(of: &expirations) { read(fd, $0.baseAddress, $0.count) }
+            guard timer.clear() else { return }
             fired()
         }
         guard let id else {
-            close(fd)
+            timer.close()
             return nil
         }
         registration.withLock { $0 = id }
@@ -57,9 +57,9 @@ public final class WallClockAlarm: Sendable {
         }
         return registration.withLock { registration in
             guard let registration else { return false }
-            guard timerfd_settime(fd, flags, &setting, nil) == 0 else { return false }
+            guard timerfd_settime(timer.fd, flags, &setting, nil) == 0 else { return false }
             // One-shot registration: armed for the next expiry (an expiry already pending is reported at once).
-            poller.arm(registration, fd: fd, interest: .readable)
+            poller.arm(registration, fd: timer.fd, interest: .readable)
             return true
         }
     }
@@ -69,11 +69,39 @@ public final class WallClockAlarm: Sendable {
     public func cancel() {
         registration.withLock { registration in
             guard let id = registration else { return }
-            poller.unregister(id, fd: fd)
-            close(fd)
+            poller.unregister(id, fd: timer.fd)
+            timer.close()
             registration = nil
         }
     }
 
     deinit { cancel() }
+}
+
+/// The alarm's timerfd, shared with its poller handler: the handler reads it
+/// only while it is open, so a handler still running when the alarm is
+/// cancelled never reads a closed descriptor (or one the number was given to next).
+private final class TimerDescriptor: Sendable {
+    let fd: Int32
+    private let open = Mutex(true)
+
+    init(_ fd: Int32) { self.fd = fd }
+
+    /// Reads the expiry count; false once closed.
+    func clear() -> Bool {
+        open.withLock { open in
+            guard open else { return false }
+            var expirations: UInt64 = 0
+            _ = withUnsafeMutableBytes(of: &expirations) { read(fd, $0.baseAddress, $0.count) }
+            return true
+        }
+    }
+
+    func close() {
+        open.withLock { open in
+            guard open else { return }
+            _ = Glibc.close(fd)
+            open = false
+        }
+    }
 }
