@@ -110,28 +110,32 @@ struct BrowserLoginAttempts<Routes: BrowserLoginRoutes>: ServerAttempts {
     let routes: Routes
 
     func status(_ attempt: ServerAttemptRef) async throws(ServerAttemptFailure) -> ServerAttemptReport {
-        let answer: StatusResponse
-        do { answer = try await routes.status(attemptId: attempt.key, recoveryKey: attempt.recoveryKey) } catch {
-            throw error.attemptFailure
+        let answer = try await mapped { () async throws(LoginServerError) in
+            try await routes.status(attemptId: attempt.key, recoveryKey: attempt.recoveryKey)
         }
         return ServerAttemptReport(
             state: answer.state, issuedAt: answer.receipt?.issuedAt, tokenDigest: answer.receipt?.tokenDigest,
             sessionRevoked: answer.sessionRevoked, sessionExpiresAt: answer.sessionExpiresAt)
     }
     func cancel(_ attempt: ServerAttemptRef) async throws(ServerAttemptFailure) {
-        do { _ = try await routes.cancel(attemptId: attempt.key, recoveryKey: attempt.recoveryKey) } catch {
-            throw error.attemptFailure
+        _ = try await mapped { () async throws(LoginServerError) in
+            try await routes.cancel(attemptId: attempt.key, recoveryKey: attempt.recoveryKey)
         }
     }
     func acknowledge(_ attempt: ServerAttemptRef) async throws(ServerAttemptFailure) {
-        do { try await routes.acknowledge(attemptId: attempt.key, recoveryKey: attempt.recoveryKey) } catch {
-            throw error.attemptFailure
+        try await mapped { () async throws(LoginServerError) in
+            try await routes.acknowledge(attemptId: attempt.key, recoveryKey: attempt.recoveryKey)
         }
     }
     func revokeSession(_ attempt: ServerAttemptRef) async throws(ServerAttemptFailure) {
-        do { _ = try await routes.revokeByProof(attemptId: attempt.key, recoveryKey: attempt.recoveryKey) } catch {
-            throw error.attemptFailure
+        _ = try await mapped { () async throws(LoginServerError) in
+            try await routes.revokeByProof(attemptId: attempt.key, recoveryKey: attempt.recoveryKey)
         }
+    }
+
+    /// A route's wire error in the seam's terms (`attemptFailure`).
+    private func mapped<T>(_ route: () async throws(LoginServerError) -> T) async throws(ServerAttemptFailure) -> T {
+        do { return try await route() } catch { throw error.attemptFailure }
     }
 }
 

@@ -88,16 +88,18 @@ public enum TestFaults {
     }
 }
 
+/// Runs one request of a sign-in protocol, then passes the `answer:ROUTE`
+/// fault point (answered, the answer not used yet), whatever the answer.
+private func after<T, E: Error>(_ route: String, _ body: () async throws(E) -> T) async throws(E) -> T {
+    let result: Result<T, E>
+    do { result = .success(try await body()) } catch { result = .failure(error) }
+    TestFaults.hit("answer:" + route)
+    return try result.get()
+}
+
 /// A sign-in protocol whose answers pass the `answer:STEP` fault points.
 struct FaultingSignIn: SignInProtocol {
     let base: any SignInProtocol
-
-    private func after<T, E: Error>(_ route: String, _ body: () async throws(E) -> T) async throws(E) -> T {
-        let result: Result<T, E>
-        do { result = .success(try await body()) } catch { result = .failure(error) }
-        TestFaults.hit("answer:" + route)
-        return try result.get()
-    }
 
     var repeatsLostRefresh: Bool { base.repeatsLostRefresh }
     func reservesAppPath(_ path: String, client: ClientConfig) -> Bool { base.reservesAppPath(path, client: client) }
@@ -121,10 +123,7 @@ struct FaultingSignIn: SignInProtocol {
             client: client, redirectURI: redirectURI, accounts: accounts, ephemeral: ephemeral)
         if let open = authorization.open {
             authorization.open = { () async throws(BrokerError) -> OpenedAttempt in
-                let result: Result<OpenedAttempt, BrokerError>
-                do throws(BrokerError) { result = .success(try await open()) } catch { result = .failure(error) }
-                TestFaults.hit("answer:create")
-                return try result.get()
+                try await after("create") { () async throws(BrokerError) in try await open() }
             }
         }
         return authorization
@@ -156,15 +155,6 @@ struct FaultingSignIn: SignInProtocol {
 /// A server's attempts whose answers pass the `answer:STEP` fault points.
 struct FaultingServerAttempts: ServerAttempts {
     let base: any ServerAttempts
-
-    private func after<T>(_ route: String, _ body: () async throws(ServerAttemptFailure) -> T)
-        async throws(ServerAttemptFailure) -> T
-    {
-        let result: Result<T, ServerAttemptFailure>
-        do { result = .success(try await body()) } catch { result = .failure(error) }
-        TestFaults.hit("answer:" + route)
-        return try result.get()
-    }
 
     func status(_ attempt: ServerAttemptRef) async throws(ServerAttemptFailure) -> ServerAttemptReport {
         try await after("status") { () async throws(ServerAttemptFailure) in try await base.status(attempt) }
