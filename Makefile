@@ -24,10 +24,14 @@ SUBST = sed -e 's|@bindir@|$(BINDIR)|g'
 # -z relro -z now: the whole GOT read-only after start-up (Debian's hardening).
 # lld with packaging/broker.order: the functions the daemon runs are placed first and together in
 # .text, so it keeps fewer pages of its code resident (scripts/order-file, docs/performance.md);
+# each Swift function in a section of its own (-function-sections), without which lld can only move
+# a module's whole .text and the list orders little (a changed flag needs a clean release build:
+# SwiftPM keeps the objects it has);
 # relative relocations packed (DT_RELR, glibc 2.36), and no symbol exported from the programs (none
 # is looked up in them): start-up reads 1 MiB less of each binary.
 RELEASE_FLAGS = -c release --static-swift-stdlib --disable-local-rpath \
   -Xlinker -z -Xlinker relro -Xlinker -z -Xlinker now \
+  -Xswiftc -Xfrontend -Xswiftc -function-sections \
   -Xswiftc -use-ld=lld -Xlinker --symbol-ordering-file=$(CURDIR)/packaging/broker.order \
   -Xlinker --no-warn-symbol-ordering \
   -Xlinker -z -Xlinker pack-relative-relocs -Xlinker --no-export-dynamic
