@@ -90,24 +90,24 @@ extension BrokerEngine {
         let proofs = authorization.proofs
         var secrets = AttemptSecrets(
             codeVerifier: proofs.codeVerifier, recoveryKey: proofs.recoveryKey ?? "",
-            authorizeUrl: authorization.open == nil ? authorization.authorizeUrl : nil, state: proofs.state,
+            authorizeUrl: nil, state: proofs.state,
             nonce: proofs.nonce, redirectURI: route.url, dpopKey: proofs.dpopKey)
         let keys = VaultKeys.attempt(client: client.id, attemptId: id)
-        // The row, then the proofs, then the attempt is opened at the server
-        // and waits — all before the browser opens. A crash between the row
-        // and the proofs leaves a `starting` row, which start-up recovery
-        // fails and cleans up, never a vault item that nothing names.
+        // The row, then the attempt is opened at the server, then its proofs
+        // (with what the server answered) are kept, in one keyring write, and
+        // it waits — all before the browser opens. A crash before the proofs
+        // are kept leaves a `starting` row, which start-up recovery fails,
+        // never a keyring item that nothing names; an attempt the server
+        // opened meanwhile cannot be used by anyone (its verifier was never
+        // kept) and ends there at its expiry.
         var record = AttemptRecord(
             id: id, client: client.id, state: .starting, returnURL: route.url, issuer: signIn.issuer,
             ephemeral: ephemeral, createdAt: now())
-        try attempts.insert(record)
-        do {
-            try await vault.storeJSON(secrets, label: VaultKeys.attemptLabel(appName: client.appName), attributes: keys)
-        } catch {
-            // Nothing was sent: the attempt never existed for anyone.
-            try attempts.discard(record)
-            throw error.brokerError
+        if let known = vault.knownHealth(), !known.available {
+            // A keyring known to be missing: nothing is sent, the attempt never existed for anyone.
+            throw BrokerError(.vaultUnavailable, known.detail)
         }
+        try attempts.insert(record)
         logger.info(
             "attempt created",
             ["attempt.id": id, "client": client.id, "return.via": route.via, "return.reason": route.reason])
@@ -125,26 +125,26 @@ extension BrokerEngine {
         } catch { problem = error }
         if problem == nil { problem = try openedProblem(opened, client: client) }
         if let error = problem {
-            // Nothing opened: the attempt ends, its proofs leave the keyring.
+            // Nothing opened: the attempt ends; no proofs were kept.
             try attempts.commit(
                 &record, .createFailed,
                 error: AttemptError(
                     code: error.code.rawValue, message: error.message, serverCode: error.serverCode ?? error.providerError))
-            try? await vault.remove(attributes: keys)
             throw error.with(attemptId: id)
         }
-        if secrets.authorizeUrl != opened.authorizeUrl {
-            // login.resume opens what the server answered.
-            secrets.authorizeUrl = opened.authorizeUrl
-            do {
-                try await vault.storeJSON(
-                    secrets, label: VaultKeys.attemptLabel(appName: client.appName), attributes: keys)
-            } catch {
-                try attempts.commit(
-                    &record, .createFailed,
-                    error: AttemptError(code: error.brokerError.code.rawValue, message: error.message))
-                throw error.brokerError.with(attemptId: id)
+        // login.resume opens what the server answered.
+        secrets.authorizeUrl = opened.authorizeUrl
+        do {
+            try await vault.storeJSON(secrets, label: VaultKeys.attemptLabel(appName: client.appName), attributes: keys)
+        } catch {
+            let failure = error.brokerError
+            try attempts.commit(
+                &record, .createFailed, error: AttemptError(code: failure.code.rawValue, message: failure.message))
+            // Its proofs could not be kept: the server is told at once instead of at the attempt's expiry.
+            if let kept = signIn.serverAttempts, let key = opened.lookupKey {
+                try? await kept.cancel(ServerAttemptRef(key: key, recoveryKey: proofs.recoveryKey ?? ""))
             }
+            throw failure.with(attemptId: id)
         }
         let (key, expiresAt) = (opened.lookupKey, opened.expiresAt ?? now().adding(milliseconds: signIn.attemptMilliseconds))
         try attempts.commit(&record, .created) {

@@ -188,6 +188,31 @@ final class ScratchDirectory: Sendable {
         return (view, serverId)
     }
 
+    @Test func aStartKeepsItsProofsInOneKeyringWriteAfterTheServerOpenedIt() async throws {
+        let (view, _) = try await started()
+        // One write, and it holds what the server answered (login.resume opens it).
+        #expect(await vault.operationCount == 1)
+        let item = try #require(await vault.allItems.first)
+        let secrets = try JSONDecoder().decode(AttemptSecrets.self, from: Data(item.secret))
+        #expect(secrets.authorizeUrl == view.authorizeUrl)
+        #expect(secrets.authorizeUrl?.isEmpty == false)
+        #expect(try await engine.resume(attemptId: view.attemptId, openBrowser: false).authorizeUrl == view.authorizeUrl)
+    }
+
+    @Test func aStartWhoseProofsCannotBeKeptEndsAndTellsTheServer() async throws {
+        await vault.setMode(.failing)
+        let error = await #expect(throws: BrokerError.self) {
+            try await engine.start(client: "com.example.notes", ephemeral: false, openBrowser: false, switchAccount: false)
+        }
+        #expect(error?.code == .vaultUnavailable)
+        let attemptId = try #require(error?.attemptId)
+        #expect(server.count("create") == 1)
+        // The server's attempt is cancelled at once (not left until its expiry), and nothing is kept.
+        #expect(server.count("cancel") == 1)
+        #expect(try await engine.status(attemptId: attemptId, reconcile: false).state == .failed)
+        #expect(await vault.allItems.isEmpty)
+    }
+
     @Test func anExchangeWithoutAnswerIsUncertainAndNeverRepeated() async throws {
         let (view, serverId) = try await started()
         server.state.withLock { $0.exchange = [.failure(.noAnswer("lost"))] }
