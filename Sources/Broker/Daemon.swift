@@ -391,7 +391,7 @@ public enum BrokerDaemon {
             .init(
                 TrimService(
                     server: server, activity: activity, logger: logger,
-                    otherMessages: { bus?.application.callsArrived ?? 0 })))
+                    otherMessages: { bus?.application.callsArrived ?? 0 }, releaseCaches: { await engine.releaseMemory() })))
         if let bus { services.append(.init(bus)) }
         services.append(.init(RPCService(server: server, logger: logger), endsGroup: true))
         logger.notice(

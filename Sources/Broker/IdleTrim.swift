@@ -89,12 +89,18 @@ final class TrimService: Service {
 
     /// Messages that reach the broker other than over the socket (D-Bus calls), counted as activity too.
     let otherMessages: @Sendable () -> Int
+    /// Caches that the broker's parts give back before the heap is trimmed (the state store's pages).
+    let releaseCaches: @Sendable () async -> Void
 
-    init(server: RPCServer, activity: Wakeup, logger: Logger, otherMessages: @escaping @Sendable () -> Int = { 0 }) {
+    init(
+        server: RPCServer, activity: Wakeup, logger: Logger, otherMessages: @escaping @Sendable () -> Int = { 0 },
+        releaseCaches: @escaping @Sendable () async -> Void = {}
+    ) {
         self.server = server
         self.activity = activity
         self.logger = logger
         self.otherMessages = otherMessages
+        self.releaseCaches = releaseCaches
     }
 
     func run() async {
@@ -109,6 +115,7 @@ final class TrimService: Service {
             }
             // The resident size is read only when it is logged.
             let before = logger.minimum >= .debug ? ProcFS.residentKiB() ?? -1 : nil
+            await releaseCaches()
             IdleTrim.trimHeap()
             if let before {
                 logger.debug(

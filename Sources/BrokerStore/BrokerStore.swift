@@ -138,6 +138,9 @@ public final class BrokerStore {
 
     public func close() throws { try db.close() }
 
+    /// Gives back the page cache (`Database.releaseMemory`); the broker calls it once it has gone quiet.
+    public func releaseMemory() { db.releaseMemory() }
+
     // MARK: Attempts
 
     private static let attemptColumns = """

@@ -278,40 +278,12 @@ enum LibSecret {
         return items
     }
 
-    /// The object paths of the items matching all three attributes exactly,
-    /// unlocked and locked: one SearchItems call, with no proxy made for any
-    /// item (each proxy costs the bus a match rule and a properties call).
-    private static func searchPaths(_ service: GObjectRef<SecretService>, _ attributes: [String: String])
-        throws(VaultError) -> (unlocked: [String], locked: [String])
-    {
-        let table = AttributeTable(attributes)
-        var unlocked: UnsafeMutablePointer<UnsafeMutablePointer<gchar>?>? = nil
-        var locked: UnsafeMutablePointer<UnsafeMutablePointer<gchar>?>? = nil
-        var error: UnsafeMutablePointer<GError>? = nil
-        _ = wait({ secret_service_search_for_dbus_paths(service.pointer, schema, table.table, nil, $0, $1) }) {
-            secret_service_search_for_dbus_paths_finish(service.pointer, $0, &unlocked, &locked, &error)
-        }
-        defer {
-            g_strfreev(unlocked)
-            g_strfreev(locked)
-        }
-        if let error { throw CapturedError(taking: error, whileConnecting: false).vaultError }
-        func strings(_ list: UnsafeMutablePointer<UnsafeMutablePointer<gchar>?>?) -> [String] {
-            var found: [String] = []
-            var index = 0
-            while let list, let path = list[index] {
-                found.append(String(cString: path))
-                index += 1
-            }
-            return found
-        }
-        return (strings(unlocked), strings(locked))
-    }
-
     static func lookup(attributes: [String: String]) throws(VaultError) -> [UInt8]? {
         try withService { service throws(VaultError) -> [UInt8]? in
-            let paths = try searchPaths(service, attributes)
-            if paths.locked.isEmpty && paths.unlocked.isEmpty {
+            let items = try search(service, attributes, loadSecrets: true)
+            // Duplicates can only come from another collection: take the newest.
+            guard let item = items.max(by: { secret_item_get_modified($0.pointer) < secret_item_get_modified($1.pointer) })
+            else {
                 // "Not found" only counts from the unlocked default keyring. A
                 // keyring restarted without the user's password, or without its
                 // default collection, cannot say what it holds: that is "cannot
@@ -319,71 +291,26 @@ enum LibSecret {
                 try requireReadableDefaultCollection(service)
                 return nil
             }
-            if paths.locked.isEmpty && paths.unlocked.count == 1 {
-                // The usual case: one unlocked item, read by its path (GetSecrets).
-                var error: UnsafeMutablePointer<GError>? = nil
-                let value = wait({
-                    secret_service_get_secret_for_dbus_path(service.pointer, paths.unlocked[0], nil, $0, $1)
-                }) { secret_service_get_secret_for_dbus_path_finish(service.pointer, $0, &error) }
-                if let error { throw CapturedError(taking: error, whileConnecting: false).vaultError }
-                guard let value else { throw .failed(VaultMessages.itemUnreadable) }
-                return bytes(of: value)
-            }
-            // A locked item (unlocked where the service can: a prompt on a
-            // desktop), or duplicates, which can only come from another
-            // collection: by their proxies, the newest.
-            let items = try search(service, attributes, loadSecrets: true)
-            guard let item = items.max(by: { secret_item_get_modified($0.pointer) < secret_item_get_modified($1.pointer) })
-            else {
-                try requireReadableDefaultCollection(service)
-                return nil
-            }
             guard let value = secret_item_get_secret(item.pointer) else {
                 throw .failed(VaultMessages.itemUnreadable)
             }
-            return bytes(of: value)
+            defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
+            var length = 0
+            guard let bytes = secret_value_get(value, &length) else { return [] }
+            return Array(UnsafeRawBufferPointer(start: bytes, count: length).bindMemory(to: UInt8.self))
         }
-    }
-
-    /// The value's bytes; the value is released.
-    private static func bytes(of value: OpaquePointer) -> [UInt8] {
-        defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
-        var length = 0
-        guard let bytes = secret_value_get(value, &length) else { return [] }
-        return Array(UnsafeRawBufferPointer(start: bytes, count: length).bindMemory(to: UInt8.self))
     }
 
     static func remove(attributes: [String: String]) throws(VaultError) {
         try withService { service throws(VaultError) in
-            let paths = try searchPaths(service, attributes)
-            guard paths.locked.isEmpty else {
-                // Locked items: by their proxies, unlocked where the service can.
-                for item in try search(service, attributes, loadSecrets: false) {
-                    try delete {
-                        secret_item_delete(item.pointer, nil, $0, $1)
-                    } finish: {
-                        secret_item_delete_finish(item.pointer, $0, $1)
-                    }
+            for item in try search(service, attributes, loadSecrets: false) {
+                var error: UnsafeMutablePointer<GError>? = nil
+                _ = wait({ secret_item_delete(item.pointer, nil, $0, $1) }) {
+                    secret_item_delete_finish(item.pointer, $0, &error)
                 }
-                return
-            }
-            for path in paths.unlocked {
-                try delete {
-                    secret_service_delete_item_dbus_path(service.pointer, path, nil, $0, $1)
-                } finish: {
-                    secret_service_delete_item_dbus_path_finish(service.pointer, $0, $1)
-                }
+                if let error { throw CapturedError(taking: error, whileConnecting: false).vaultError }
             }
         }
-    }
-
-    private static func delete(
-        _ start: (GAsyncReadyCallback, gpointer) -> Void,
-        finish: (OpaquePointer, UnsafeMutablePointer<UnsafeMutablePointer<GError>?>) -> gboolean
-    ) throws(VaultError) {
-        var error: UnsafeMutablePointer<GError>? = nil
-        _ = wait(start) { finish($0, &error) }
-        if let error { throw CapturedError(taking: error, whileConnecting: false).vaultError }
     }
 
     static func health() -> VaultHealth {

@@ -1,9 +1,5 @@
 #ifndef BROWSER_LOGIN_CSECRET_SHIM_H
 #define BROWSER_LOGIN_CSECRET_SHIM_H
-/* libsecret's D-Bus path functions (secret-paths.h: search, read and delete
-   items by object path, without a proxy per item) are marked as subject to
-   change; they have kept their signatures since libsecret 0.7. */
-#define SECRET_API_SUBJECT_TO_CHANGE 1
 #include <libsecret/secret.h>
 
 /// g_hash_table_new_full with string keys and values owned by the table.

@@ -129,6 +129,9 @@ public actor BrokerEngine {
     }
 
     /// The Secret Service announced a change (the session bus's signals): `info` asks it afresh.
+    /// The broker has gone quiet: the state store gives back its page cache.
+    public func releaseMemory() { store.releaseMemory() }
+
     public nonisolated func vaultMayHaveChanged() { vault.healthMayHaveChanged() }
     /// Whether those signals are being followed.
     public nonisolated func vaultWatched(_ watching: Bool) { vault.watchingChanges(watching) }

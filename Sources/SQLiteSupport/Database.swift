@@ -154,6 +154,22 @@ public final class Database {
         return DatabaseError(code: rc, message: message, operation: operation, systemErrno: systemErrno)
     }
 
+    /// Gives back the connection's page cache (what is not in use): the pages
+    /// are read again from the file, or the system's cache, when next needed.
+    public func releaseMemory() {
+        guard let handle else { return }
+        _ = sqlite3_db_release_memory(handle)
+    }
+
+    /// Bytes the connection's page cache holds now (`SQLITE_DBSTATUS_CACHE_USED`).
+    public var cacheBytes: Int {
+        guard let handle else { return 0 }
+        var current: Int32 = 0
+        var highest: Int32 = 0
+        _ = sqlite3_db_status(handle, SQLITE_DBSTATUS_CACHE_USED, &current, &highest, 0)
+        return Int(current)
+    }
+
     /// Runs one or more statements with no parameters and no results.
     public func execute(_ sql: String) throws {
         guard let handle else { throw DatabaseError(code: SQLITE_MISUSE, message: "closed", operation: "exec") }

@@ -55,6 +55,18 @@ final class ScratchDirectory: Sendable {
         #expect(history.last?.1 == .starting)
     }
 
+    @Test func aQuietStoreGivesBackItsPageCacheAndReadsOnAfterwards() throws {
+        let store = try BrokerStore(path: tempPath())
+        for i in 0..<400 { try store.insert(sample("a\(i)", at: Int64(1000 + i))) }
+        #expect(try store.list(limit: 1000).count == 400)
+        let filled = store.db.cacheBytes
+        #expect(filled > 64 * 1024)
+        store.releaseMemory()
+        #expect(store.db.cacheBytes < filled / 4)
+        // The pages are read again when needed.
+        #expect(try store.list(limit: 1000).count == 400)
+    }
+
     @Test func aServerAttemptIdIsUniquePerClient() throws {
         let store = try BrokerStore(path: tempPath())
         var a = sample("a1")
