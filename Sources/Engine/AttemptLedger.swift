@@ -101,7 +101,12 @@ final class AttemptLedger {
                     record.state == .uncertain && previous != .uncertain
                         ? [Logger.messageIDKey: LogEvent.exchangeUncertain] : [:]
                 ) { a, _ in a })
-        publish(record)
+        // An attempt that stays signing in (starting → waiting → exchanging, or
+        // back to waiting) leaves its client's views as they are: only the
+        // attempt's change is published. A session an exchange adopted is
+        // published with the commit that ends the attempt (SessionKeeper.adopt).
+        let staysSigningIn = [previous, record.state].allSatisfy(SessionKeeper.signingInStates.contains)
+        publish(record, views: !staysSigningIn)
         return record
     }
 
@@ -112,10 +117,10 @@ final class AttemptLedger {
         if publish { self.publish(record) } else { timer.scheduled(Self.due(record, now: record.updatedAt)) }
     }
 
-    /// Publishes the attempt's change, then its client's session view if that changed.
-    func publish(_ record: AttemptRecord) {
+    /// Publishes the attempt's change, then (`views`) its client's session views that changed.
+    func publish(_ record: AttemptRecord, views: Bool = true) {
         hub.publish(.attemptChanged(AttemptView(record)))
-        sessions.project(record.client)
+        if views { sessions.project(record.client) }
         timer.scheduled(Self.due(record, now: record.updatedAt))
     }
 

@@ -122,10 +122,14 @@ final class SessionKeeper {
         return try Self.computeView(store, client)
     }
 
+    /// The attempt states that make a client without a session `signingIn`:
+    /// the only way an attempt changes a client's view.
+    static let signingInStates: [AttemptState] = [.starting, .waiting, .exchanging]
+
     static func computeView(_ store: BrokerStore, _ client: String) throws -> SessionView {
         let record = try store.session(client: client)
         if let record, record.status == .signedIn { return record.view }
-        let live = try store.list(client: client, states: [.starting, .waiting, .exchanging], limit: 1)
+        let live = try store.list(client: client, states: signingInStates, limit: 1)
         if !live.isEmpty { return SessionView(client: client, status: .signingIn) }
         return record?.view ?? .signedOut(client)
     }

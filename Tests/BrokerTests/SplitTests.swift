@@ -55,7 +55,9 @@ final class Owners {
         var record = AttemptRecord(
             id: "at_1", client: notesClient.id, state: .starting, returnURL: notesClient.redirectText,
             issuer: notesClient.server.serialized, createdAt: now)
-        try store.insert(record)
+        // As the engine starts one: the row, published, then opened.
+        try attempts.insert(record)
+        attempts.publish(record)
         try attempts.commit(&record, .created) {
             $0.serverAttemptId = "srv" + String(repeating: "a", count: 20)
             $0.expiresAt = now.adding(milliseconds: expiresIn)
@@ -67,22 +69,38 @@ final class Owners {
 @Suite struct AttemptLedgerTests {
     @Test func aCommitGoesThroughTheMachineAndIsPublishedThenItsSessionView() throws {
         let owners = try Owners()
-        let record = try owners.waitingRecord()
+        var record = try owners.waitingRecord()
         #expect(record.state == .waiting)
         #expect(try owners.store.attempt(id: "at_1")?.state == .waiting)
-        let events = owners.events.all
+        #expect(owners.board.view(notesClient.id)?.status == .signingIn)
+        let before = owners.events.all.count
+        try owners.attempts.commit(&record, .cancel)
+        #expect(try owners.store.attempt(id: "at_1")?.state == .cancelled)
+        let events = owners.events.all.dropFirst(before)
         #expect(events.count == 2)
         #expect(events.first == .attemptChanged(AttemptView(record)))
-        #expect(events.last == .sessionChanged(SessionView(client: notesClient.id, status: .signingIn)))
+        #expect(events.last == .sessionChanged(.signedOut(notesClient.id)))
+        #expect(owners.board.view(notesClient.id)?.status == .signedOut)
+    }
+
+    @Test func aCommitThatStaysSigningInPublishesOnlyTheAttempt() throws {
+        let owners = try Owners()
+        let record = try owners.waitingRecord()
+        // Its start: the attempt (starting), the client's view (signing in); its open: the attempt alone.
+        let events = owners.events.all
+        #expect(events.count == 3)
+        #expect(events[1] == .sessionChanged(SessionView(client: notesClient.id, status: .signingIn)))
+        #expect(events.last == .attemptChanged(AttemptView(record)))
         #expect(owners.board.view(notesClient.id)?.status == .signingIn)
     }
 
     @Test func aRefusedEventCommitsNothing() throws {
         let owners = try Owners()
         var record = try owners.waitingRecord()
+        let before = owners.events.all.count
         #expect(throws: BrokerError.self) { try owners.attempts.commit(&record, .adopted) }
         #expect(try owners.store.attempt(id: "at_1")?.state == .waiting)
-        #expect(owners.events.all.count == 2)
+        #expect(owners.events.all.count == before)
     }
 
     @Test func anAttemptIsDueAtItsExpiryOrItsOwedWork() throws {
