@@ -145,10 +145,17 @@ private final class ValueCollector {
 /// is answered on a handler thread (`HandlerThreads`) while its connection is
 /// suspended, then resumed to be written. So a slow request (a mail, an
 /// upstream provider, the test-only exchange delay) never holds up others,
-/// and no thread is made per connection. The handler is called concurrently
-/// from handler threads.
+/// and no thread is made per connection. A request the owner's
+/// `answersInPlace` accepts (one short transaction, nothing to wait for) is
+/// answered on the polling thread that read it instead: two thread
+/// hand-overs fewer. The handler is called concurrently from handler and
+/// polling threads.
 public final class HTTPServer: Sendable {
     public typealias Handler = @Sendable (HTTPServerRequest) -> HTTPServerResponse
+    /// Says whether a request, once in, may be answered on the polling thread
+    /// that read it (no hand-over to a handler thread and back): only for a
+    /// request whose answer needs no wait beyond a short, bounded one.
+    public typealias InPlace = @Sendable (HTTPServerRequest) -> Bool
 
     /// The daemon pointer's bit pattern, set once in `init` and cleared by `stop()`.
     private let daemon = Atomic<Int>(0)
@@ -160,14 +167,18 @@ public final class HTTPServer: Sendable {
 
     /// Starts listening. `tls` is (key PEM, certificate PEM). `pollingThreads`:
     /// libmicrohttpd's threads (0: `defaultPollingThreads`); the handler
-    /// threads number at most `connectionLimit`.
+    /// threads number at most `connectionLimit`. A request `answersInPlace`
+    /// accepts is answered by `handler` on the polling thread itself.
     public init(
         address: String, port: Int, tls: (key: String, certificate: String)?, maximumBody: Int,
-        connectionLimit: Int = 256, timeoutSeconds: Int = 30, pollingThreads: Int = 0, handler: @escaping Handler
+        connectionLimit: Int = 256, timeoutSeconds: Int = 30, pollingThreads: Int = 0,
+        answersInPlace: InPlace? = nil, handler: @escaping Handler
     ) throws(HTTPServerError) {
         var error: Int32 = 0
         let box = Unmanaged.passRetained(
-            HandlerBox(handler: handler, maximumBody: maximumBody, threads: HandlerThreads(maximum: connectionLimit)))
+            HandlerBox(
+                handler: handler, answersInPlace: answersInPlace, maximumBody: maximumBody,
+                threads: HandlerThreads(maximum: connectionLimit)))
         let polling = pollingThreads > 0 ? pollingThreads : Self.defaultPollingThreads
         let started = bl_mhd_start_pool(
             address, UInt16(port), tls?.key, tls?.certificate, UInt32(connectionLimit), UInt32(timeoutSeconds),
@@ -209,11 +220,16 @@ public final class HTTPServer: Sendable {
 /// What the C callbacks reach through their `cls` pointer.
 private final class HandlerBox: Sendable {
     let handler: HTTPServer.Handler
+    let answersInPlace: HTTPServer.InPlace?
     let maximumBody: Int
     let threads: HandlerThreads
     let gate = RequestGate()
-    init(handler: @escaping HTTPServer.Handler, maximumBody: Int, threads: HandlerThreads) {
+    init(
+        handler: @escaping HTTPServer.Handler, answersInPlace: HTTPServer.InPlace?, maximumBody: Int,
+        threads: HandlerThreads
+    ) {
         self.handler = handler
+        self.answersInPlace = answersInPlace
         self.maximumBody = maximumBody
         self.threads = threads
     }
@@ -236,8 +252,9 @@ private let collectValue: MHD_KeyValueIterator = { cls, kind, key, value in
 
 /// Called by a polling thread: first when the head is in, then with each
 /// piece of the body, then once more with none (the request is complete:
-/// it is handed to a handler thread and the connection suspended), and,
-/// after the connection is resumed, once more to queue the answer.
+/// it is answered in place when `answersInPlace` says so, else handed to a
+/// handler thread and the connection suspended), and, after the connection
+/// is resumed, once more to queue the answer.
 private let accessHandler: bl_mhd_access_handler = {
     cls, connection, url, method, _, uploadData, uploadDataSize, requestContext in
     guard let cls, let connection, let requestContext, let uploadDataSize else { return .NO }
@@ -292,6 +309,10 @@ private let accessHandler: bl_mhd_access_handler = {
             HTTPServerResponse(status: 503, headers: [("Cache-Control", "no-store"), ("Retry-After", "1")]), on: connection)
     }
     pending.phase = .answering
+    if let inPlace = box.answersInPlace, inPlace(request) {
+        // Answered here: no hand-over to a handler thread, no suspend and resume.
+        return queue(box.handler(request), on: connection)
+    }
     // Suspended before the job can resume it; resumed only by the job, after its answer is in.
     MHD_suspend_connection(connection)
     let answer = pending.answer

@@ -18,7 +18,7 @@ public final class LoginServer: Sendable {
 
     private let http: HTTPServer
     private let store: Store
-    private let service: LoginService
+    let service: LoginService
     private let sweeper: Mutex<DispatchSourceTimer?>
 
     /// Validates `configuration`, opens (and migrates) the database, loads or
@@ -70,7 +70,8 @@ public final class LoginServer: Sendable {
         let slot = ServiceSlot()
         let http = try HTTPServer(
             address: configuration.listenAddress, port: configuration.port, tls: tls,
-            maximumBody: LoginService.maximumBody, connectionLimit: configuration.connectionLimit
+            maximumBody: LoginService.maximumBody, connectionLimit: configuration.connectionLimit,
+            answersInPlace: { request in slot.service.withLock({ $0 })?.answersInPlace(request) ?? false }
         ) { request in
             guard let service = slot.service.withLock({ $0 }) else {
                 return HTTPServerResponse(status: 503, headers: [("Cache-Control", "no-store"), ("Retry-After", "1")])

@@ -125,6 +125,29 @@ final class LoginService: Sendable {
         return try handle(request)
     }
 
+    /// The native routes whose whole work is one short SQLite transaction
+    /// (no mail, no upstream provider, no test delay).
+    static let routesAnsweredInPlace: Set<String> = [
+        "attempts", "attempts/*/exchange", "attempts/*/status", "attempts/*/cancel", "attempts/*/acknowledge",
+    ]
+
+    /// True when `request` may be answered on the HTTP polling thread that
+    /// read it (`HTTPServer`'s `answersInPlace`): a POST to a route of
+    /// `routesAnsweredInPlace`, on SQLite, with the writer idle at this
+    /// moment, so the transaction runs at once (at worst after one batch of
+    /// another thread's that started in between, a few milliseconds). Every
+    /// other request, and these when the writer is busy, goes to a handler
+    /// thread: a polling thread never waits for a queue of transactions, a
+    /// mail, a provider or PostgreSQL.
+    func answersInPlace(_ request: HTTPServerRequest) -> Bool {
+        let prefix = configuration.basePath + "/native/"
+        guard request.method == "POST", request.path.hasPrefix(prefix) else { return false }
+        let (key, _) = Self.routeKey(String(request.path.dropFirst(prefix.count)))
+        guard Self.routesAnsweredInPlace.contains(key) else { return false }
+        if key == "attempts/*/exchange", configuration.testExchangeDelayMillis > 0 { return false }
+        return store.writerIsIdle
+    }
+
     /// The route of `rest` with a non-empty attempt id (`attempts/<id>[/…]`)
     /// written as `*`, and that id.
     static func routeKey(_ rest: String) -> (key: String, attemptId: String) {

@@ -31,14 +31,15 @@ extension LoginService {
         let attemptId = try randomToken(bytes: 16)
         let now = clock()
         let expiresAt = now + configuration.lifetimeMillis
+        let idHash = Records.hash(attemptId)
+        let attemptURL = returnURL.attemptURL(requested: body.returnUrl)
         try store.perform { db in
             try db.run(
                 """
                 INSERT INTO attempts (id_hash, client_id, return_url, code_challenge, recovery_challenge, ephemeral,
                     state, created_at, expires_at, prompt, login_hint) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)
-                """, Records.hash(attemptId), client.clientId, returnURL.attemptURL(requested: body.returnUrl),
-                body.codeChallenge, body.recoveryChallenge, body.ephemeral, now, expiresAt, body.prompt,
-                body.loginHint)
+                """, idHash, client.clientId, attemptURL, body.codeChallenge, body.recoveryChallenge, body.ephemeral,
+                now, expiresAt, body.prompt, body.loginHint)
         }
         let answer = CreateAttemptResponse(
             attemptId: attemptId,
@@ -99,7 +100,15 @@ extension LoginService {
             guard let clientId else { throw APIError(.attemptUnknown, "no such attempt") }
             try clientLimit(clientId)
         }
-        let answer: ExchangeResponse = try store.perform { db in
+        // What needs no database is made before the transaction, so the
+        // writer (one at a time) spends only the statements on it.
+        let codeHash = Records.hash(body.code)
+        let sessionId = try randomToken(bytes: 16)
+        let tokens = tokenPair(sessionId: sessionId, generation: 0)
+        let refreshHash = Records.hash(tokens.refresh)
+        let accessHash = Records.hash(tokens.access)
+        let digest = Crypto.digest(tokens.access)
+        let (answer, clientId, userId): (ExchangeResponse, String, String) = try store.perform { db in
             guard var attempt = try Records.attempt(db, id: attemptId, now: now) else {
                 throw APIError(.attemptUnknown, "no such attempt")
             }
@@ -119,7 +128,7 @@ extension LoginService {
             case .cancelled: throw APIError(.attemptCancelled, "the attempt was cancelled")
             case .authorized: break
             }
-            guard let codeHash = attempt.codeHash, Crypto.constantTimeEquals(Records.hash(body.code), codeHash) else {
+            guard let expected = attempt.codeHash, Crypto.constantTimeEquals(codeHash, expected) else {
                 attempt.wrongCodes += 1
                 if attempt.wrongCodes >= Self.maximumWrongCodes {
                     try db.run(
@@ -147,8 +156,6 @@ extension LoginService {
                 try Records.cancel(db, attempt, now: now)
                 throw APIError(.attemptCancelled, "the browser session that authorized the attempt has ended")
             }
-            let sessionId = try randomToken(bytes: 16)
-            let tokens = tokenPair(sessionId: sessionId, generation: 0)
             let accessExpiresAt = min(now + configuration.accessTokenLifetimeMillis, browser.expiresAt)
             try db.run(
                 """
@@ -158,11 +165,10 @@ extension LoginService {
                 browser.authMethod, now, browser.testBase)
             try db.run(
                 "INSERT INTO refresh_tokens (hash, session_id, generation) VALUES (?, ?, 0)",
-                Records.hash(tokens.refresh), sessionId)
+                refreshHash, sessionId)
             try db.run(
                 "INSERT INTO access_tokens (hash, session_id, expires_at) VALUES (?, ?, ?)",
-                Records.hash(tokens.access), sessionId, accessExpiresAt)
-            let digest = Crypto.digest(tokens.access)
+                accessHash, sessionId, accessExpiresAt)
             try db.run(
                 """
                 UPDATE attempts SET state = 'completed', session_id = ?, issued_at = ?, token_digest = ?, code_hash = NULL
@@ -177,9 +183,9 @@ extension LoginService {
             let receipt = Receipt(
                 attemptId: attemptId, sessionId: sessionId, issuedAt: Timestamp(millisecondsSince1970: now),
                 tokenDigest: digest)
-            Log.info("session issued", ["client.id": attempt.clientId, "session.id": sessionId, "user.id": user.id])
-            return ExchangeResponse(session: session, receipt: receipt)
+            return (ExchangeResponse(session: session, receipt: receipt), attempt.clientId, user.id)
         }
+        Log.info("session issued", ["client.id": clientId, "session.id": sessionId, "user.id": userId])
         if configuration.testExchangeDelayMillis > 0 {
             // FOR TESTS ONLY: the exchange is committed; hold the answer back.
             usleep(UInt32(min(configuration.testExchangeDelayMillis * 1000, Int64(UInt32.max))))

@@ -268,6 +268,17 @@ final class Store: Sendable {
         }
     }
 
+    /// True when a transaction started now would run at once, without
+    /// waiting for others: the SQLite writer is idle and nothing is queued
+    /// for it. Always false on PostgreSQL (a pooled connection's round trips
+    /// over the network are a wait of their own).
+    var writerIsIdle: Bool {
+        switch backend {
+        case .sqlite(let store): store.isIdle
+        case .postgres: false
+        }
+    }
+
     /// True when the rate limits live in the database, shared by every
     /// instance (PostgreSQL); false when they are this process's, in memory
     /// (SQLite), and so may be taken inside a transaction's body.
@@ -413,6 +424,10 @@ private final class SQLiteStore: @unchecked Sendable {
             return outcome
         }
     }
+
+    /// No batch is running and none is queued (a moment's answer: another
+    /// caller may start one right after).
+    var isIdle: Bool { queueLock.withLock { !writing && queue.isEmpty } }
 
     /// Queues `job` and returns when it is committed (or throws its failure).
     private func submit(_ job: Job) throws {

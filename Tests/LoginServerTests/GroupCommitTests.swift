@@ -27,6 +27,33 @@ private func onThreads(_ count: Int, threads: Int = 32, _ body: @escaping @Senda
 /// The SQLite store's group commit: many transactions at once, batched into
 /// one SQLite transaction, each in its own savepoint.
 @Suite struct GroupCommitTests {
+    @Test func theWriterIsIdleOnlyWithNoTransactionRunningOrQueued() throws {
+        let directory = try TemporaryDirectory("group-commit")
+        let store = try Store(path: directory.path + "/server.sqlite")
+        defer { store.close() }
+        #expect(store.writerIsIdle)
+        // A transaction held open on another thread: the writer is busy until it commits.
+        let inside = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let done = DispatchGroup()
+        done.enter()
+        Thread {
+            _ = try? store.perform { db in
+                try db.run("INSERT INTO members (email, added_at) VALUES ('held', 0)")
+                inside.signal()
+                release.wait()
+            }
+            done.leave()
+        }.start()
+        inside.wait()
+        #expect(!store.writerIsIdle)
+        release.signal()
+        done.wait()
+        #expect(store.writerIsIdle)
+        let held = try store.perform { db in try db.queryOne("SELECT email FROM members WHERE email = 'held'") }
+        #expect(held != nil)
+    }
+
     @Test func concurrentReadThenWriteTransactionsStaySerial() throws {
         let directory = try TemporaryDirectory("group-commit")
         let store = try Store(path: directory.path + "/server.sqlite")

@@ -183,6 +183,59 @@ private final class Turnstile: Sendable {
         #expect(threads.counts.threads == 0)
     }
 
+    @Test func requestsAcceptedInPlaceAreAnsweredWithoutAHandlerThread() throws {
+        let server = try HTTPServer(
+            address: "127.0.0.1", port: 0, tls: nil, maximumBody: 1024, pollingThreads: 2,
+            answersInPlace: { $0.path.hasPrefix("/here/") }
+        ) { request in
+            HTTPServerResponse(
+                status: 200, body: Array("answered \(request.path) \(String(decoding: request.body, as: UTF8.self))".utf8))
+        }
+        defer { server.stop() }
+        let base = "http://127.0.0.1:\(server.port)"
+        let wrong = Mutex<[String]>([])
+        onThreads(640, threads: 32) { i in
+            let answer = try? RawHTTP.postJSON(base + "/here/\(i)", "body-\(i)")
+            if answer?.status != 200 || answer?.text != "answered /here/\(i) body-\(i)" {
+                wrong.withLock { $0.append("\(i): \(answer.map { "\($0.status) \($0.text)" } ?? "no answer")") }
+            }
+        }
+        #expect(wrong.withLock { $0 }.isEmpty, "\(wrong.withLock { $0.prefix(5) })")
+        // Every one was answered on a polling thread: no handler thread was made.
+        #expect(server.handlerThreadCount == 0)
+        // A request the predicate refuses still goes to a handler thread.
+        let elsewhere = try RawHTTP.postJSON(base + "/there", "x")
+        #expect(elsewhere.status == 200 && elsewhere.text == "answered /there x")
+        #expect(server.handlerThreadCount == 1)
+    }
+
+    @Test func onlyTheNativeRoutesOfOneShortTransactionAreAnsweredInPlace() throws {
+        let server = try TestServer()
+        let base = server.server.configuration.basePath
+        func inPlace(_ service: LoginService, _ method: String, _ path: String) -> Bool {
+            service.answersInPlace(HTTPServerRequest(method: method, path: base + path))
+        }
+        let service = server.server.service
+        for path in [
+            "/native/attempts", "/native/attempts/at_1/exchange", "/native/attempts/at_1/status",
+            "/native/attempts/at_1/cancel", "/native/attempts/at_1/acknowledge",
+        ] {
+            #expect(inPlace(service, "POST", path), "\(path)")
+            #expect(!inPlace(service, "GET", path), "\(path)")
+        }
+        // Mail, refreshes, revocations, the page and unknown routes go to a handler thread.
+        for path in [
+            "/native/session", "/native/sessions/refresh", "/native/sessions/revoke", "/native/attempts//exchange",
+            "/native/attempts/at_1/other", "/browser/signin/start", "/browser/authorize", "/health",
+        ] {
+            #expect(!inPlace(service, "POST", path), "\(path)")
+        }
+        // The test-only exchange delay sleeps: such an exchange is not answered in place.
+        let delayed = try TestServer { $0.testExchangeDelayMillis = 50 }
+        #expect(!inPlace(delayed.server.service, "POST", "/native/attempts/at_1/exchange"))
+        #expect(inPlace(delayed.server.service, "POST", "/native/attempts"))
+    }
+
     @Test func theServerAnswersManyConcurrentNativeHostsCorrectly() throws {
         let server = try TestServer { $0.rateLimits.create = RateLimit(burst: 10_000, perMinute: 100_000) }
         // The threads hold only the URL: the server (and its directory) ends with the test.
