@@ -140,12 +140,17 @@ final class LoginService: Sendable {
     /// thread: a polling thread never waits for a queue of transactions, a
     /// mail, a provider or PostgreSQL.
     func answersInPlace(_ request: HTTPServerRequest) -> Bool {
+        isShortTransaction(request) && store.writerIsIdle
+    }
+
+    /// True when `request` is a POST to a route of `routesAnsweredInPlace`
+    /// (and, for an exchange, no test delay is configured).
+    func isShortTransaction(_ request: HTTPServerRequest) -> Bool {
         let prefix = configuration.basePath + "/native/"
         guard request.method == "POST", request.path.hasPrefix(prefix) else { return false }
         let (key, _) = Self.routeKey(String(request.path.dropFirst(prefix.count)))
         guard Self.routesAnsweredInPlace.contains(key) else { return false }
-        if key == "attempts/*/exchange", configuration.testExchangeDelayMillis > 0 { return false }
-        return store.writerIsIdle
+        return key != "attempts/*/exchange" || configuration.testExchangeDelayMillis == 0
     }
 
     /// The route of `rest` with a non-empty attempt id (`attempts/<id>[/…]`)
