@@ -391,7 +391,10 @@ public enum BrokerDaemon {
             .init(
                 TrimService(
                     server: server, activity: activity, logger: logger,
-                    otherMessages: { bus?.application.callsArrived ?? 0 }, releaseCaches: { await engine.releaseMemory() })))
+                    // A retired bus connection is freed after the trim of its quiet period: it counts as
+                    // activity, so the next quiet period trims what it held.
+                    otherMessages: { (bus?.application.callsArrived ?? 0) + (bus?.application.connectionsRetired ?? 0) },
+                    releaseCaches: { await engine.releaseMemory() })))
         if let bus { services.append(.init(bus)) }
         services.append(.init(RPCService(server: server, logger: logger), endsGroup: true))
         logger.notice(
@@ -498,6 +501,9 @@ struct SessionBusService: Service {
                         ["dbus.message.bytes": "\(largest)"])
                 case .connectionRenewalSkipped(let reason):
                     logger.notice("D-Bus: kept the bus connection after a large message", ["reason": reason])
+                case .connectionRetired:
+                    logger.debug("D-Bus: the previous bus connection is closed")
+                    activity?.signal()
                 }
             })
         api.attach(application)

@@ -27,6 +27,9 @@ public enum DBusApplicationEvent: Sendable, Equatable {
     case connectionRenewed(largestMessage: Int)
     /// The move to a fresh connection did not happen (`reason`); the old one is served on.
     case connectionRenewalSkipped(reason: String)
+    /// An old connection, its last calls answered, was closed (after `connectionRenewed`): what it
+    /// held is freed only now, so the heap has something to give back.
+    case connectionRetired
 }
 
 /// The daemon on the session bus: owns `org.browserlogin.Broker` and
@@ -60,6 +63,7 @@ public final class DBusApplication: @unchecked Sendable {
     private let callers = Mutex(DBusCallerTable())
     /// API calls that arrived, refused ones included (the daemon's idle trim counts them as activity).
     private let calls = Atomic<Int>(0)
+    private let retired = Atomic<Int>(0)
     /// The connection being served (its address), for `emit`; taken with `emitting` held.
     private let current = Mutex<UInt?>(nil)
     /// Held while a signal is emitted, and while the names move to a fresh connection (`renew`), so
@@ -132,6 +136,9 @@ public final class DBusApplication: @unchecked Sendable {
 
     /// API calls that arrived so far.
     public var callsArrived: Int { calls.load(ordering: .relaxed) }
+
+    /// Old connections closed so far (`connectionRetired`).
+    public var connectionsRetired: Int { retired.load(ordering: .relaxed) }
 
     /// Serves the bus until `shutdown()`. Returns at once when there is no session bus.
     public func run() async {
@@ -438,6 +445,8 @@ public final class DBusApplication: @unchecked Sendable {
             old.quietChecks += 1
             guard old.quietChecks >= 2 else { return false }
             detach(old, last: false)
+            retired.add(1, ordering: .relaxed)
+            events(.connectionRetired)
             return true
         }
         if loopState.retiring.isEmpty { loopState.retireTimer = false }

@@ -2,18 +2,46 @@
     import Glibc
 #endif
 
-/// A free TCP port on 127.0.0.1 (bound to port 0, then released), for a test
-/// that must know a server's address before the server starts (to write it
-/// into a configuration). Another process could take it in between; the
-/// tests that use it start their server at once.
+/// A free TCP port on 127.0.0.1, for a test that must know a server's address
+/// before the server starts (to write it into a configuration). It is taken
+/// below the kernel's ephemeral range (`ip_local_port_range`), where the
+/// suite's many outgoing loopback connections get their local ports: a port
+/// from `bind(0)` is one of those, and a connection made elsewhere in the
+/// suite between its release and the server's `bind` took it ("address in
+/// use"). A port below the range is bound here to prove it free, then
+/// released; another test could still pick the same one in between, which
+/// the random choice makes rare. Falls back to `bind(0)` if no port is found.
 public func freeLoopbackPort() throws -> Int {
+    let ephemeralStart = ephemeralRangeStart()
+    if ephemeralStart > 11_000 {
+        for _ in 0..<64 {
+            let candidate = Int.random(in: 10_000..<ephemeralStart)
+            if (try? bindLoopback(port: candidate)) != nil { return candidate }
+        }
+    }
+    return try bindLoopback(port: 0)
+}
+
+/// The first port of the kernel's ephemeral range (32768 when it cannot be read).
+private func ephemeralRangeStart() -> Int {
+    guard let file = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r") else { return 32_768 }
+    defer { fclose(file) }
+    var low: Int32 = 0
+    var high: Int32 = 0
+    guard withVaList([UnsafeMutablePointer(&low), UnsafeMutablePointer(&high)], { vfscanf(file, "%d %d", $0) }) == 2
+    else { return 32_768 }
+    return Int(low)
+}
+
+/// Binds a TCP socket on 127.0.0.1 to `port` (0: any), closes it, and answers the port it had.
+private func bindLoopback(port: Int) throws -> Int {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     guard fd >= 0 else { throw HarnessError("socket: errno \(errno)") }
     defer { close(fd) }
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
     address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    address.sin_port = 0
+    address.sin_port = in_port_t(UInt16(port)).bigEndian
     var length = socklen_t(MemoryLayout<sockaddr_in>.size)
     let bound = withUnsafeMutablePointer(to: &address) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
