@@ -26,11 +26,10 @@ public func freeLoopbackPort() throws -> Int {
 private func ephemeralRangeStart() -> Int {
     guard let file = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r") else { return 32_768 }
     defer { fclose(file) }
-    var low: Int32 = 0
-    var high: Int32 = 0
-    guard withVaList([UnsafeMutablePointer(&low), UnsafeMutablePointer(&high)], { vfscanf(file, "%d %d", $0) }) == 2
-    else { return 32_768 }
-    return Int(low)
+    var buffer = [CChar](repeating: 0, count: 64)
+    guard fgets(&buffer, Int32(buffer.count), file) != nil else { return 32_768 }
+    let text = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    return text.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).first.flatMap { Int($0) } ?? 32_768
 }
 
 /// Binds a TCP socket on 127.0.0.1 to `port` (0: any), closes it, and answers the port it had.
