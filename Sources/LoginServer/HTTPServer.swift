@@ -80,7 +80,7 @@ private final class PendingRequest {
     enum Phase {
         /// Headers and body arriving.
         case receiving
-        /// Handed to a handler thread (the request counts in the listener's `RequestGate`).
+        /// Being answered, in place or on a handler thread (the request counts in the listener's `RequestGate`).
         case answering
     }
     var body: [UInt8] = []
