@@ -109,7 +109,8 @@ public enum FuzzTargets {
 
     /// The callback URL parser (docs/protocol.md §7) and the return URL rules and
     /// matcher (§1). Properties: a parsed callback rebuilt with
-    /// `Callback.url` parses back to itself; a valid return URL matches itself.
+    /// `Callback.url` parses back to itself; a valid return URL matches itself
+    /// (a loopback redirect with a port added, and not without one).
     public static let callbackURL = Target(name: "callback") { bytes in
         let text = String(decoding: bytes, as: UTF8.self)
         if let callback = try? Callback(parsing: text) {
@@ -129,7 +130,14 @@ public enum FuzzTargets {
         }
         _ = ProviderCallback.isProviderCallback(text)
         if let returnURL = try? ReturnURL(text) {
-            fuzzCheck(URLParts(splitting: text).map(returnURL.matches) == true, "\(text) does not match itself")
+            // A loopback redirect is registered without a port and matches only
+            // with one (§1): it matches itself with a port, never bare.
+            let withPort = returnURL.attemptURL(requested: "http://127.0.0.1:49152/")
+            fuzzCheck(
+                URLParts(splitting: withPort).map(returnURL.matches) == true, "\(text) does not match \(withPort)")
+            fuzzCheck(
+                URLParts(splitting: text).map(returnURL.matches) == !returnURL.isLoopback,
+                returnURL.isLoopback ? "\(text) matches without a port" : "\(text) does not match itself")
         }
         _ = try? Origin(text)
     }
