@@ -771,7 +771,7 @@ public final class RPCServer: Sendable {
     }
 
     /// The work that handles `incoming`, started by `io` as a task of its own; its reply goes back to `io`
-    /// on its queue.
+    /// on its queue (written by the task's own thread when the queue is idle).
     private func handle(
         _ incoming: RPCIncoming, io: ConnectionIO, token: UInt64, connection: RPCConnection
     ) -> @Sendable () async -> Void {
@@ -785,8 +785,9 @@ public final class RPCServer: Sendable {
                     return .failure(error)
                 }
             }?.serialized()
-            io.queue.async { io.finished(handler: token, reply: reply) }
             self.state.withLock { $0.statistics.inFlight -= 1 }
+            // The task ends here: its thread answers, unless the queue is busy.
+            io.queue.runHereOrAsync { io.finished(handler: token, reply: reply) }
         }
     }
 

@@ -384,6 +384,31 @@ public final class SerialQueue: Sendable {
         if schedule { pool.async { [self] in drain() } }
     }
 
+    /// Runs `body` now, on the calling thread, when the queue is idle (nothing
+    /// queued, no turn running); otherwise queues it as `async` does. The
+    /// caller holds the queue's turn while `body` runs, so it is serialised
+    /// with everything else the queue runs; what is queued meanwhile runs
+    /// after it, on the pool. It saves the hand-over to a pool thread (a
+    /// wake-up) for work that ends a task, such as an RPC handler's reply.
+    /// Never call it with a lock held that the queue's work may take.
+    public func runHereOrAsync(_ body: @escaping @Sendable () -> Void) {
+        let here = state.withLock { state -> Bool in
+            guard !state.scheduled else {
+                state.jobs.append(body)
+                return false
+            }
+            state.scheduled = true
+            return true
+        }
+        guard here else { return }
+        body()
+        let more = state.withLock { state -> Bool in
+            if state.jobs.isEmpty { state.scheduled = false }
+            return state.scheduled
+        }
+        if more { pool.async { [self] in drain() } }
+    }
+
     /// Queues `body` once `delay` has passed.
     public func asyncAfter(_ delay: Duration, _ body: @escaping @Sendable () -> Void) {
         pool.asyncAfter(delay) { [self] in async(body) }

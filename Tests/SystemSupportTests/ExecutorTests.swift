@@ -109,6 +109,51 @@ import Testing
         #expect(!result.overlapped)
     }
 
+    /// `runHereOrAsync` runs on the caller's thread while the queue is idle,
+    /// and otherwise takes its turn: never beside another closure of the
+    /// queue, and after what its own thread queued before it.
+    @Test func runHereOrAsyncRunsOnTheCallerWhenIdleAndInTurnOtherwise() async {
+        let pool = ThreadPool(name: "bl-test", maximumThreads: 4)
+        defer { pool.shutdown() }
+        let queue = SerialQueue(label: "test", pool: pool)
+        let caller = pthread_self()
+        let ranOn = Mutex<pthread_t?>(nil)
+        queue.runHereOrAsync { ranOn.withLock { $0 = pthread_self() } }
+        #expect(ranOn.withLock { $0.map { pthread_equal($0, caller) != 0 } } == true, "not run on the idle queue's caller")
+
+        let seen = Mutex<(values: [[Int]], running: Int, overlapped: Bool)>((Array(repeating: [], count: 4), 0, false))
+        let perThread = 2_000
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            let left = Mutex(4 * perThread)
+            DispatchQueue.global().async {
+                DispatchQueue.concurrentPerform(iterations: 4) { thread in
+                    for value in 0..<perThread {
+                        let body: @Sendable () -> Void = {
+                            seen.withLock {
+                                $0.running += 1
+                                if $0.running > 1 { $0.overlapped = true }
+                            }
+                            seen.withLock {
+                                $0.values[thread].append(value)
+                                $0.running -= 1
+                            }
+                            if left.withLock({ count -> Bool in
+                                count -= 1
+                                return count == 0
+                            }) {
+                                done.resume()
+                            }
+                        }
+                        if value % 2 == 0 { queue.async(body) } else { queue.runHereOrAsync(body) }
+                    }
+                }
+            }
+        }
+        let result = seen.withLock { $0 }
+        for values in result.values { #expect(values == Array(0..<perThread)) }
+        #expect(!result.overlapped)
+    }
+
     @Test func aTaskPreferringThePoolRunsOnIt() async {
         let pool = ThreadPool(name: "bl-test", maximumThreads: 2)
         defer { pool.shutdown() }
