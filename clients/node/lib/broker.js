@@ -159,12 +159,16 @@ class Broker extends EventEmitter {
       throw new TypeError("wait: timeoutMs must be a number of milliseconds, 0 or more (or Infinity)");
     }
     const deadline = Date.now() + timeoutMs;
+    // The first call asks for the whole wait (up to the maximum), read from
+    // timeoutMs, not from the clock, which may have moved on a millisecond.
+    let remaining = timeoutMs;
     for (;;) {
-      const slice = Math.ceil(Math.min(Math.max(deadline - Date.now(), 0), MAX_WAIT_MS));
+      const slice = Math.ceil(Math.min(remaining, MAX_WAIT_MS));
       try {
         return await this.call("session.wait", defined({ client, timeoutMs: slice, account }), { signal });
       } catch (error) {
-        if (error instanceof errorClasses.WAIT_TIMEOUT && deadline - Date.now() > 0) continue;
+        remaining = Math.max(deadline - Date.now(), 0);
+        if (error instanceof errorClasses.WAIT_TIMEOUT && remaining > 0) continue;
         throw error;
       }
     }
