@@ -64,6 +64,11 @@ def passkey_count(driver):
     return len(driver.find_elements(By.CSS_SELECTOR, "#passkey-list li.passkey"))
 
 
+def list_ready(driver):
+    """The page's passkey list shows its latest answer (no refresh running or due)."""
+    return driver.find_element(By.ID, "passkeys").get_attribute("data-state") == "ready"
+
+
 def register(url):
     driver = browser(True)
     try:
@@ -103,7 +108,7 @@ def sign_in(url):
             return
         wait.until(ready.visibility_of_element_located((By.ID, "confirm")))
         print("account=" + text_of(driver, "account"))
-        wait.until(lambda d: passkey_count(d) >= 1)
+        wait.until(lambda d: list_ready(d) and passkey_count(d) >= 1)
         print("passkeys=%d" % passkey_count(driver))
         rename = os.environ.get("PASSKEY_RENAME")
         if rename:
@@ -111,7 +116,7 @@ def sign_in(url):
             field.clear()
             field.send_keys(rename)
             driver.find_element(By.CSS_SELECTOR, "#passkey-list li.passkey button.passkey-rename").click()
-            wait.until(lambda d: text_of(d, "passkey-status") == "Renamed.")
+            wait.until(lambda d: text_of(d, "passkey-status") == "Renamed." and list_ready(d))
             name = driver.find_element(By.CSS_SELECTOR, "#passkey-list li.passkey input.passkey-name")
             print("renamed=" + name.get_attribute("value"))
         continue_to_app(driver, wait)

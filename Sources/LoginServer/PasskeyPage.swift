@@ -93,7 +93,24 @@ enum PasskeyPage {
           manage.appendChild(manageStatus);
           $("confirm").appendChild(manage);
 
+          // One refresh at a time: one asked for meanwhile runs once more after
+          // it, so a list being edited is not redrawn under the user twice.
+          // `data-state` is "ready" once the list shows the latest answer.
+          let refreshing = false;
+          let refreshAgain = false;
           async function refresh() {
+            if (refreshing) { refreshAgain = true; return; }
+            refreshing = true;
+            manage.dataset.state = "loading";
+            try {
+              do { refreshAgain = false; await render(); } while (refreshAgain);
+            } finally {
+              refreshing = false;
+              manage.dataset.state = "ready";
+            }
+          }
+
+          async function render() {
             const answer = await call("GET", "/browser/passkeys/list");
             list.textContent = "";
             if (answer.status !== 200) { manageStatus.textContent = errorText(answer); return; }
