@@ -60,7 +60,32 @@ public final class CurlTransport: HTTPTransport {
     /// `send` with this request's proxy decided by the caller (the broker, for
     /// the HTTP helper): nil leaves it to the transport's lookup or the environment.
     public func send(_ request: HTTPRequest, proxy: CurlProxy?) async throws(HTTPTransportError) -> HTTPResponse {
-        var checked = try TransferPlan(request)
+        let cancellation = CancellationFlag()
+        let result = await withTaskCancellationHandler {
+            await withCheckedContinuation {
+                (continuation: CheckedContinuation<Result<HTTPResponse, HTTPTransportError>, Never>) in
+                start(request, proxy: proxy, cancellation: cancellation) { continuation.resume(returning: $0) }
+            }
+        } onCancel: {
+            cancellation.cancel()
+        }
+        return try result.get()
+    }
+
+    /// `send` for a caller that is not a task (the HTTP helper's read loop):
+    /// the transfer is queued on a worker and `completion` runs once, on that
+    /// worker's thread, with its result (on the caller's, at once, when the
+    /// request is refused before any transfer). `cancellation` aborts it as a
+    /// cancelled task does `send`'s.
+    public func start(
+        _ request: HTTPRequest, proxy: CurlProxy?, cancellation: CancellationFlag,
+        completion: @escaping @Sendable (Result<HTTPResponse, HTTPTransportError>) -> Void
+    ) {
+        var checked: TransferPlan
+        do throws(HTTPTransportError) { checked = try TransferPlan(request) } catch {
+            completion(.failure(error))
+            return
+        }
         checked.proxy = proxy
         let plan = checked
         let index = load.withLock { counts in
@@ -68,21 +93,12 @@ public final class CurlTransport: HTTPTransport {
             counts[least] += 1
             return least
         }
-        defer { load.withLock { $0[index] -= 1 } }
         let worker = workers[index]
-        let cancellation = CancellationFlag()
-        let result = await withTaskCancellationHandler {
-            await withCheckedContinuation {
-                (continuation: CheckedContinuation<Result<HTTPResponse, HTTPTransportError>, Never>) in
-                worker.queue.async {
-                    continuation.resume(
-                        returning: worker.perform(plan, cancellation: cancellation))
-                }
-            }
-        } onCancel: {
-            cancellation.cancel()
+        worker.queue.async { [self] in
+            let result = worker.perform(plan, cancellation: cancellation)
+            load.withLock { $0[index] -= 1 }
+            completion(result)
         }
-        return try result.get()
     }
 }
 

@@ -61,11 +61,42 @@ func curlProxy(_ proxy: HTTPHelperWire.Proxy) -> CurlProxy {
 
 let transport = CurlTransport()
 let output = Output()
-/// The transfers in flight, each a work item by request id (cancelled by the broker's `cancel` frame). The
-/// broker keeps at most `maximumInFlight` in flight; one it gave up on may still be ending here, hence twice
-/// that. Nothing drains them: the helper exits when the broker closes its end, and nobody wants the answers.
-let transfers = WorkGroup<UInt64>(limit: 2 * HelperTransport.maximumInFlight)
 
+/// The transfers in flight, by request id: each one's cancellation, for the
+/// broker's `cancel` frame. The broker keeps at most `maximumInFlight` in
+/// flight; one it gave up on may still be ending here, hence twice that.
+/// Each transfer runs on a CurlTransport worker, which writes its answer as
+/// soon as libcurl is done (no task between the read loop and the answer).
+final class Transfers: Sendable {
+    private let running = Mutex<[UInt64: CancellationFlag]>([:])
+    private let limit = 2 * HelperTransport.maximumInFlight
+
+    /// Starts request `id`; false when it was refused (too many in flight, or an id in flight already).
+    func start(_ id: UInt64, _ request: HTTPRequest, proxy: HTTPHelperWire.Proxy) -> Bool {
+        let cancellation = CancellationFlag()
+        let taken = running.withLock { running -> Bool in
+            guard running.count < limit, running[id] == nil else { return false }
+            running[id] = cancellation
+            return true
+        }
+        guard taken else { return false }
+        transport.start(request, proxy: curlProxy(proxy), cancellation: cancellation) { [self] result in
+            running.withLock { _ = $0.removeValue(forKey: id) }
+            switch result {
+            case .success(let response): output.write(HTTPHelperWire.encode(.response(id: id, response)))
+            case .failure(let error): output.write(HTTPHelperWire.encode(.failure(id: id, error)))
+            }
+        }
+        return true
+    }
+
+    /// The broker gave up on request `id`: its transfer is aborted (it still answers).
+    func cancel(_ id: UInt64) {
+        running.withLock { $0[id] }?.cancel()
+    }
+}
+
+let transfers = Transfers()
 var stream = HTTPHelperWire.Stream()
 var buffer = [UInt8](repeating: 0, count: 64 * 1024)
 while true {
@@ -77,17 +108,7 @@ while true {
     while let payload = stream.next() {
         switch HTTPHelperWire.decode(payload) {
         case .request(let id, let request, let proxy):
-            // Not on this top-level loop's main actor, which it holds for good: a work item runs on the pool.
-            let started = transfers.submit(id) {
-                let frame: HTTPHelperWire.Frame
-                do throws(HTTPTransportError) {
-                    frame = .response(id: id, try await transport.send(request, proxy: curlProxy(proxy)))
-                } catch {
-                    frame = .failure(id: id, error)
-                }
-                output.write(HTTPHelperWire.encode(frame))
-            }
-            if !started {
+            if !transfers.start(id, request, proxy: proxy) {
                 let refused = HTTPTransportError.notSent("the HTTP helper has too many requests in flight; try again")
                 output.write(HTTPHelperWire.encode(.failure(id: id, refused)))
             }
