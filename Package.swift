@@ -228,6 +228,8 @@ let package = Package(
                 "browser-login", "browser-login-server", "BrowserLoginTestSupport", "BrowserLoginTestTraits",
                 // FileVaultTests reads the file vault as the broker does.
                 "BrokerVault", "BrokerCore",
+                // DPoPAndPARTests makes a DPoP proof with the session's key, as the broker does.
+                "BrokerJOSE",
                 // JournalTests sends to a real journald with the broker's journal writer; HTTPHelperTests reads /proc.
                 "SystemSupport",
             ]

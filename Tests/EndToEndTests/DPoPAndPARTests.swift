@@ -1,3 +1,4 @@
+import BrokerJOSE
 import BrokerRPC
 import BrowserLoginProtocol
 import BrowserLoginTestSupport
@@ -103,6 +104,25 @@ struct DPoPAndPARTests {
         for (place, text) in [("broker's log", log), ("SQLite files", database), ("RPC and D-Bus answers", views.joined())] {
             #expect(!text.contains("eyJ0eXAiOiJkcG9wK2p3dC"), "a DPoP proof is in the \(place)")
         }
+    }
+
+    /// The test provider takes a proof whose `iat` is a second ahead of its
+    /// clock. Glewlwyd reads its clock with `time()`, the kernel's coarse
+    /// clock, a tick or more behind the broker's `clock_gettime`: in the first
+    /// milliseconds of a second the broker's `iat` is already the new second
+    /// while Glewlwyd's is still the old one, and 2.7.5 refuses any `iat` ahead
+    /// of its clock (`invalid_dpop_proof`) unless `oauth-dpop-iat-gap-duration`
+    /// allows it (scripts/glewlwyd) — which made aDPoPSignInBindsRefreshesAndRevokesWithProofs fail now and then.
+    @Test func aProofMadeASecondAheadOfTheProvidersClockIsAccepted() throws {
+        let world = try ProviderWorld(.glewlwyd, dpop: "yes")
+        try world.signIn()
+        let key = try #require(world.keyringDPoPKey().flatMap { DPoPKey(serialized: $0) })
+        let access = try world.keyringTokens().access
+        let url = world.provider.baseURL + TestProvider.Kind.glewlwyd.apiPath
+        let ahead = Int64(Date().timeIntervalSince1970) + 1
+        let proof = try key.proof(method: "GET", url: url, accessToken: access, nonce: nil, now: ahead)
+        let answer = try world.provider.get(url, headers: [("Authorization", "DPoP " + access), ("DPoP", proof)])
+        #expect(answer.status == 200, "\(answer.status) \(answer.header("WWW-Authenticate") ?? "") \(answer.text)")
     }
 
     /// A device sign-in (RFC 8628) with `DPoP=yes`: the device authorization
