@@ -1,6 +1,7 @@
 // Issue 33's figures of the broker at rest and of a whole sign-in: context
 // switches over an idle minute, and login.start → signedIn with its breakdown.
 import BrokerBrowserLogin
+import BrokerCore
 import BrokerCurl
 import BrokerHTTP
 import BrokerVault
@@ -93,6 +94,40 @@ enum Round3 {
             Row(
                 figure: "  libdispatch threads in the broker", value: "\(dispatchThreads)",
                 baseline: "\(after.count) threads", target: "0", met: dispatchThreads == 0))
+    }
+
+    // MARK: The HTTP helper's hop
+
+    /// What the broker's HTTP helper adds to a request: `reps` state-changing
+    /// requests to the reference server (`POST /health`, answered 405 at
+    /// once, on a fresh connection each, as a create or an exchange goes)
+    /// through `browser-login-http`, alternated with the same requests sent
+    /// with libcurl in this process (the baseline).
+    static func helperHop(world: World, reps: Int) async throws {
+        let helper = HelperTransport(
+            program: world.binDirectory + "/browser-login-http", environment: ProcessInfo.processInfo.environment)
+        let direct = CurlTransport()
+        let request = HTTPRequest(
+            method: "POST", url: world.serverOrigin + "/browser-login/health", body: [], changesState: true)
+        var viaHelper: [Double] = []
+        var inProcess: [Double] = []
+        for rep in 0..<(reps + 20) {
+            let t0 = nowNanos()
+            let a = try await helper.send(request)
+            let t1 = nowNanos()
+            let b = try await direct.send(request)
+            let t2 = nowNanos()
+            guard a.status == b.status else { throw BenchError("the helper answered \(a.status), libcurl \(b.status)") }
+            guard rep >= 20 else { continue }
+            viaHelper.append(Double(t1 - t0))
+            inProcess.append(Double(t2 - t1))
+        }
+        let (h, d) = (median(viaHelper), median(inProcess))
+        record(
+            Row(
+                figure: "HTTP request through the helper (POST, fresh connection, \(reps))", value: ms(h),
+                baseline: ms(d) + " (libcurl in-process)", ratio: String(format: "%.2f×, %+.2f ms", h / d, (h - d) / 1e6),
+                target: "(info)", met: nil))
     }
 
     // MARK: The sign-in, end to end

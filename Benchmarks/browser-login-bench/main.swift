@@ -24,7 +24,7 @@ let usage = """
 
       --quick          fewer repetitions and sign-ins (a smoke run, not for the record)
       --only FIGURES   only these figures, comma-separated: latency, throughput, cold,
-                       server, status, store, vault, finish, memory, signin, idle
+                       server, status, store, vault, finish, memory, helper, signin, idle
                        (default: all)
       --no-pin         leave the round trips' threads to the scheduler (default: the client,
                        the echo server and the broker all on one CPU, the same in every run)
@@ -81,6 +81,7 @@ var signInCount = 1000
 var soakMinutes: Double?
 let allFigures: Set<String> = [
     "latency", "throughput", "cold", "server", "status", "store", "vault", "finish", "memory", "signin", "idle",
+    "helper",
 ]
 var only: Set<String>?
 var pinCPUs = true
@@ -416,6 +417,7 @@ if selected.contains("memory") { try Figures.memory(world: world, signIns: signI
 
 // MARK: - issue 33: the sign-in end to end, and wake-ups at rest (last: it signs every client out)
 
+if selected.contains("helper") { try await Round3.helperHop(world: world, reps: quick ? 200 : 1_000) }
 if selected.contains("signin") { try await Round3.signInEndToEnd(world: world, count: quick ? 20 : 100) }
 if selected.contains("idle") { try Round3.idleWakeups(world: world, seconds: quick ? 15 : 60) }
 
