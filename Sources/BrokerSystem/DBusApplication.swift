@@ -489,13 +489,20 @@ public final class DBusApplication: @unchecked Sendable {
 
     /// Follows the Secret Service's change signals on `connection`: its
     /// collections' `CollectionCreated`/`Deleted`/`Changed`, their
-    /// `PropertiesChanged` (`Locked`), and its name changing owner (the
-    /// keyring started, stopped or restarted). Any sender may send the first
-    /// two, so a signal is only a reason to ask again, never an answer.
+    /// `PropertiesChanged` that name `Locked`, and its name changing owner
+    /// (the keyring started, stopped or restarted). Any sender may send the
+    /// first two, so a signal is only a reason to ask again, never an answer.
+    /// A collection's `PropertiesChanged` also comes with every item any app
+    /// stores or removes (`Items`): those are dropped here, on GLib's D-Bus
+    /// thread, so another app's keyring writes wake nothing else of an idle broker.
     private func watchKeyring(on connection: OpaquePointer) -> [guint] {
         let userData = Unmanaged.passUnretained(self).toOpaque()
         let changed: GDBusSignalCallback = { _, _, _, _, _, _, userData in
             guard let userData else { return }
+            Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue().events(.keyringChanged)
+        }
+        let lockChanged: GDBusSignalCallback = { _, _, _, _, _, parameters, userData in
+            guard let userData, let parameters, DBusApplication.namesLocked(parameters) else { return }
             Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue().events(.keyringChanged)
         }
         let none = GDBusSignalFlags(rawValue: 0)
@@ -505,7 +512,7 @@ public final class DBusApplication: @unchecked Sendable {
                 userData, nil),
             g_dbus_connection_signal_subscribe(
                 connection, nil, "org.freedesktop.DBus.Properties", "PropertiesChanged", nil,
-                "org.freedesktop.Secret.Collection", none, changed, userData, nil),
+                "org.freedesktop.Secret.Collection", none, lockChanged, userData, nil),
             g_dbus_connection_signal_subscribe(
                 connection, "org.freedesktop.DBus", "org.freedesktop.DBus", "NameOwnerChanged", "/org/freedesktop/DBus",
                 "org.freedesktop.secrets", none, changed, userData, nil),
@@ -514,6 +521,30 @@ public final class DBusApplication: @unchecked Sendable {
         events(.keyringWatched(true))
         events(.keyringChanged)
         return ids
+    }
+
+    /// True when `PropertiesChanged` parameters (`(sa{sv}as)`) name `Locked`
+    /// among the changed or the invalidated properties; false for anything
+    /// else, a wrong signature included.
+    static func namesLocked(_ parameters: OpaquePointer) -> Bool {
+        guard let type = g_variant_get_type_string(parameters), String(cString: type) == "(sa{sv}as)" else {
+            return false
+        }
+        if let changed = g_variant_get_child_value(parameters, 1) {
+            defer { g_variant_unref(changed) }
+            if let value = g_variant_lookup_value(changed, "Locked", nil) {
+                g_variant_unref(value)
+                return true
+            }
+        }
+        guard let invalidated = g_variant_get_child_value(parameters, 2) else { return false }
+        defer { g_variant_unref(invalidated) }
+        for i in 0..<g_variant_n_children(invalidated) {
+            guard let child = g_variant_get_child_value(invalidated, i) else { continue }
+            defer { g_variant_unref(child) }
+            if let name = g_variant_get_string(child, nil), String(cString: name) == "Locked" { return true }
+        }
+        return false
     }
 
     /// Owns `name` on `connection` (`queueing`: waiting in the bus's queue behind its owner, for a

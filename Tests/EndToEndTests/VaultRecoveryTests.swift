@@ -255,6 +255,24 @@ struct VaultRecoveryTests {
         }
         let calls = String(log().utf8.dropFirst(size)) ?? ""
         #expect(!calls.contains("method call"), "the broker asked the keyring while polled: \(calls)")
+        // Another app stores and removes an item of its own: the collection's
+        // PropertiesChanged (`Items`) says nothing about its lock, so the answer
+        // is still the one kept, and the keyring is not asked again.
+        var other = ProcessInfo.processInfo.environment
+        other["DBUS_SESSION_BUS_ADDRESS"] = keyring.address
+        let app = try spawnAndWait(
+            ["/bin/sh", "-c", "printf x | secret-tool store --label=other app other-item && secret-tool clear app other-item"],
+            environment: other)
+        #expect(app.status == 0, "secret-tool failed: \(app.stdout)")
+        let afterApp = log().utf8.count
+        for _ in 0..<30 {
+            #expect(try rpc.call("broker.info")["vaultLocked"] == false)
+            usleep(100_000)
+        }
+        let askedAfterApp = String(log().utf8.dropFirst(afterApp)) ?? ""
+        #expect(
+            !askedAfterApp.contains("method call"),
+            "another app's keyring write made the broker ask the keyring: \(askedAfterApp)")
         // Locked behind the broker's back: the signal makes the next answer ask.
         try keyring.lock()
         try waitUntil(10, "broker.info to see the keyring locked") { try rpc.call("broker.info")["vaultLocked"] == true }
