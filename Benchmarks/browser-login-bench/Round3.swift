@@ -158,7 +158,6 @@ enum Round3 {
         // Each call on its own: the broker's round trip against its replica's direct calls.
         var startOwn: [Double] = []
         var finishOwn: [Double] = []
-        var ownPart: [Double] = []
         let warmUp = 3
         for rep in 0..<(count + warmUp) {
             // The broker.
@@ -225,14 +224,13 @@ enum Round3 {
             keyringPart.append(Double((r3 - r1) + (r5 - r4) + (r7 - r6)))
             startOwn.append(Double(t1 - t0) - Double(r3 - r0))
             finishOwn.append(Double(t3 - t2) - Double(r7 - r4))
-            ownPart.append(startOwn[startOwn.count - 1] + finishOwn[finishOwn.count - 1])
         }
         let p50 = median(total)
         let p95 = percentile(total, 0.95)
         let broker = median(brokerPart)
         let serverShare = median(serverPart)
         let keyringShare = median(keyringPart)
-        let own = median(ownPart)
+        let own = median(zip(startOwn, finishOwn).map { $0 + $1 })
         record(
             Row(
                 figure: "sign-in end to end (login.start → signedIn), \(count) sign-ins", value: ms(p50) + " p50",

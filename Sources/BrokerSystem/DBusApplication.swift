@@ -466,15 +466,7 @@ public final class DBusApplication: @unchecked Sendable {
             return []
         }
         defer { g_variant_unref(reply) }
-        guard let list = g_variant_get_child_value(reply, 0) else { return [] }
-        defer { g_variant_unref(list) }
-        var names: [String] = []
-        for i in 0..<g_variant_n_children(list) {
-            guard let child = g_variant_get_child_value(list, i) else { continue }
-            if let text = g_variant_get_string(child, nil) { names.append(String(cString: text)) }
-            g_variant_unref(child)
-        }
-        return names
+        return DBusVariant.strings(reply, at: 0)
     }
 
     /// A call to the bus and its answer on `connection` (`GetId`): the bus has taken every message
@@ -537,14 +529,7 @@ public final class DBusApplication: @unchecked Sendable {
                 return true
             }
         }
-        guard let invalidated = g_variant_get_child_value(parameters, 2) else { return false }
-        defer { g_variant_unref(invalidated) }
-        for i in 0..<g_variant_n_children(invalidated) {
-            guard let child = g_variant_get_child_value(invalidated, i) else { continue }
-            defer { g_variant_unref(child) }
-            if let name = g_variant_get_string(child, nil), String(cString: name) == "Locked" { return true }
-        }
-        return false
+        return DBusVariant.strings(parameters, at: 2).contains("Locked")
     }
 
     /// Owns `name` on `connection` (`queueing`: waiting in the bus's queue behind its owner, for a
@@ -583,15 +568,7 @@ public final class DBusApplication: @unchecked Sendable {
     private func handle(_ method: String, _ parameters: OpaquePointer?, _ invocation: OpaquePointer) {
         switch method {
         case "Open":
-            var uris: [String] = []
-            if let parameters, let list = g_variant_get_child_value(parameters, 0) {
-                for i in 0..<g_variant_n_children(list) {
-                    guard let child = g_variant_get_child_value(list, i) else { continue }
-                    if let text = g_variant_get_string(child, nil) { uris.append(String(cString: text)) }
-                    g_variant_unref(child)
-                }
-                g_variant_unref(list)
-            }
+            let uris = parameters.map { DBusVariant.strings($0, at: 0) } ?? []
             g_dbus_method_invocation_return_value(invocation, nil)
             open(uris)
         case "Activate":

@@ -96,6 +96,21 @@ public enum DBusVariant {
         return nil
     }
 
+    /// The strings of `tuple`'s member `index` (not consumed), an array of
+    /// strings (`as`, `ao`); empty when it is not one.
+    public static func strings(_ tuple: OpaquePointer, at index: gsize) -> [String] {
+        guard index < g_variant_n_children(tuple), let list = g_variant_get_child_value(tuple, index) else { return [] }
+        defer { g_variant_unref(list) }
+        guard let type = g_variant_get_type_string(list), ["as", "ao"].contains(String(cString: type)) else { return [] }
+        var strings: [String] = []
+        for i in 0..<g_variant_n_children(list) {
+            guard let child = g_variant_get_child_value(list, i) else { continue }
+            if let text = g_variant_get_string(child, nil) { strings.append(String(cString: text)) }
+            g_variant_unref(child)
+        }
+        return strings
+    }
+
     /// The JSON value of a GVariant (not consumed); nil for the types D-Bus options never take here.
     public static func json(_ variant: OpaquePointer) -> JSONValue? {
         let type = String(cString: g_variant_get_type_string(variant))

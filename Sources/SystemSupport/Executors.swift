@@ -402,11 +402,7 @@ public final class SerialQueue: Sendable {
         }
         guard here else { return }
         body()
-        let more = state.withLock { state -> Bool in
-            if state.jobs.isEmpty { state.scheduled = false }
-            return state.scheduled
-        }
-        if more { pool.async { [self] in drain() } }
+        endTurn()
     }
 
     /// Queues `body` once `delay` has passed.
@@ -427,6 +423,12 @@ public final class SerialQueue: Sendable {
             ran += jobs.count
         }
         // More kept coming: the next turn after the pool's other work.
+        endTurn()
+    }
+
+    /// Ends the turn that ran: the queue is idle again, or (more was queued
+    /// meanwhile) its next turn goes to the back of the pool's queue.
+    private func endTurn() {
         let more = state.withLock { state -> Bool in
             if state.jobs.isEmpty { state.scheduled = false }
             return state.scheduled

@@ -82,10 +82,12 @@ final class Transfers: Sendable {
         guard taken else { return false }
         transport.start(request, proxy: curlProxy(proxy), cancellation: cancellation) { [self] result in
             running.withLock { _ = $0.removeValue(forKey: id) }
-            switch result {
-            case .success(let response): output.write(HTTPHelperWire.encode(.response(id: id, response)))
-            case .failure(let error): output.write(HTTPHelperWire.encode(.failure(id: id, error)))
-            }
+            let frame: HTTPHelperWire.Frame =
+                switch result {
+                case .success(let response): .response(id: id, response)
+                case .failure(let error): .failure(id: id, error)
+                }
+            output.write(HTTPHelperWire.encode(frame))
         }
         return true
     }
