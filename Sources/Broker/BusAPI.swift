@@ -237,7 +237,13 @@ final class BusAPI: Sendable {
                     .busy, "the broker has \(Self.maxSubscriptions) D-Bus subscriptions already; retry later")
             }
             var caller = registry.callers[sender] ?? Caller(connection: registry.nextConnection)
-            if registry.callers[sender] == nil { registry.nextConnection += 1 }
+            if registry.callers[sender] == nil {
+                // Followed while it has subscriptions: its leaving ends them (`callerLeft`).
+                guard call.keepFollowingCaller() else {
+                    throw BrokerError(.busy, "the broker no longer follows this caller on the bus; subscribe again")
+                }
+                registry.nextConnection += 1
+            }
             guard caller.count < Self.maxSubscriptionsPerCaller else {
                 throw BrokerError(
                     .busy,
@@ -263,7 +269,7 @@ final class BusAPI: Sendable {
         } catch {
             registry.withLock { registry in
                 if registry.callers[sender]?.connection == connection { registry.callers[sender]?.pending -= 1 }
-                if registry.callers[sender]?.count == 0 { registry.callers[sender] = nil }
+                if registry.callers[sender]?.count == 0 { forget(sender, in: &registry) }
             }
             throw error
         }
@@ -285,12 +291,19 @@ final class BusAPI: Sendable {
         let connection = registry.withLock { registry -> UInt64? in
             guard registry.callers[sender]?.subscriptions.remove(id) != nil else { return nil }
             let connection = registry.callers[sender]?.connection
-            if registry.callers[sender]?.count == 0 { registry.callers[sender] = nil }
+            if registry.callers[sender]?.count == 0 { forget(sender, in: &registry) }
             return connection
         }
         guard let connection, await engine.unsubscribe(id, connection: connection) else {
             throw RPCError.invalidParams("no subscription '\(id)' of this caller")
         }
+    }
+
+    /// Drops `sender`'s entry and the bus's hold on it (taken with the entry, in `subscribe`), in the
+    /// registry's lock so that the two go together.
+    private func forget(_ sender: String, in registry: inout Registry) {
+        registry.callers[sender] = nil
+        bus.withLock { $0 }?.letGo(of: sender)
     }
 
     /// A caller left the bus (nil: the bus went away, with every caller): its subscriptions end.
@@ -303,10 +316,11 @@ final class BusAPI: Sendable {
         }
         let (connections, count) = registry.withLock { registry -> ([UInt64], Int) in
             if let name {
-                let caller = registry.callers.removeValue(forKey: name)
+                let caller = registry.callers[name]
+                if caller != nil { forget(name, in: &registry) }
                 return (caller.map { [$0.connection] } ?? [], caller?.count ?? 0)
             }
-            defer { registry.callers = [:] }
+            defer { for sender in registry.callers.keys { forget(sender, in: &registry) } }
             return (registry.callers.values.map(\.connection), registry.total)
         }
         guard !connections.isEmpty else { return }

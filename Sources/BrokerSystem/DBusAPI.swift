@@ -80,10 +80,12 @@ public final class DBusMethodCall: @unchecked Sendable {
     private let answered = Atomic<Bool>(false)
     private let finished: @Sendable () -> Void
     private let left: @Sendable () -> Bool
+    private let hold: @Sendable () -> Bool
 
     init(
         method: String, arguments: [JSONValue], caller: DBusCaller, invocation: OpaquePointer, outTypes: [String],
-        finished: @escaping @Sendable () -> Void, left: @escaping @Sendable () -> Bool
+        finished: @escaping @Sendable () -> Void, left: @escaping @Sendable () -> Bool,
+        hold: @escaping @Sendable () -> Bool
     ) {
         self.method = method
         self.arguments = arguments
@@ -92,12 +94,18 @@ public final class DBusMethodCall: @unchecked Sendable {
         self.outTypes = outTypes
         self.finished = finished
         self.left = left
+        self.hold = hold
     }
 
     deinit { fail(.failed("the call was not answered")) }
 
     /// The caller left the bus while this call was in flight.
     public var callerLeft: Bool { left() }
+
+    /// Keeps following this call's caller after the call is answered: `DBusAPI.callerLeft` reports
+    /// it leaving the bus until the API lets go (`DBusApplication.letGo(of:)`, once for each hold).
+    /// While the call is unanswered it always succeeds; false when the caller is no longer followed.
+    public func keepFollowingCaller() -> Bool { hold() }
 
     /// Answers with the method's out arguments, converted to its out types;
     /// `memberTypes` as in `DBusVariant.make`.
@@ -135,32 +143,109 @@ public final class DBusMethodCall: @unchecked Sendable {
     private func begin() -> Bool { !answered.exchange(true, ordering: .sequentiallyConsistent) }
 }
 
-/// The unanswered calls of each caller, and whether it left the bus while
-/// they were in flight. A caller's entry lives while it has calls in flight.
+/// The callers `DBusApplication` follows, by unique name: each one's
+/// unanswered calls, the holds the API keeps on it (it has subscriptions),
+/// whether it left the bus, and the watches that tell when it leaves (one
+/// `NameOwnerChanged` subscription with `arg0` = its name, per connection).
+/// A caller is followed while it has calls in flight or holds; then its
+/// entry and its watches go. The bus sends the broker only the leaving of
+/// callers it follows, not every process that connects to the bus or leaves it.
+///
+/// The methods that end an entry's watches answer them, for the caller of
+/// the method to unsubscribe while it still holds the table's lock.
 struct DBusCallerTable: Sendable {
     struct Entry {
         var calls = 0
+        var holds = 0
         var left = false
+        /// Its watches: the signal subscription's id, by connection (its address).
+        var watches: [UInt: UInt32] = [:]
     }
-    var entries: [String: Entry] = [:]
-    var total = 0
+    /// A watch to end: the connection (its address) and the subscription's id.
+    struct Watch: Equatable {
+        let connection: UInt
+        let id: UInt32
+    }
+    enum Begun: Equatable {
+        /// A limit is reached; nothing was counted.
+        case refused
+        /// Counted, for a caller followed already.
+        case counted
+        /// Counted, for a caller followed from now on: it needs a watch (`watched`).
+        case first
+    }
+    private(set) var entries: [String: Entry] = [:]
+    private(set) var total = 0
 
-    /// Counts a new call of `sender`; false when a limit is reached.
-    mutating func begin(_ sender: String, perCaller: Int, total limit: Int) -> Bool {
-        guard total < limit, entries[sender, default: Entry()].calls < perCaller else { return false }
+    /// Counts a new call of `sender`.
+    mutating func begin(_ sender: String, perCaller: Int, total limit: Int) -> Begun {
+        let entry = entries[sender]
+        guard total < limit, (entry?.calls ?? 0) < perCaller else { return .refused }
         entries[sender, default: Entry()].calls += 1
         total += 1
+        return entry == nil ? .first : .counted
+    }
+
+    /// A call of `sender` was answered.
+    mutating func end(_ sender: String) -> [Watch] {
+        guard entries[sender] != nil else { return [] }
+        entries[sender]?.calls -= 1
+        total -= 1
+        return dropIfDone(sender)
+    }
+
+    /// The API keeps following `sender` after its calls end; false when it is not followed
+    /// (no call of it is in flight).
+    mutating func hold(_ sender: String) -> Bool {
+        guard entries[sender] != nil else { return false }
+        entries[sender]?.holds += 1
         return true
     }
 
-    mutating func end(_ sender: String) {
-        guard var entry = entries[sender] else { return }
-        entry.calls -= 1
-        total -= 1
-        entries[sender] = entry.calls > 0 ? entry : nil
+    /// The API lets go of one hold on `sender`.
+    mutating func release(_ sender: String) -> [Watch] {
+        guard let holds = entries[sender]?.holds, holds > 0 else { return [] }
+        entries[sender]?.holds = holds - 1
+        return dropIfDone(sender)
     }
 
-    mutating func leave(_ sender: String) { entries[sender]?.left = true }
+    /// `sender` left the bus: its watches end (it cannot come back: unique names are not reused).
+    mutating func leave(_ sender: String) -> [Watch] {
+        guard var entry = entries[sender] else { return [] }
+        entry.left = true
+        let ended = entry.watches.map { Watch(connection: $0.key, id: $0.value) }
+        entry.watches = [:]
+        entries[sender] = entry
+        return ended
+    }
+
+    /// Every caller left (the bus went away).
+    mutating func leaveAll() -> [Watch] { entries.keys.flatMap { leave($0) } }
 
     func hasLeft(_ sender: String) -> Bool { entries[sender]?.left ?? true }
+
+    /// The callers that need a watch on a new connection: followed, not gone.
+    var present: [String] { entries.filter { !$0.value.left }.map(\.key) }
+
+    /// `sender`'s leaving is watched on `connection` by subscription `id`.
+    mutating func watched(_ sender: String, connection: UInt, id: UInt32) {
+        entries[sender]?.watches[connection] = id
+    }
+
+    /// `connection` closes: the watches on it end.
+    mutating func closing(_ connection: UInt) -> [Watch] {
+        var ended: [Watch] = []
+        for (name, entry) in entries {
+            guard let id = entry.watches[connection] else { continue }
+            entries[name]?.watches[connection] = nil
+            ended.append(Watch(connection: connection, id: id))
+        }
+        return ended
+    }
+
+    private mutating func dropIfDone(_ sender: String) -> [Watch] {
+        guard let entry = entries[sender], entry.calls == 0, entry.holds == 0 else { return [] }
+        entries[sender] = nil
+        return entry.watches.map { Watch(connection: $0.key, id: $0.value) }
+    }
 }

@@ -47,9 +47,11 @@ public final class DBusApplication: @unchecked Sendable {
     // Safe: `context` and `loop` are created in init and never replaced; GLib
     // allows `g_main_loop_quit` from any thread. Every other GLib call happens
     // on the loop thread, except `emit` (GDBus allows emitting from any
-    // thread) on a connection it holds a reference to, taken under `current`,
-    // and the message filter (on GDBus's worker thread), which reads only the
-    // message and writes atomics. `loopState` is touched on the loop thread only.
+    // thread) on a connection it holds a reference to, taken under `current`;
+    // the message filter (on GDBus's worker thread), which reads only the
+    // message and writes atomics; and `changeCallers`, which unsubscribes a
+    // caller's watches on whichever thread ends them (GDBus allows it) with
+    // the callers' lock held, which `detach` takes before a connection closes. `loopState` is touched on the loop thread only.
     // The callbacks are immutable; the flags are atomics; the tables mutexes.
     private let context: OpaquePointer
     private let loop: OpaquePointer
@@ -208,7 +210,7 @@ public final class DBusApplication: @unchecked Sendable {
         busClosed.store(false, ordering: .sequentiallyConsistent)
         if !stopping.load(ordering: .sequentiallyConsistent) { g_main_loop_run(loop) }
         if busClosed.load(ordering: .sequentiallyConsistent) && !stopping.load(ordering: .sequentiallyConsistent) {
-            callers.withLock { table in for name in table.entries.keys { table.leave(name) } }
+            changeCallers { $0.leaveAll() }
             api?.callerLeft(nil)
             events(.busClosed)
             return .busClosed
@@ -238,9 +240,9 @@ public final class DBusApplication: @unchecked Sendable {
         g_object_unref(UnsafeMutableRawPointer(connection))
     }
 
-    /// Serves the objects on `connection` (names aside: `own`), follows the keyring's and callers'
-    /// signals on it, watches its messages' sizes and its closing. nil when an object could not be
-    /// registered (the connection is then left to the caller to close).
+    /// Serves the objects on `connection` (names aside: `own`), follows the keyring's signals on it,
+    /// watches its messages' sizes and its closing. nil when an object could not be registered (the
+    /// connection is then left to the caller to close).
     private func attach(_ connection: OpaquePointer) -> Link? {
         let link = Link(connection: connection, sawLarge: { [weak self] in self?.armRenewal() })
         var error: UnsafeMutablePointer<GError>?
@@ -287,6 +289,11 @@ public final class DBusApplication: @unchecked Sendable {
                 if size > DBusApplication.renewalThreshold {
                     Unmanaged<Link>.fromOpaque(data).takeUnretainedValue().saw(size)
                 }
+                // Another app stored or removed a keyring item: dropped here, so the loop thread sleeps on.
+                if DBusApplication.isCollectionChangeWithoutLock(message, body) {
+                    g_object_unref(UnsafeMutableRawPointer(message))
+                    return nil
+                }
                 return message
             }, Unmanaged.passRetained(link).toOpaque(),
             { data in
@@ -318,6 +325,7 @@ public final class DBusApplication: @unchecked Sendable {
         link.owners = []
         for step in link.undo.reversed() { step() }
         link.undo = []
+        changeCallers { $0.closing(link.address) }
         if last { events(.keyringWatched(false)) }
         links.withLock { $0[link.address] = nil }
         // Last, after the names are given up and the objects unregistered.
@@ -398,6 +406,15 @@ public final class DBusApplication: @unchecked Sendable {
             Self.close(connection)
             events(.connectionRenewalSkipped(reason: "the objects could not be registered on a new connection"))
             return
+        }
+        // The callers followed now are watched on the new connection too, before it serves the names
+        // (the old one's watches end when it closes, long after the bus has taken these: the check
+        // below is a round trip on this connection).
+        changeCallers { table in
+            for name in table.present {
+                table.watched(name, connection: link.address, id: watchLeaving(name, on: link.connection))
+            }
+            return []
         }
         link.owners = own(on: link, queueing: true)
         // The bus answers one connection's messages in order: the names were asked for before this.
@@ -485,8 +502,9 @@ public final class DBusApplication: @unchecked Sendable {
     /// (the keyring started, stopped or restarted). Any sender may send the
     /// first two, so a signal is only a reason to ask again, never an answer.
     /// A collection's `PropertiesChanged` also comes with every item any app
-    /// stores or removes (`Items`): those are dropped here, on GLib's D-Bus
-    /// thread, so another app's keyring writes wake nothing else of an idle broker.
+    /// stores or removes (`Items`): the message filter drops those on GDBus's
+    /// worker thread (`isCollectionChangeWithoutLock`), before they reach the
+    /// loop thread, and the callback passes on only those that name `Locked`.
     private func watchKeyring(on connection: OpaquePointer) -> [guint] {
         let userData = Unmanaged.passUnretained(self).toOpaque()
         let changed: GDBusSignalCallback = { _, _, _, _, _, _, userData in
@@ -513,6 +531,25 @@ public final class DBusApplication: @unchecked Sendable {
         events(.keyringWatched(true))
         events(.keyringChanged)
         return ids
+    }
+
+    /// True for a collection's `PropertiesChanged` that does not name `Locked`
+    /// (the keyring's `Items` changed: another app stored or removed an item).
+    /// The message filter drops these on GDBus's worker thread: the match rule
+    /// cannot tell them from a lock (it matches the interface, `arg0`, only),
+    /// and each would otherwise wake the loop thread for nothing.
+    static func isCollectionChangeWithoutLock(_ message: OpaquePointer, _ body: OpaquePointer) -> Bool {
+        guard g_dbus_message_get_message_type(message) == G_DBUS_MESSAGE_TYPE_SIGNAL,
+            let member = g_dbus_message_get_member(message), strcmp(member, "PropertiesChanged") == 0,
+            let interface = g_dbus_message_get_interface(message),
+            strcmp(interface, "org.freedesktop.DBus.Properties") == 0,
+            let type = g_variant_get_type_string(body), strcmp(type, "(sa{sv}as)") == 0
+        else { return false }
+        guard let changed = g_variant_get_child_value(body, 0) else { return false }
+        defer { g_variant_unref(changed) }
+        guard let name = g_variant_get_string(changed, nil), strcmp(name, "org.freedesktop.Secret.Collection") == 0
+        else { return false }
+        return !namesLocked(body)
     }
 
     /// True when `PropertiesChanged` parameters (`(sa{sv}as)`) name `Locked`
@@ -601,8 +638,8 @@ extension DBusApplication {
         case failed
     }
 
-    /// Registers the API's object and watches callers leave, on `connection`
-    /// (on the loop thread); its name is owned by `own`.
+    /// Registers the API's object on `connection` (on the loop thread); its
+    /// name is owned by `own`, its callers' leaving watched by `watchLeaving`.
     fileprivate func serve(_ api: DBusAPI, on connection: OpaquePointer) -> Served {
         var error: UnsafeMutablePointer<GError>?
         guard let node = g_dbus_node_info_new_for_xml(api.interfaceXML, &error) else {
@@ -627,24 +664,52 @@ extension DBusApplication {
             events(.registrationFailed(takeMessage(error)))
             return .failed
         }
-        var undo: [() -> Void] = [{ g_dbus_connection_unregister_object(connection, registration) }]
-        // Callers that leave the bus: NameOwnerChanged with no new owner.
-        let watch = g_dbus_connection_signal_subscribe(
+        return .serving([{ g_dbus_connection_unregister_object(connection, registration) }])
+    }
+
+    // MARK: Following callers
+
+    /// Changes the callers' table; the watches `body` ends are unsubscribed
+    /// before the lock is let go, so that no connection closes under one
+    /// (`detach` ends its watches through here first).
+    private func changeCallers(_ body: (inout DBusCallerTable) -> [DBusCallerTable.Watch]) {
+        callers.withLock { table in
+            for watch in body(&table) {
+                guard let connection = OpaquePointer(bitPattern: watch.connection) else { continue }
+                g_dbus_connection_signal_unsubscribe(connection, guint(watch.id))
+            }
+        }
+    }
+
+    /// Watches the unique name `caller` leave the bus, on `connection` (on the loop thread: the
+    /// callback runs in the thread-default context of the subscriber): `NameOwnerChanged` with
+    /// `arg0` = its name, so that the bus sends the broker only the leaving of callers it follows.
+    private func watchLeaving(_ caller: String, on connection: OpaquePointer) -> UInt32 {
+        let userData = Unmanaged.passUnretained(self).toOpaque()
+        return g_dbus_connection_signal_subscribe(
             connection, "org.freedesktop.DBus", "org.freedesktop.DBus", "NameOwnerChanged", "/org/freedesktop/DBus",
-            nil, G_DBUS_SIGNAL_FLAGS_NONE,
+            caller, G_DBUS_SIGNAL_FLAGS_NONE,
             { _, _, _, _, _, parameters, userData in
                 guard let userData, let parameters, g_variant_n_children(parameters) == 3 else { return }
                 var name: UnsafePointer<gchar>?
                 var newOwner: UnsafePointer<gchar>?
                 bl_variant_get_name_owner_changed(parameters, &name, &newOwner)
                 guard let name, let newOwner, newOwner.pointee == 0, name.pointee == CChar(UInt8(ascii: ":")) else { return }
-                let left = String(cString: name)
-                let app = Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue()
-                app.callers.withLock { $0.leave(left) }
-                app.api?.callerLeft(left)
+                Unmanaged<DBusApplication>.fromOpaque(userData).takeUnretainedValue().left(String(cString: name))
             }, userData, nil)
-        undo.append { g_dbus_connection_signal_unsubscribe(connection, watch) }
-        return .serving(undo)
+    }
+
+    /// `caller` left the bus (on the loop thread): its watches end, its calls and the API's hold on it
+    /// with it. A late signal, after its watch ended, changes nothing: unique names are not reused.
+    private func left(_ caller: String) {
+        changeCallers { $0.leave(caller) }
+        api?.callerLeft(caller)
+    }
+
+    /// The API lets go of one hold on `caller` (`DBusMethodCall.keepFollowingCaller`); once it has no
+    /// call in flight and no hold, its leaving is no longer watched. From any thread.
+    public func letGo(of caller: String) {
+        changeCallers { $0.release(caller) }
     }
 
     /// Emits one of the API's signals with one `a{sv}` argument, to every
@@ -697,7 +762,22 @@ extension DBusApplication {
             return g_dbus_method_invocation_return_dbus_error(
                 invocation, "org.freedesktop.DBus.Error.InvalidArgs", problem)
         }
-        guard callers.withLock({ $0.begin(sender, perCaller: api.maxCallsPerCaller, total: api.maxCalls) }) else {
+        // A caller followed from now on is watched on the connection the call came by (the bus answers
+        // the credentials asked below after it has taken the watch: a caller that left before is
+        // answered an error, one that leaves later is seen) and on the one served now.
+        var begun = DBusCallerTable.Begun.refused
+        changeCallers { table in
+            begun = table.begin(sender, perCaller: api.maxCallsPerCaller, total: api.maxCalls)
+            guard begun == .first else { return [] }
+            var watched = [connection]
+            if let current = loopState.link?.connection, current != connection { watched.append(current) }
+            for on in watched {
+                table.watched(
+                    sender, connection: UInt(bitPattern: UnsafeMutableRawPointer(on)), id: watchLeaving(sender, on: on))
+            }
+            return []
+        }
+        guard begun != .refused else {
             return g_dbus_method_invocation_return_dbus_error(
                 invocation, api.busyError,
                 "too many calls in flight (at most \(api.maxCallsPerCaller) per caller, \(api.maxCalls) in all); retry once some are answered"
@@ -705,7 +785,7 @@ extension DBusApplication {
         }
         link?.inFlight.add(1, ordering: .relaxed)
         let end: @Sendable () -> Void = { [self] in
-            callers.withLock { $0.end(sender) }
+            changeCallers { $0.end(sender) }
             link?.inFlight.subtract(1, ordering: .relaxed)
         }
         var arguments: [JSONValue] = []
@@ -790,7 +870,8 @@ extension DBusApplication {
             let call = DBusMethodCall(
                 method: method, arguments: arguments, caller: DBusCaller(uniqueName: sender, pid: Int32(pid), uid: UInt32(uid)),
                 invocation: invocation, outTypes: outTypes, finished: end,
-                left: { app.callers.withLock { $0.hasLeft(sender) } })
+                left: { app.callers.withLock { $0.hasLeft(sender) } },
+                hold: { app.callers.withLock { $0.hold(sender) } })
             api.handle(call)
         }
     }

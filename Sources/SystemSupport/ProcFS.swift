@@ -50,5 +50,32 @@ public enum ProcFS {
         FileSystem.directoryEntries(path("fd", pid: pid))?.count
     }
 
+    /// One thread's name and how often it was switched out so far (voluntary plus involuntary).
+    public struct ThreadSwitches: Sendable, Equatable {
+        public let name: String
+        public let count: Int
+    }
+
+    /// The context switches of each thread of the process, by thread id; empty when it is gone.
+    public static func contextSwitches(pid: Int32? = nil) -> [Int32: ThreadSwitches] {
+        var answer: [Int32: ThreadSwitches] = [:]
+        for entry in FileSystem.directoryEntries(path("task", pid: pid)) ?? [] {
+            guard let tid = Int32(entry), let status = read("task/\(entry)/status", pid: pid) else { continue }
+            var name = "?"
+            var count = 0
+            for line in status.split(separator: "\n") {
+                guard let colon = line.firstIndex(of: ":") else { continue }
+                let value = line[line.index(after: colon)...].trimmingBlanks()
+                switch line[..<colon] {
+                case "Name": name = value
+                case "voluntary_ctxt_switches", "nonvoluntary_ctxt_switches": count += Int(value) ?? 0
+                default: break
+                }
+            }
+            answer[tid] = ThreadSwitches(name: name, count: count)
+        }
+        return answer
+    }
+
     static func path(_ name: String, pid: Int32?) -> String { "/proc/" + (pid.map { "\($0)" } ?? "self") + "/" + name }
 }

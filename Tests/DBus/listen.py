@@ -6,7 +6,8 @@ DBUS_SESSION_BUS_ADDRESS.
 It listens to the broker's SessionChanged and LoginChanged signals, calls
 Subscribe first with --subscribe (--subscriptions times; with --clients,
 only those clients'),
-prints "ready" once listening, then one JSON line per signal received:
+prints {"uniqueName": ITS_NAME} and "ready" once listening, then one JSON
+line per signal received:
 {"signal": NAME, "payload": {...}}. It exits 0 when a SessionChanged for
 --until-client reaches --until-status, 3 when --timeout seconds pass first
 (or, without --until-client, 0 after --timeout seconds), 4 when a call fails.
@@ -20,6 +21,9 @@ With --probe SECONDS CLIENT it instead calls GetSession for CLIENT every 20 ms
 for SECONDS, from one connection, by the well-known name, and prints
 {"calls": N, "errors": {NAME: COUNT}} (the broker moving to a fresh bus
 connection meanwhile must lose none).
+
+With --match-rules UNIQUE_NAME it instead prints {"rules": [RULE, ...]}, the
+match rules the bus keeps for that connection (org.freedesktop.DBus.Debug.Stats).
 
 With --hostile-args CLIENT ROUNDS it instead makes ROUNDS rounds of oversized
 calls (an 8 MiB client name, an options dictionary of 100,000 entries, a
@@ -85,6 +89,14 @@ def probe(bus, seconds, client):
     return 0
 
 
+def match_rules(bus, name):
+    """The match rules the bus keeps for `name` (a unique name), from its Stats interface."""
+    reply = bus.call_sync("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus.Debug.Stats",
+                          "GetAllMatchRules", None, None, Gio.DBusCallFlags.NONE, 10000, None)
+    print(json.dumps({"rules": reply.unpack()[0].get(name, [])}), flush=True)
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--subscribe", action="store_true")
@@ -98,12 +110,15 @@ def main():
     parser.add_argument("--leave", action="store_true")
     parser.add_argument("--hostile-args", nargs=2, metavar=("CLIENT", "ROUNDS"))
     parser.add_argument("--probe", nargs=2, metavar=("SECONDS", "CLIENT"))
+    parser.add_argument("--match-rules", metavar="UNIQUE_NAME")
     args = parser.parse_args()
 
     bus = Gio.bus_get_sync(Gio.BusType.SESSION, None)
     loop = GLib.MainLoop()
     if args.hostile_args:
         return hostile_args(bus, args.hostile_args[0], int(args.hostile_args[1]))
+    if args.match_rules:
+        return match_rules(bus, args.match_rules)
     if args.probe:
         return probe(bus, float(args.probe[0]), args.probe[1])
     if args.flood:
@@ -137,6 +152,7 @@ def main():
     # A round trip first, so the match rules are in place before "ready".
     bus.call_sync("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "GetId",
                   None, None, Gio.DBusCallFlags.NONE, 10000, None)
+    print(json.dumps({"uniqueName": bus.get_unique_name()}), flush=True)
     print("ready", flush=True)
     GLib.timeout_add(int(args.timeout * 1000), loop.quit)
     loop.run()

@@ -3,6 +3,7 @@ import BrowserLoginProtocol
 import BrowserLoginTestSupport
 import BrowserLoginTestTraits
 import Foundation
+import SystemSupport
 import Testing
 
 #if canImport(Glibc)
@@ -69,6 +70,12 @@ struct DBusAPITests {
         return child
     }
 
+    /// The unique name a listener printed.
+    static func uniqueName(of listener: Child) -> String? {
+        for line in lines(listener) { if let name = line["uniqueName"]?.stringValue { return name } }
+        return nil
+    }
+
     /// The JSON lines a listener printed.
     static func lines(_ child: Child) -> [JSONValue] {
         child.output.split(separator: "\n").compactMap { try? JSONValue.parse(Array($0.utf8)) }
@@ -80,13 +87,7 @@ struct DBusAPITests {
         try h.startServer()
         h.writeClient()
         try Self.start(h)
-        let ownerReply = try runProgram(
-            "/usr/bin/gdbus",
-            [
-                "call", "--session", "--dest", "org.freedesktop.DBus", "--object-path", "/org/freedesktop/DBus",
-                "--method", "org.freedesktop.DBus.GetNameOwner", Self.name,
-            ], environment: h.environment())
-        let owner = try #require(ownerReply.out.split(separator: "'").dropFirst().first.map(String.init))
+        let owner = try Self.owner(h)
         // What the bus carries to and from the broker's API.
         let rules = [
             "type='signal',interface='\(Self.name)'", "type='method_call',interface='\(Self.name)'",
@@ -347,6 +348,73 @@ struct DBusAPITests {
             h.broker?.output.contains("dbus.subscriptions=32") == true
         }
         #expect(h.broker?.output.contains("D-Bus subscriptions ended: their caller left the bus") == true)
+    }
+
+    /// The broker's unique name on the bus (the owner of org.browserlogin.Broker1).
+    static func owner(_ h: Harness) throws -> String {
+        let reply = try runProgram(
+            "/usr/bin/gdbus",
+            [
+                "call", "--session", "--dest", "org.freedesktop.DBus", "--object-path", "/org/freedesktop/DBus",
+                "--method", "org.freedesktop.DBus.GetNameOwner", name,
+            ], environment: h.environment())
+        return try #require(reply.out.split(separator: "'").dropFirst().first.map(String.init), "\(reply.err)")
+    }
+
+    /// Whose `NameOwnerChanged` the bus sends `connection` (the `arg0` of each such match rule, "*"
+    /// for a rule with none: every process coming to the bus or leaving it), sorted.
+    static func ownerChangesWatched(by connection: String, _ h: Harness) throws -> [String] {
+        let run = try runProgram("/usr/bin/python3", [listener, "--match-rules", connection], environment: h.environment())
+        let rules = try JSONValue.parse(Array(run.out.utf8))["rules"]?.arrayValue ?? []
+        return rules.compactMap(\.stringValue).filter { $0.contains("member='NameOwnerChanged'") }.map { rule in
+            guard let start = rule.range(of: "arg0='") else { return "*" }
+            return String(rule[start.upperBound...].prefix { $0 != "'" })
+        }.sorted()
+    }
+
+    /// The context switches of all the broker's threads so far.
+    static func brokerSwitches(_ h: Harness) -> Int {
+        ProcFS.contextSwitches(pid: h.broker?.pid ?? -1).values.reduce(0) { $0 + $1.count }
+    }
+
+    @Test func theBusTellsTheBrokerOfItsOwnCallersLeavingAndOfNoOtherProcess() throws {
+        let h = try Harness()
+        defer { h.stopAll() }
+        try h.startServer()
+        h.writeClient()
+        try Self.start(h)
+        let broker = try Self.owner(h)
+        // At rest the broker follows the keyring's name only.
+        #expect(try Self.ownerChangesWatched(by: broker, h) == ["org.freedesktop.secrets"])
+        // Twenty processes come to the bus and leave it, asking the broker nothing: the bus sends it
+        // nothing, so none of its threads wakes for them (each did twice when it heard them all).
+        _ = try Self.ok(h, "Info")
+        let before = Self.brokerSwitches(h)
+        for _ in 0..<20 {
+            _ = try runProgram(
+                "/usr/bin/gdbus",
+                [
+                    "call", "--session", "--dest", "org.freedesktop.DBus", "--object-path", "/org/freedesktop/DBus",
+                    "--method", "org.freedesktop.DBus.GetId",
+                ], environment: h.environment())
+        }
+        let woke = Self.brokerSwitches(h) - before
+        #expect(woke < 20, "the broker's threads were switched \(woke) times while 20 other processes came and went")
+
+        // A subscriber is followed while it is on the bus; a caller whose call is answered is not.
+        let subscriber = try Self.listen(h, ["--subscribe", "--timeout", "600"], log: h.dir + "/subscriber.log")
+        defer { subscriber.stop() }
+        let subscriberName = try #require(Self.uniqueName(of: subscriber))
+        #expect(try Self.ok(h, "GetSession", "com.example.notes").contains("signedOut"))
+        #expect(try Self.ownerChangesWatched(by: broker, h) == ["org.freedesktop.secrets", subscriberName].sorted())
+        // It leaves: its subscription ends, and so does the watch.
+        subscriber.stop()
+        try waitUntil(10, "the broker to end the subscription of the caller that left") {
+            h.broker?.output.contains("dbus.subscriptions=1") == true
+        }
+        try waitUntil(10, "the broker to stop following the subscriber") {
+            try Self.ownerChangesWatched(by: broker, h) == ["org.freedesktop.secrets"]
+        }
     }
 
     @Test func theFirstCallStartsTheBrokerByDBusActivation() throws {

@@ -276,6 +276,12 @@ struct HostileNeighbourTests {
         let listener = try DBusAPITests.listen(
             h, ["--until-client", "com.example.notes", "--timeout", "600"], log: h.dir + "/listener.log")
         defer { listener.stop() }
+        // And a subscriber: the broker follows it on the bus across the move, to end its subscription
+        // when it leaves after the old connection is closed.
+        let subscriber = try DBusAPITests.listen(
+            h, ["--subscribe", "--timeout", "600"], log: h.dir + "/subscriber.log")
+        defer { subscriber.stop() }
+        let subscriberName = try #require(DBusAPITests.uniqueName(of: subscriber))
 
         // Another process: an 8 MiB client name, 100,000 option entries, a 16 MiB option, a 1 MiB
         // client name, 5,000 client ids; 3 rounds.
@@ -330,6 +336,16 @@ struct HostileNeighbourTests {
             DBusAPITests.lines(listener).contains {
                 $0["signal"] == "SessionChanged" && $0["payload"]?["status"] == "signedIn"
             }, "\(listener.output.suffix(2000))")
+        // The old connection closed, the new one watches the subscriber, whose leaving ends its subscription.
+        try waitUntil(30, "the old bus connection to close") {
+            (h.broker?.output ?? "").contains("the previous bus connection is closed")
+        }
+        let owner = try DBusAPITests.owner(h)
+        #expect(try DBusAPITests.ownerChangesWatched(by: owner, h).contains(subscriberName))
+        subscriber.stop()
+        try waitUntil(10, "the broker to end the subscription of the caller that left") {
+            h.broker?.output.contains("dbus.subscriptions=1") == true
+        }
     }
 }
 

@@ -3,6 +3,7 @@ import BrowserLoginTestSupport
 import BrowserLoginTestTraits
 import Foundation
 import Synchronization
+import SystemSupport
 import Testing
 
 #if canImport(Glibc)
@@ -258,12 +259,20 @@ struct VaultRecoveryTests {
         // Another app stores and removes an item of its own: the collection's
         // PropertiesChanged (`Items`) says nothing about its lock, so the answer
         // is still the one kept, and the keyring is not asked again.
+        // Its signals do not even reach the broker's D-Bus thread: the message filter drops them.
         var other = ProcessInfo.processInfo.environment
         other["DBUS_SESSION_BUS_ADDRESS"] = keyring.address
+        func busThreadSwitches() -> Int {
+            ProcFS.contextSwitches(pid: h.broker?.pid ?? -1).values.filter { $0.name == "browser-login.d" }
+                .reduce(0) { $0 + $1.count }
+        }
+        let busThreadBefore = busThreadSwitches()
         let app = try spawnAndWait(
             ["/bin/sh", "-c", "printf x | secret-tool store --label=other app other-item && secret-tool clear app other-item"],
             environment: other)
         #expect(app.status == 0, "secret-tool failed: \(app.stdout)")
+        usleep(200_000)
+        #expect(busThreadSwitches() == busThreadBefore, "another app's keyring write woke the broker's D-Bus thread")
         let afterApp = log().utf8.count
         for _ in 0..<30 {
             #expect(try rpc.call("broker.info")["vaultLocked"] == false)

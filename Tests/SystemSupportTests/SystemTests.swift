@@ -39,6 +39,19 @@ struct SystemTests {
         #expect(ProcFS.statusField("Name", pid: 999_999_999) == nil)
     }
 
+    @Test func contextSwitchesAreReadForEachThreadByName() {
+        let before = ProcFS.contextSwitches()
+        // The main thread's id is the process id; a sleep switches this thread out at least once.
+        usleep(2_000)
+        // This thread's id: /proc/thread-self is a link to PID/task/TID.
+        let mine = Int32(FileSystem.symbolicLinkTarget("/proc/thread-self")?.split(separator: "/").last ?? "") ?? -1
+        let after = ProcFS.contextSwitches()
+        #expect(after[getpid()] != nil)
+        #expect(after[mine].map { !$0.name.isEmpty && $0.name != "?" } == true)
+        #expect((after[mine]?.count ?? 0) > (before[mine]?.count ?? .max))
+        #expect(ProcFS.contextSwitches(pid: 999_999_999).isEmpty)
+    }
+
     @Test func aSubprocessRunsWithItsOutputCapturedAndStatusReported() {
         let env = ["PATH": "/usr/bin:/bin", "GREETING": "hi there"]
         let sh = Subprocess.findProgram("sh", environment: env)
