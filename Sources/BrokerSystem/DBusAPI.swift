@@ -147,19 +147,38 @@ public final class DBusMethodCall: @unchecked Sendable {
 /// unanswered calls, the holds the API keeps on it (it has subscriptions),
 /// whether it left the bus, and the watches that tell when it leaves (one
 /// `NameOwnerChanged` subscription with `arg0` = its name, per connection).
-/// A caller is followed while it has calls in flight or holds; then its
-/// entry and its watches go. The bus sends the broker only the leaving of
-/// callers it follows, not every process that connects to the bus or leaves it.
+/// The bus sends the broker only the leaving of callers it follows, not
+/// every process that connects to the bus or leaves it.
 ///
-/// The methods that end an entry's watches answer them, for the caller of
-/// the method to unsubscribe while it still holds the table's lock.
+/// A caller is followed from its first call. Once it has no call in flight
+/// and no hold it rests: still followed, so that its next call costs the
+/// bus no new match rule, until it leaves the bus or more than
+/// `restingLimit` others came to rest after it (then its entry and watches
+/// go). So at most `restingLimit` callers are followed beyond those the
+/// API's limits bound.
+///
+/// A followed caller's credentials are kept, so that only its first call
+/// asks the bus for them.
+///
+/// The methods that end watches answer them, for the caller of the method
+/// to unsubscribe while it still holds the table's lock.
 struct DBusCallerTable: Sendable {
+    static let restingLimit = 64
+
     struct Entry {
         var calls = 0
         var holds = 0
         var left = false
         /// Its watches: the signal subscription's id, by connection (its address).
         var watches: [UInt: UInt32] = [:]
+        /// Its process and user, once the bus said (`GetConnectionCredentials`): fixed for the life
+        /// of its connection, and so of its unique name, which is never reused.
+        var credentials: Credentials?
+        var resting: Bool { calls == 0 && holds == 0 }
+    }
+    struct Credentials: Equatable {
+        let pid: Int64
+        let uid: Int64
     }
     /// A watch to end: the connection (its address) and the subscription's id.
     struct Watch: Equatable {
@@ -175,12 +194,16 @@ struct DBusCallerTable: Sendable {
         case first
     }
     private(set) var entries: [String: Entry] = [:]
+    /// Calls in flight, all callers together.
     private(set) var total = 0
+    /// The resting callers, the longest resting first.
+    private(set) var resting: [String] = []
 
     /// Counts a new call of `sender`.
     mutating func begin(_ sender: String, perCaller: Int, total limit: Int) -> Begun {
         let entry = entries[sender]
         guard total < limit, (entry?.calls ?? 0) < perCaller else { return .refused }
+        if entry?.resting == true { resting.removeAll { $0 == sender } }
         entries[sender, default: Entry()].calls += 1
         total += 1
         return entry == nil ? .first : .counted
@@ -191,13 +214,13 @@ struct DBusCallerTable: Sendable {
         guard entries[sender] != nil else { return [] }
         entries[sender]?.calls -= 1
         total -= 1
-        return dropIfDone(sender)
+        return restIfIdle(sender)
     }
 
     /// The API keeps following `sender` after its calls end; false when it is not followed
-    /// (no call of it is in flight).
+    /// or resting (no call of it is in flight).
     mutating func hold(_ sender: String) -> Bool {
-        guard entries[sender] != nil else { return false }
+        guard let entry = entries[sender], !entry.resting else { return false }
         entries[sender]?.holds += 1
         return true
     }
@@ -206,12 +229,14 @@ struct DBusCallerTable: Sendable {
     mutating func release(_ sender: String) -> [Watch] {
         guard let holds = entries[sender]?.holds, holds > 0 else { return [] }
         entries[sender]?.holds = holds - 1
-        return dropIfDone(sender)
+        return restIfIdle(sender)
     }
 
-    /// `sender` left the bus: its watches end (it cannot come back: unique names are not reused).
+    /// `sender` left the bus: its watches end (it cannot come back: unique names are not reused),
+    /// and its entry with them once it has no call in flight and no hold.
     mutating func leave(_ sender: String) -> [Watch] {
         guard var entry = entries[sender] else { return [] }
+        if entry.resting { return drop(sender) }
         entry.left = true
         let ended = entry.watches.map { Watch(connection: $0.key, id: $0.value) }
         entry.watches = [:]
@@ -227,25 +252,42 @@ struct DBusCallerTable: Sendable {
     /// The callers that need a watch on a new connection: followed, not gone.
     var present: [String] { entries.filter { !$0.value.left }.map(\.key) }
 
+    /// What the bus said of `sender`'s process and user, kept while it is followed.
+    mutating func learned(_ sender: String, _ credentials: Credentials) {
+        guard entries[sender]?.left == false else { return }
+        entries[sender]?.credentials = credentials
+    }
+
     /// `sender`'s leaving is watched on `connection` by subscription `id`.
     mutating func watched(_ sender: String, connection: UInt, id: UInt32) {
         entries[sender]?.watches[connection] = id
     }
 
-    /// `connection` closes: the watches on it end.
+    /// `connection` closes: the watches on it end, and resting callers left with none go.
     mutating func closing(_ connection: UInt) -> [Watch] {
         var ended: [Watch] = []
         for (name, entry) in entries {
             guard let id = entry.watches[connection] else { continue }
             entries[name]?.watches[connection] = nil
             ended.append(Watch(connection: connection, id: id))
+            if entry.resting && entry.watches.count == 1 { ended += drop(name) }
         }
         return ended
     }
 
-    private mutating func dropIfDone(_ sender: String) -> [Watch] {
-        guard let entry = entries[sender], entry.calls == 0, entry.holds == 0 else { return [] }
-        entries[sender] = nil
+    /// Its last call answered and its last hold let go: `sender` rests, or goes if it left; the
+    /// longest resting caller goes when more than `restingLimit` rest.
+    private mutating func restIfIdle(_ sender: String) -> [Watch] {
+        guard let entry = entries[sender], entry.resting else { return [] }
+        if entry.left { return drop(sender) }
+        resting.append(sender)
+        guard resting.count > Self.restingLimit else { return [] }
+        return drop(resting[0])
+    }
+
+    private mutating func drop(_ sender: String) -> [Watch] {
+        guard let entry = entries.removeValue(forKey: sender) else { return [] }
+        if entry.resting { resting.removeAll { $0 == sender } }
         return entry.watches.map { Watch(connection: $0.key, id: $0.value) }
     }
 }

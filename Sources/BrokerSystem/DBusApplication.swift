@@ -707,7 +707,7 @@ extension DBusApplication {
     }
 
     /// The API lets go of one hold on `caller` (`DBusMethodCall.keepFollowingCaller`); once it has no
-    /// call in flight and no hold, its leaving is no longer watched. From any thread.
+    /// call in flight and no hold, it rests (`DBusCallerTable`). From any thread.
     public func letGo(of caller: String) {
         changeCallers { $0.release(caller) }
     }
@@ -743,8 +743,9 @@ extension DBusApplication {
     }
 
     /// A call arrived (on the loop thread): counted against the limits, its
-    /// arguments read, then its caller's credentials asked of the bus; the
-    /// API's handler gets it once they are in.
+    /// arguments read, then its caller's credentials asked of the bus (on
+    /// its first call; later ones use what the bus said then); the API's
+    /// handler gets it once they are in.
     private func arrived(
         _ method: String, _ sender: String?, _ parameters: OpaquePointer?, _ invocation: OpaquePointer,
         _ connection: OpaquePointer
@@ -766,8 +767,10 @@ extension DBusApplication {
         // the credentials asked below after it has taken the watch: a caller that left before is
         // answered an error, one that leaves later is seen) and on the one served now.
         var begun = DBusCallerTable.Begun.refused
+        var known: DBusCallerTable.Credentials?
         changeCallers { table in
             begun = table.begin(sender, perCaller: api.maxCallsPerCaller, total: api.maxCalls)
+            known = begun == .counted ? table.entries[sender]?.credentials : nil
             guard begun == .first else { return [] }
             var watched = [connection]
             if let current = loopState.link?.connection, current != connection { watched.append(current) }
@@ -812,6 +815,8 @@ extension DBusApplication {
         let pending = PendingCall(
             method: method, arguments: arguments, sender: sender, invocation: invocation, outTypes: outTypes, end: end)
         pending.app = self
+        // A caller followed since an earlier call: the bus said who it is then.
+        if let known { return pending.credentials(known.pid, known.uid) }
         var tupleItems: [OpaquePointer?] = [g_variant_new_string(sender)]
         g_dbus_connection_call(
             connection, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
@@ -828,7 +833,12 @@ extension DBusApplication {
                 }
                 let credentials = dictionary.flatMap { DBusVariant.json($0) }?.objectValue
                 _ = takeMessage(error)
-                pending.credentials(credentials?["ProcessID"]?.intValue, credentials?["UnixUserID"]?.intValue)
+                let pid = credentials?["ProcessID"]?.intValue
+                let uid = credentials?["UnixUserID"]?.intValue
+                if let pid, let uid, let app = pending.app {
+                    app.callers.withLock { $0.learned(pending.sender, .init(pid: pid, uid: uid)) }
+                }
+                pending.credentials(pid, uid)
             }, Unmanaged.passRetained(pending).toOpaque())
     }
 

@@ -3,26 +3,63 @@ import Testing
 @testable import BrokerSystem
 
 /// The callers the D-Bus API follows (DBusCallerTable): who is watched for
-/// leaving the bus, from its first call until its last call is answered and
-/// the API lets go of it, and which watches end when.
+/// leaving the bus, from its first call until it leaves (or, resting, until
+/// too many others rest after it), and which watches end when.
 @Suite struct DBusCallerTableTests {
     typealias Watch = DBusCallerTable.Watch
 
-    @Test func aCallerIsFollowedFromItsFirstCallToItsLastAnswer() {
+    @Test func aCallerIsFollowedFromItsFirstCallAndRestsAfterItsLastAnswer() {
         var table = DBusCallerTable()
         let first = table.begin(":1.7", perCaller: 4, total: 8)
         table.watched(":1.7", connection: 100, id: 5)
         let second = table.begin(":1.7", perCaller: 4, total: 8)
         let endedByFirstAnswer = table.end(":1.7")
-        #expect(first == .first && second == .counted)
-        #expect(endedByFirstAnswer.isEmpty)
-        #expect(table.present == [":1.7"])
-        // The last answer ends the watch, and the next call starts a new one.
         let endedByLastAnswer = table.end(":1.7")
-        #expect(endedByLastAnswer == [Watch(connection: 100, id: 5)])
-        #expect(table.present.isEmpty && table.total == 0)
+        #expect(first == .first && second == .counted)
+        #expect(endedByFirstAnswer.isEmpty && endedByLastAnswer.isEmpty)
+        // Resting: still watched, and its next call needs no new watch.
+        #expect(table.resting == [":1.7"] && table.total == 0)
+        #expect(table.present == [":1.7"])
         let again = table.begin(":1.7", perCaller: 4, total: 8)
-        #expect(again == .first)
+        #expect(again == .counted && table.resting.isEmpty)
+        // It leaves while resting: its entry and its watch go.
+        _ = table.end(":1.7")
+        let endedByLeaving = table.leave(":1.7")
+        #expect(endedByLeaving == [Watch(connection: 100, id: 5)])
+        #expect(table.entries.isEmpty && table.resting.isEmpty && table.hasLeft(":1.7"))
+    }
+
+    @Test func whatTheBusSaidOfACallerIsKeptWhileItIsFollowed() {
+        var table = DBusCallerTable()
+        let credentials = DBusCallerTable.Credentials(pid: 42, uid: 1000)
+        table.learned(":1.3", credentials)
+        #expect(table.entries[":1.3"] == nil)
+        _ = table.begin(":1.3", perCaller: 4, total: 8)
+        table.learned(":1.3", credentials)
+        _ = table.end(":1.3")
+        #expect(table.entries[":1.3"]?.credentials == credentials)
+        _ = table.leave(":1.3")
+        let next = table.begin(":1.3", perCaller: 4, total: 8)
+        #expect(next == .first && table.entries[":1.3"]?.credentials == nil)
+        // Not learnt for a caller that left.
+        _ = table.leave(":1.3")
+        table.learned(":1.3", credentials)
+        #expect(table.entries[":1.3"]?.credentials == nil)
+    }
+
+    @Test func onlyTheMostRecentRestingCallersStayFollowed() {
+        var table = DBusCallerTable()
+        let limit = DBusCallerTable.restingLimit
+        var ended: [Watch] = []
+        for n in 0...limit {
+            _ = table.begin(":1.\(n)", perCaller: 4, total: 8)
+            table.watched(":1.\(n)", connection: 100, id: UInt32(n))
+            ended += table.end(":1.\(n)")
+        }
+        // The first to rest went when one more came to rest than the limit allows.
+        #expect(ended == [Watch(connection: 100, id: 0)])
+        #expect(table.entries.count == limit && table.resting.count == limit)
+        #expect(table.entries[":1.0"] == nil && table.resting.first == ":1.1")
     }
 
     @Test func theLimitsRefuseWithoutCounting() {
@@ -44,11 +81,13 @@ import Testing
         let held = table.hold(":1.9") && table.hold(":1.9")
         let endedByAnswer = table.end(":1.9")
         let endedByFirstRelease = table.release(":1.9")
-        let endedByLastRelease = table.release(":1.9")
         #expect(held)
-        #expect(endedByAnswer.isEmpty && endedByFirstRelease.isEmpty)
-        #expect(endedByLastRelease == [Watch(connection: 100, id: 1)])
-        #expect(table.entries.isEmpty)
+        #expect(endedByAnswer.isEmpty && endedByFirstRelease.isEmpty && table.resting.isEmpty)
+        // It leaves while held: the watch ends, the entry stays until the last hold is let go.
+        let endedByLeaving = table.leave(":1.9")
+        #expect(endedByLeaving == [Watch(connection: 100, id: 1)] && table.hasLeft(":1.9"))
+        let endedByLastRelease = table.release(":1.9")
+        #expect(endedByLastRelease.isEmpty && table.entries.isEmpty && table.resting.isEmpty)
         // Nothing to hold once it is not followed, and an extra release changes nothing.
         let heldAfter = table.hold(":1.9")
         let extraRelease = table.release(":1.9")
@@ -66,10 +105,10 @@ import Testing
         #expect(Set(endedByLeaving.map(\.id)) == [1, 2])
         #expect(endedByLeavingAgain.isEmpty)
         #expect(table.hasLeft(":1.4"))
-        // Not watched again on a new connection, and gone with its last answer.
+        // Not watched again on a new connection, and gone with its last answer, not resting.
         #expect(table.present.isEmpty)
         let endedByAnswer = table.end(":1.4")
-        #expect(endedByAnswer.isEmpty && table.entries.isEmpty)
+        #expect(endedByAnswer.isEmpty && table.entries.isEmpty && table.resting.isEmpty)
         #expect(table.hasLeft(":1.4"))
     }
 
@@ -82,11 +121,14 @@ import Testing
         table.watched(":1.2", connection: 100, id: 2)
         let endedByClosing = table.closing(100)
         let endedByClosingAgain = table.closing(100)
-        let endedByAnswerOfOne = table.end(":1.1")
-        let endedByAnswerOfTwo = table.end(":1.2")
         #expect(Set(endedByClosing.map(\.id)) == [1, 2] && endedByClosingAgain.isEmpty)
-        #expect(endedByAnswerOfOne == [Watch(connection: 200, id: 3)])
-        #expect(endedByAnswerOfTwo.isEmpty)
+        // Resting with a watch left, or with none.
+        _ = table.end(":1.1")
+        _ = table.end(":1.2")
+        #expect(table.entries[":1.1"]?.watches == [200: 3] && table.entries[":1.2"]?.watches == [:])
+        let endedByTheOtherClosing = table.closing(200)
+        #expect(endedByTheOtherClosing == [Watch(connection: 200, id: 3)])
+        #expect(table.entries[":1.1"] == nil && table.resting == [":1.2"])
     }
 
     @Test func whenTheBusGoesEveryCallerHasLeft() {
@@ -95,9 +137,10 @@ import Testing
         _ = table.begin(":1.2", perCaller: 4, total: 8)
         table.watched(":1.1", connection: 100, id: 1)
         table.watched(":1.2", connection: 100, id: 2)
+        _ = table.end(":1.2")
         let ended = table.leaveAll()
         #expect(Set(ended.map(\.id)) == [1, 2])
         #expect(table.hasLeft(":1.1") && table.hasLeft(":1.2"))
-        #expect(table.present.isEmpty)
+        #expect(table.present.isEmpty && table.resting.isEmpty && table.entries.count == 1)
     }
 }

@@ -401,12 +401,15 @@ struct DBusAPITests {
         let woke = Self.brokerSwitches(h) - before
         #expect(woke < 20, "the broker's threads were switched \(woke) times while 20 other processes came and went")
 
-        // A subscriber is followed while it is on the bus; a caller whose call is answered is not.
+        // A subscriber is followed while it is on the bus; so is a caller until it leaves (`gdbus call`
+        // at once).
         let subscriber = try Self.listen(h, ["--subscribe", "--timeout", "600"], log: h.dir + "/subscriber.log")
         defer { subscriber.stop() }
         let subscriberName = try #require(Self.uniqueName(of: subscriber))
         #expect(try Self.ok(h, "GetSession", "com.example.notes").contains("signedOut"))
-        #expect(try Self.ownerChangesWatched(by: broker, h) == ["org.freedesktop.secrets", subscriberName].sorted())
+        try waitUntil(10, "the broker to follow the subscriber alone") {
+            try Self.ownerChangesWatched(by: broker, h) == ["org.freedesktop.secrets", subscriberName].sorted()
+        }
         // It leaves: its subscription ends, and so does the watch.
         subscriber.stop()
         try waitUntil(10, "the broker to end the subscription of the caller that left") {
@@ -415,6 +418,33 @@ struct DBusAPITests {
         try waitUntil(10, "the broker to stop following the subscriber") {
             try Self.ownerChangesWatched(by: broker, h) == ["org.freedesktop.secrets"]
         }
+    }
+
+    @Test func aCallersCredentialsAreAskedOfTheBusOnlyOnItsFirstCall() throws {
+        let h = try Harness()
+        defer { h.stopAll() }
+        try h.startServer()
+        h.writeClient()
+        try Self.start(h)
+        let monitor = try Child(
+            "/usr/bin/dbus-monitor",
+            ["--session", "type='method_call',interface='org.freedesktop.DBus',member='GetConnectionCredentials'"],
+            environment: h.environment(), log: h.dir + "/monitor.log")
+        defer { monitor.stop() }
+        try waitUntil(10, "dbus-monitor to listen") { monitor.output.contains("NameAcquired") }
+        // One connection calls GetSession every 20 ms for a second: the broker asks the bus who it
+        // is once, and keeps the answer while it follows the caller (its connection's credentials
+        // cannot change).
+        let probe = try runProgram(
+            "/usr/bin/python3", [Self.listener, "--probe", "1", "com.example.notes"], environment: h.environment())
+        let report = try JSONValue.parse(Array(probe.out.utf8))
+        #expect((report["calls"]?.intValue ?? 0) >= 20, "\(probe.out) \(probe.err)")
+        #expect(report["errors"]?.objectValue?.isEmpty == true, "\(probe.out)")
+        try waitUntil(10, "dbus-monitor to show the broker's question") {
+            monitor.output.contains("member=GetConnectionCredentials")
+        }
+        usleep(300_000)
+        #expect(monitor.output.components(separatedBy: "member=GetConnectionCredentials").count - 1 == 1)
     }
 
     @Test func theFirstCallStartsTheBrokerByDBusActivation() throws {
