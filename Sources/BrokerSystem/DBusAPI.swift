@@ -166,6 +166,8 @@ struct DBusCallerTable: Sendable {
     static let restingLimit = 64
 
     struct Entry {
+        /// Which of the callers that had this name it is (`begin`).
+        let serial: UInt64
         var calls = 0
         var holds = 0
         var left = false
@@ -198,20 +200,42 @@ struct DBusCallerTable: Sendable {
     private(set) var total = 0
     /// The resting callers, the longest resting first.
     private(set) var resting: [String] = []
+    /// Calls in flight of callers that left, by serial, once their name came back (`begin`).
+    private(set) var departed: [UInt64: Int] = [:]
+    private var lastSerial: UInt64 = 0
 
-    /// Counts a new call of `sender`.
-    mutating func begin(_ sender: String, perCaller: Int, total limit: Int) -> Begun {
+    /// Counts a new call of `sender`; its serial says which caller of that name made it, for `end`,
+    /// `hasLeft`, `hold` and `learned`.
+    ///
+    /// A name that left and calls again belongs to another caller: unique names are not reused on
+    /// one bus, but a new bus (after the old one went away) gives the same names out again. It gets
+    /// an entry of its own, nothing of the old one's (credentials above all); the old one's calls
+    /// still in flight are counted apart until they end.
+    mutating func begin(_ sender: String, perCaller: Int, total limit: Int) -> (begun: Begun, serial: UInt64) {
+        if let gone = entries[sender], gone.left {
+            if gone.calls > 0 { departed[gone.serial] = gone.calls }
+            entries[sender] = nil
+        }
         let entry = entries[sender]
-        guard total < limit, (entry?.calls ?? 0) < perCaller else { return .refused }
+        guard total < limit, (entry?.calls ?? 0) < perCaller else { return (.refused, 0) }
         if entry?.resting == true { resting.removeAll { $0 == sender } }
-        entries[sender, default: Entry()].calls += 1
+        if entry == nil {
+            lastSerial += 1
+            entries[sender] = Entry(serial: lastSerial)
+        }
+        entries[sender]?.calls += 1
         total += 1
-        return entry == nil ? .first : .counted
+        return (entry == nil ? .first : .counted, entries[sender]?.serial ?? 0)
     }
 
-    /// A call of `sender` was answered.
-    mutating func end(_ sender: String) -> [Watch] {
-        guard entries[sender] != nil else { return [] }
+    /// A call of `sender` (that caller: `serial`) was answered.
+    mutating func end(_ sender: String, serial: UInt64) -> [Watch] {
+        guard entries[sender]?.serial == serial else {
+            guard let calls = departed[serial] else { return [] }
+            departed[serial] = calls > 1 ? calls - 1 : nil
+            total -= 1
+            return []
+        }
         entries[sender]?.calls -= 1
         total -= 1
         return restIfIdle(sender)
@@ -219,8 +243,8 @@ struct DBusCallerTable: Sendable {
 
     /// The API keeps following `sender` after its calls end; false when it is not followed
     /// or resting (no call of it is in flight).
-    mutating func hold(_ sender: String) -> Bool {
-        guard let entry = entries[sender], !entry.resting else { return false }
+    mutating func hold(_ sender: String, serial: UInt64) -> Bool {
+        guard let entry = entries[sender], entry.serial == serial, !entry.resting else { return false }
         entries[sender]?.holds += 1
         return true
     }
@@ -238,6 +262,7 @@ struct DBusCallerTable: Sendable {
         guard var entry = entries[sender] else { return [] }
         if entry.resting { return drop(sender) }
         entry.left = true
+        entry.credentials = nil
         let ended = entry.watches.map { Watch(connection: $0.key, id: $0.value) }
         entry.watches = [:]
         entries[sender] = entry
@@ -247,14 +272,17 @@ struct DBusCallerTable: Sendable {
     /// Every caller left (the bus went away).
     mutating func leaveAll() -> [Watch] { entries.keys.flatMap { leave($0) } }
 
-    func hasLeft(_ sender: String) -> Bool { entries[sender]?.left ?? true }
+    /// Whether that caller left the bus (a caller of that name since counts as its leaving).
+    func hasLeft(_ sender: String, serial: UInt64) -> Bool {
+        entries[sender].map { $0.serial != serial || $0.left } ?? true
+    }
 
     /// The callers that need a watch on a new connection: followed, not gone.
     var present: [String] { entries.filter { !$0.value.left }.map(\.key) }
 
     /// What the bus said of `sender`'s process and user, kept while it is followed.
-    mutating func learned(_ sender: String, _ credentials: Credentials) {
-        guard entries[sender]?.left == false else { return }
+    mutating func learned(_ sender: String, serial: UInt64, _ credentials: Credentials) {
+        guard let entry = entries[sender], entry.serial == serial, !entry.left else { return }
         entries[sender]?.credentials = credentials
     }
 

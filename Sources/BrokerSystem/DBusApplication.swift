@@ -51,7 +51,8 @@ public final class DBusApplication: @unchecked Sendable {
     // the message filter (on GDBus's worker thread), which reads only the
     // message and writes atomics; and `changeCallers`, which unsubscribes a
     // caller's watches on whichever thread ends them (GDBus allows it) with
-    // the callers' lock held, which `detach` takes before a connection closes. `loopState` is touched on the loop thread only.
+    // the callers' lock held, which `detach` takes before a connection
+    // closes. `loopState` is touched on the loop thread only.
     // The callbacks are immutable; the flags are atomics; the tables mutexes.
     private let context: OpaquePointer
     private let loop: OpaquePointer
@@ -767,9 +768,10 @@ extension DBusApplication {
         // the credentials asked below after it has taken the watch: a caller that left before is
         // answered an error, one that leaves later is seen) and on the one served now.
         var begun = DBusCallerTable.Begun.refused
+        var serial: UInt64 = 0
         var known: DBusCallerTable.Credentials?
         changeCallers { table in
-            begun = table.begin(sender, perCaller: api.maxCallsPerCaller, total: api.maxCalls)
+            (begun, serial) = table.begin(sender, perCaller: api.maxCallsPerCaller, total: api.maxCalls)
             known = begun == .counted ? table.entries[sender]?.credentials : nil
             guard begun == .first else { return [] }
             var watched = [connection]
@@ -787,8 +789,8 @@ extension DBusApplication {
             )
         }
         link?.inFlight.add(1, ordering: .relaxed)
-        let end: @Sendable () -> Void = { [self] in
-            changeCallers { $0.end(sender) }
+        let end: @Sendable () -> Void = { [self, serial] in
+            changeCallers { $0.end(sender, serial: serial) }
             link?.inFlight.subtract(1, ordering: .relaxed)
         }
         var arguments: [JSONValue] = []
@@ -813,7 +815,8 @@ extension DBusApplication {
             }
         }
         let pending = PendingCall(
-            method: method, arguments: arguments, sender: sender, invocation: invocation, outTypes: outTypes, end: end)
+            method: method, arguments: arguments, sender: sender, serial: serial, invocation: invocation,
+            outTypes: outTypes, end: end)
         pending.app = self
         // A caller followed since an earlier call: the bus said who it is then.
         if let known { return pending.credentials(known.pid, known.uid) }
@@ -836,7 +839,7 @@ extension DBusApplication {
                 let pid = credentials?["ProcessID"]?.intValue
                 let uid = credentials?["UnixUserID"]?.intValue
                 if let pid, let uid, let app = pending.app {
-                    app.callers.withLock { $0.learned(pending.sender, .init(pid: pid, uid: uid)) }
+                    app.callers.withLock { $0.learned(pending.sender, serial: pending.serial, .init(pid: pid, uid: uid)) }
                 }
                 pending.credentials(pid, uid)
             }, Unmanaged.passRetained(pending).toOpaque())
@@ -847,18 +850,21 @@ extension DBusApplication {
         let method: String
         let arguments: [JSONValue]
         let sender: String
+        /// Which caller of that name (`DBusCallerTable.begin`).
+        let serial: UInt64
         let invocation: OpaquePointer
         let outTypes: [String]
         let end: @Sendable () -> Void
         var app: DBusApplication?
 
         init(
-            method: String, arguments: [JSONValue], sender: String, invocation: OpaquePointer, outTypes: [String],
-            end: @escaping @Sendable () -> Void
+            method: String, arguments: [JSONValue], sender: String, serial: UInt64, invocation: OpaquePointer,
+            outTypes: [String], end: @escaping @Sendable () -> Void
         ) {
             self.method = method
             self.arguments = arguments
             self.sender = sender
+            self.serial = serial
             self.invocation = invocation
             self.outTypes = outTypes
             self.end = end
@@ -877,11 +883,12 @@ extension DBusApplication {
                     invocation, "org.freedesktop.DBus.Error.AccessDenied", "the broker serves its own user only")
             }
             let sender = sender
+            let serial = serial
             let call = DBusMethodCall(
                 method: method, arguments: arguments, caller: DBusCaller(uniqueName: sender, pid: Int32(pid), uid: UInt32(uid)),
                 invocation: invocation, outTypes: outTypes, finished: end,
-                left: { app.callers.withLock { $0.hasLeft(sender) } },
-                hold: { app.callers.withLock { $0.hold(sender) } })
+                left: { app.callers.withLock { $0.hasLeft(sender, serial: serial) } },
+                hold: { app.callers.withLock { $0.hold(sender, serial: serial) } })
             api.handle(call)
         }
     }

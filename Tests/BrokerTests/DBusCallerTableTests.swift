@@ -10,9 +10,9 @@ import Testing
 
     @Test func aCallerIsFollowedFromItsFirstCallAndRestsAfterItsLastAnswer() {
         var table = DBusCallerTable()
-        let first = table.begin(":1.7", perCaller: 4, total: 8)
+        let first = table.call(":1.7", perCaller: 4, total: 8)
         table.watched(":1.7", connection: 100, id: 5)
-        let second = table.begin(":1.7", perCaller: 4, total: 8)
+        let second = table.call(":1.7", perCaller: 4, total: 8)
         let endedByFirstAnswer = table.end(":1.7")
         let endedByLastAnswer = table.end(":1.7")
         #expect(first == .first && second == .counted)
@@ -20,7 +20,7 @@ import Testing
         // Resting: still watched, and its next call needs no new watch.
         #expect(table.resting == [":1.7"] && table.total == 0)
         #expect(table.present == [":1.7"])
-        let again = table.begin(":1.7", perCaller: 4, total: 8)
+        let again = table.call(":1.7", perCaller: 4, total: 8)
         #expect(again == .counted && table.resting.isEmpty)
         // It leaves while resting: its entry and its watch go.
         _ = table.end(":1.7")
@@ -34,12 +34,12 @@ import Testing
         let credentials = DBusCallerTable.Credentials(pid: 42, uid: 1000)
         table.learned(":1.3", credentials)
         #expect(table.entries[":1.3"] == nil)
-        _ = table.begin(":1.3", perCaller: 4, total: 8)
+        _ = table.call(":1.3", perCaller: 4, total: 8)
         table.learned(":1.3", credentials)
         _ = table.end(":1.3")
         #expect(table.entries[":1.3"]?.credentials == credentials)
         _ = table.leave(":1.3")
-        let next = table.begin(":1.3", perCaller: 4, total: 8)
+        let next = table.call(":1.3", perCaller: 4, total: 8)
         #expect(next == .first && table.entries[":1.3"]?.credentials == nil)
         // Not learnt for a caller that left.
         _ = table.leave(":1.3")
@@ -47,12 +47,34 @@ import Testing
         #expect(table.entries[":1.3"]?.credentials == nil)
     }
 
+    @Test func aNameThatComesBackOnANewBusIsAnotherCaller() {
+        var table = DBusCallerTable()
+        let old = table.begin(":1.5", perCaller: 4, total: 8)
+        table.learned(":1.5", serial: old.serial, .init(pid: 42, uid: 1000))
+        // The bus went away with the call in flight; a new bus gives the name to another process.
+        _ = table.leaveAll()
+        let new = table.begin(":1.5", perCaller: 4, total: 8)
+        #expect(new.begun == .first && new.serial != old.serial)
+        #expect(table.entries[":1.5"]?.credentials == nil)
+        #expect(table.hasLeft(":1.5", serial: old.serial) && !table.hasLeft(":1.5", serial: new.serial))
+        let oldHold = table.hold(":1.5", serial: old.serial)
+        #expect(!oldHold)
+        // The old call's answer counts against the old caller, not the new one.
+        #expect(table.total == 2 && table.departed == [old.serial: 1])
+        _ = table.end(":1.5", serial: old.serial)
+        #expect(table.total == 1 && table.departed.isEmpty && table.entries[":1.5"]?.calls == 1)
+        _ = table.end(":1.5", serial: old.serial)
+        #expect(table.total == 1)
+        _ = table.end(":1.5", serial: new.serial)
+        #expect(table.total == 0 && table.resting == [":1.5"])
+    }
+
     @Test func onlyTheMostRecentRestingCallersStayFollowed() {
         var table = DBusCallerTable()
         let limit = DBusCallerTable.restingLimit
         var ended: [Watch] = []
         for n in 0...limit {
-            _ = table.begin(":1.\(n)", perCaller: 4, total: 8)
+            _ = table.call(":1.\(n)", perCaller: 4, total: 8)
             table.watched(":1.\(n)", connection: 100, id: UInt32(n))
             ended += table.end(":1.\(n)")
         }
@@ -65,9 +87,9 @@ import Testing
     @Test func theLimitsRefuseWithoutCounting() {
         var table = DBusCallerTable()
         let answers = [
-            table.begin(":1.1", perCaller: 2, total: 3), table.begin(":1.1", perCaller: 2, total: 3),
-            table.begin(":1.1", perCaller: 2, total: 3), table.begin(":1.2", perCaller: 2, total: 3),
-            table.begin(":1.3", perCaller: 2, total: 3),
+            table.call(":1.1", perCaller: 2, total: 3), table.call(":1.1", perCaller: 2, total: 3),
+            table.call(":1.1", perCaller: 2, total: 3), table.call(":1.2", perCaller: 2, total: 3),
+            table.call(":1.3", perCaller: 2, total: 3),
         ]
         #expect(answers == [.first, .counted, .refused, .first, .refused])
         #expect(table.total == 3)
@@ -76,7 +98,7 @@ import Testing
 
     @Test func holdsKeepTheCallerWatchedAfterItsCallsUntilEachIsLetGo() {
         var table = DBusCallerTable()
-        _ = table.begin(":1.9", perCaller: 4, total: 8)
+        _ = table.call(":1.9", perCaller: 4, total: 8)
         table.watched(":1.9", connection: 100, id: 1)
         let held = table.hold(":1.9") && table.hold(":1.9")
         let endedByAnswer = table.end(":1.9")
@@ -96,7 +118,7 @@ import Testing
 
     @Test func leavingEndsTheWatchesOnceAndMarksTheCalls() {
         var table = DBusCallerTable()
-        _ = table.begin(":1.4", perCaller: 4, total: 8)
+        _ = table.call(":1.4", perCaller: 4, total: 8)
         table.watched(":1.4", connection: 100, id: 1)
         table.watched(":1.4", connection: 200, id: 2)
         #expect(!table.hasLeft(":1.4"))
@@ -114,8 +136,8 @@ import Testing
 
     @Test func aClosingConnectionEndsOnlyItsOwnWatches() {
         var table = DBusCallerTable()
-        _ = table.begin(":1.1", perCaller: 4, total: 8)
-        _ = table.begin(":1.2", perCaller: 4, total: 8)
+        _ = table.call(":1.1", perCaller: 4, total: 8)
+        _ = table.call(":1.2", perCaller: 4, total: 8)
         table.watched(":1.1", connection: 100, id: 1)
         table.watched(":1.1", connection: 200, id: 3)
         table.watched(":1.2", connection: 100, id: 2)
@@ -133,8 +155,8 @@ import Testing
 
     @Test func whenTheBusGoesEveryCallerHasLeft() {
         var table = DBusCallerTable()
-        _ = table.begin(":1.1", perCaller: 4, total: 8)
-        _ = table.begin(":1.2", perCaller: 4, total: 8)
+        _ = table.call(":1.1", perCaller: 4, total: 8)
+        _ = table.call(":1.2", perCaller: 4, total: 8)
         table.watched(":1.1", connection: 100, id: 1)
         table.watched(":1.2", connection: 100, id: 2)
         _ = table.end(":1.2")
@@ -142,5 +164,19 @@ import Testing
         #expect(Set(ended.map(\.id)) == [1, 2])
         #expect(table.hasLeft(":1.1") && table.hasLeft(":1.2"))
         #expect(table.present.isEmpty && table.resting.isEmpty && table.entries.count == 1)
+    }
+}
+
+/// The table's calls for the caller that has each name now.
+extension DBusCallerTable {
+    fileprivate mutating func call(_ sender: String, perCaller: Int, total: Int) -> Begun {
+        begin(sender, perCaller: perCaller, total: total).begun
+    }
+    fileprivate func serial(_ sender: String) -> UInt64 { entries[sender]?.serial ?? 0 }
+    fileprivate mutating func end(_ sender: String) -> [Watch] { end(sender, serial: serial(sender)) }
+    fileprivate mutating func hold(_ sender: String) -> Bool { hold(sender, serial: serial(sender)) }
+    fileprivate func hasLeft(_ sender: String) -> Bool { hasLeft(sender, serial: serial(sender)) }
+    fileprivate mutating func learned(_ sender: String, _ credentials: Credentials) {
+        learned(sender, serial: serial(sender), credentials)
     }
 }
