@@ -54,7 +54,8 @@ enum Round3 {
                     "--method", "org.freedesktop.DBus.GetId",
                 ])
             if bus.status == 0 { comings += 1 }
-            let left = end > nowNanos() ? end - nowNanos() : 0
+            let now = nowNanos()
+            let left = end > now ? end - now : 0
             usleep(UInt32(min(left / 1000, 1_000_000)))
         }
         let after = ProcFS.contextSwitches(pid: broker.pid)

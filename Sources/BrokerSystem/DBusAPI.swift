@@ -177,6 +177,7 @@ struct DBusCallerTable: Sendable {
         /// of its connection, and so of its unique name, which is never reused.
         var credentials: Credentials?
         var resting: Bool { calls == 0 && holds == 0 }
+        var watchList: [Watch] { watches.map { Watch(connection: $0.key, id: $0.value) } }
     }
     struct Credentials: Equatable {
         let pid: Int64
@@ -263,7 +264,7 @@ struct DBusCallerTable: Sendable {
         if entry.resting { return drop(sender) }
         entry.left = true
         entry.credentials = nil
-        let ended = entry.watches.map { Watch(connection: $0.key, id: $0.value) }
+        let ended = entry.watchList
         entry.watches = [:]
         entries[sender] = entry
         return ended
@@ -316,6 +317,6 @@ struct DBusCallerTable: Sendable {
     private mutating func drop(_ sender: String) -> [Watch] {
         guard let entry = entries.removeValue(forKey: sender) else { return [] }
         if entry.resting { resting.removeAll { $0 == sender } }
-        return entry.watches.map { Watch(connection: $0.key, id: $0.value) }
+        return entry.watchList
     }
 }
