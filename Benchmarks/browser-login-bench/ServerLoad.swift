@@ -79,6 +79,8 @@ enum ServerLoad {
         var rate: Double
         var p99: Double
         var failed: Int
+        /// The server's CPU time (user + system) per request over the loads, when it is a process of its own.
+        var cpuPerRequest: Double? = nil
     }
 
     /// `request(thread, k)` from `clients` threads at once, each as fast as it
@@ -114,8 +116,32 @@ enum ServerLoad {
     /// so the figure was mostly the first burst's.
     static func exchangeCount(quick: Bool) -> Int { quick ? 256 : 2000 }
 
+    /// Loads of each kind per server (and per run of the minimal handler); the
+    /// figure is their median. One load of 2,000 exchanges lasts under half a
+    /// second, and its rate moved by ±15 % between runs of the same binaries
+    /// (round 20): three, each on attempts of its own, and three creates loads
+    /// of a third of the time each.
+    static func repetitions(quick: Bool) -> Int { quick ? 1 : 3 }
+
+    /// The median rate and the median p99 of `loads`.
+    static func median(_ loads: [Load]) -> Load {
+        let rates = loads.map(\.rate).sorted()
+        let p99s = loads.map(\.p99).sorted()
+        return Load(rate: rates[rates.count / 2], p99: p99s[p99s.count / 2], failed: loads.reduce(0) { $0 + $1.failed })
+    }
+
+    /// `run`'s loads, with `server`'s CPU time per request over them (`/proc/PID/stat`, 10 ms ticks).
+    static func measuringCPU(of server: SpawnedProcess, requests: Int, _ run: () throws -> Load) rethrows -> Load {
+        let before = server.cpuSeconds
+        var load = try run()
+        load.cpuPerRequest = (server.cpuSeconds - before) / Double(max(1, requests))
+        return load
+    }
+
     /// Creates and exchanges against one server (`origin`), 64 clients at once.
-    static func serverLoads(world: World, origin: String, quick: Bool) throws -> (creates: Load, exchanges: Load) {
+    static func serverLoads(world: World, server: SpawnedProcess, origin: String, quick: Bool) throws -> (
+        creates: Load, exchanges: Load
+    ) {
         let seconds = quick ? 1.0 : 3.0
         let base = origin + "/browser-login"
         let client = world.clientIds[0]
@@ -128,18 +154,35 @@ enum ServerLoad {
         _ = load(seconds: seconds / 3) { _, _ in
             (try? RawHTTP.postJSON(base + "/native/attempts", createJSON))?.status == 201
         }
-        let creates = load(seconds: seconds) { _, _ in
-            (try? RawHTTP.postJSON(base + "/native/attempts", createJSON))?.status == 201
-        }
+        let repetitions = repetitions(quick: quick)
+        let createsCPU = server.cpuSeconds
+        var creates = median(
+            (0..<repetitions).map { _ in
+                load(seconds: seconds / Double(repetitions)) { _, _ in
+                    (try? RawHTTP.postJSON(base + "/native/attempts", createJSON))?.status == 201
+                }
+            })
+        // The loads' requests: each load's rate times its length.
+        creates.cpuPerRequest = (server.cpuSeconds - createsCPU) / max(1, creates.rate * seconds)
         guard creates.failed == 0 else { throw BenchError("\(creates.failed) creates failed under load") }
-        let work = try authorized(world: world, origin: origin, count: exchangeCount(quick: quick))
-        let exchanges = load(seconds: 120, limit: work.count) { _, k in
-            let item = work[k]
-            let json = #"{"code":"\#(item.code)","codeVerifier":"\#(item.verifier)"}"#
-            return (try? RawHTTP.postJSON(base + "/native/attempts/\(item.attempt)/exchange", json))?.status == 200
+        var exchanges: [Load] = []
+        for _ in 0..<repetitions {
+            let work = try authorized(world: world, origin: origin, count: exchangeCount(quick: quick))
+            let run = measuringCPU(of: server, requests: work.count) {
+                load(seconds: 120, limit: work.count) { _, k in
+                    let item = work[k]
+                    let json = #"{"code":"\#(item.code)","codeVerifier":"\#(item.verifier)"}"#
+                    return (try? RawHTTP.postJSON(base + "/native/attempts/\(item.attempt)/exchange", json))?.status
+                        == 200
+                }
+            }
+            guard run.failed == 0 else { throw BenchError("\(run.failed) exchanges failed under load") }
+            exchanges.append(run)
         }
-        guard exchanges.failed == 0 else { throw BenchError("\(exchanges.failed) exchanges failed under load") }
-        return (creates, exchanges)
+        var exchange = median(exchanges)
+        let cpu = exchanges.compactMap(\.cpuPerRequest).sorted()
+        exchange.cpuPerRequest = cpu.isEmpty ? nil : cpu[cpu.count / 2]
+        return (creates, exchange)
     }
 
     /// `count` attempts created and authorized on `origin` (not timed), ready to be exchanged once each.
@@ -176,8 +219,9 @@ enum ServerLoad {
         return work
     }
 
-    /// The same figures from the minimal handler: creates for `seconds`, then `count` exchanges.
-    static func minimalLoads(seconds: Double, count: Int) throws -> (creates: Load, exchanges: Load) {
+    /// The same figures from the minimal handler: creates for `seconds` (in `repetitions` loads), then
+    /// `repetitions` loads of `count` exchanges; the medians.
+    static func minimalLoads(seconds: Double, count: Int, repetitions: Int) throws -> (creates: Load, exchanges: Load) {
         let minimal = try MinimalHTTPServer()
         defer { minimal.stop() }
         let base = "http://127.0.0.1:\(minimal.port)/browser-login"
@@ -185,13 +229,19 @@ enum ServerLoad {
         _ = load(seconds: seconds / 3) { _, _ in
             (try? RawHTTP.postJSON(base + "/native/attempts", createJSON))?.status == 201
         }
-        let creates = load(seconds: seconds) { _, _ in
-            (try? RawHTTP.postJSON(base + "/native/attempts", createJSON))?.status == 201
-        }
+        let creates = median(
+            (0..<repetitions).map { _ in
+                load(seconds: seconds / Double(repetitions)) { _, _ in
+                    (try? RawHTTP.postJSON(base + "/native/attempts", createJSON))?.status == 201
+                }
+            })
         let json = #"{"code":"cd_0123456789abcdef0123456789abcdef","codeVerifier":"0123456789abcdef0123456789abcdef0123456789a"}"#
-        let exchanges = load(seconds: 120, limit: count) { _, k in
-            (try? RawHTTP.postJSON(base + "/native/attempts/at_\(k)/exchange", json))?.status == 200
-        }
+        let exchanges = median(
+            (0..<repetitions).map { _ in
+                load(seconds: 120, limit: count) { _, k in
+                    (try? RawHTTP.postJSON(base + "/native/attempts/at_\(k)/exchange", json))?.status == 200
+                }
+            })
         return (creates, exchanges)
     }
 
@@ -224,17 +274,20 @@ enum ServerLoad {
     static func figures(world: World, quick: Bool) throws {
         let seconds = quick ? 1.0 : 3.0
         // The minimal handler first and last, the server in between: the baseline is the mean of both.
-        let minimalBefore = try minimalLoads(seconds: seconds, count: exchangeCount(quick: quick))
-        let sqlite = try serverLoads(world: world, origin: world.serverOrigin, quick: quick)
+        let minimalBefore = try minimalLoads(
+            seconds: seconds, count: exchangeCount(quick: quick), repetitions: repetitions(quick: quick))
+        guard let server = world.server else { throw BenchError("the reference server is not running") }
+        let sqlite = try serverLoads(world: world, server: server, origin: world.serverOrigin, quick: quick)
         var postgres: (creates: Load, exchanges: Load)?
         if let pg = try postgresServer(world: world) {
             defer {
                 pg.server.stop()
                 pg.cluster.stop()
             }
-            postgres = try serverLoads(world: world, origin: pg.origin, quick: quick)
+            postgres = try serverLoads(world: world, server: pg.server, origin: pg.origin, quick: quick)
         }
-        let minimalAfter = try minimalLoads(seconds: seconds, count: exchangeCount(quick: quick))
+        let minimalAfter = try minimalLoads(
+            seconds: seconds, count: exchangeCount(quick: quick), repetitions: repetitions(quick: quick))
         func mean(_ a: Load, _ b: Load) -> Load {
             Load(rate: (a.rate + b.rate) / 2, p99: (a.p99 + b.p99) / 2, failed: a.failed + b.failed)
         }
@@ -261,6 +314,12 @@ enum ServerLoad {
                         baseline: ms(baseline.p99) + " (minimal MHD)",
                         ratio: String(format: "%.2f×", server.p99 / baseline.p99),
                         target: judged && exchange ? "≤ 25 ms" : "(info)", met: judged && exchange ? server.p99 <= 25e6 : nil))
+                if let cpu = server.cpuPerRequest {
+                    record(
+                        Row(
+                            figure: "  server CPU per \(exchange ? "exchange" : "create") (\(store))", value: us(cpu * 1e9),
+                            baseline: "-", ratio: "-", target: "(info)", met: nil))
+                }
             }
         }
     }

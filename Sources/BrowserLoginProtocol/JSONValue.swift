@@ -206,6 +206,11 @@ extension JSONValue {
     private static let falseBytes = Array("false".utf8)
     private static let hexDigits = Array("0123456789abcdef".utf8)
 
+    /// `value` as a JSON string the way `serializedForProtocol()` writes it (`ProtocolJSONWriter`).
+    package static func writeProtocolString(_ value: String, to out: inout [UInt8]) {
+        writeString(value, to: &out, escapingDelete: false)
+    }
+
     private static func writeString(_ value: String, to out: inout [UInt8], escapingDelete: Bool) {
         var value = value
         value.withUTF8 { writeString(utf8: $0, to: &out, escapingDelete: escapingDelete) }

@@ -121,6 +121,11 @@ public enum StrictJSON {
 /// (what Foundation's `JSONEncoder` writes with `[.sortedKeys, .withoutEscapingSlashes]`).
 public enum ProtocolJSON {
     public static func encode(_ value: some Encodable) throws -> [UInt8] {
-        try JSONValueEncoder.serialize(value)
+        if let direct = value as? any ProtocolJSONWritable {
+            var writer = ProtocolJSONWriter()
+            direct.write(to: &writer)
+            return writer.bytes
+        }
+        return try JSONValueEncoder.serialize(value)
     }
 }

@@ -31,6 +31,14 @@ public struct Timestamp: Sendable, Hashable, Comparable, Codable, CustomStringCo
 
     /// The RFC 3339 form, `YYYY-MM-DDTHH:MM:SS.mmmZ`.
     public var rfc3339: String {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(24)
+        writeRFC3339(to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Appends `rfc3339`'s bytes to `out` (`ProtocolJSONWriter`), without making a string.
+    public func writeRFC3339(to out: inout [UInt8]) {
         let ms = millisecondsSince1970
         let seconds = ms >= 0 ? ms / 1000 : (ms - 999) / 1000
         let millis = ms - seconds * 1000
@@ -38,14 +46,39 @@ public struct Timestamp: Sendable, Hashable, Comparable, Codable, CustomStringCo
         var t = time_t(seconds)
         gmtime_r(&t, &parts)
         // `%0Nd`: zero-padded to `width` characters, the sign included.
-        func padded(_ value: Int, _ width: Int) -> String {
-            if value < 0 { return "-" + padded(-value, width - 1) }
-            let digits = String(value)
-            return String(repeating: "0", count: max(0, width - digits.count)) + digits
+        func padded(_ value: Int, _ width: Int) {
+            if value < 0 {
+                out.append(UInt8(ascii: "-"))
+                return padded(-value, width - 1)
+            }
+            var digits = 1
+            var rest = value / 10
+            while rest > 0 {
+                digits += 1
+                rest /= 10
+            }
+            for _ in digits..<max(digits, width) { out.append(UInt8(ascii: "0")) }
+            var divisor = 1
+            for _ in 1..<digits { divisor *= 10 }
+            while divisor > 0 {
+                out.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
+                divisor /= 10
+            }
         }
-        return padded(Int(parts.tm_year) + 1900, 4) + "-" + padded(Int(parts.tm_mon) + 1, 2) + "-"
-            + padded(Int(parts.tm_mday), 2) + "T" + padded(Int(parts.tm_hour), 2) + ":" + padded(Int(parts.tm_min), 2)
-            + ":" + padded(Int(parts.tm_sec), 2) + "." + padded(Int(millis), 3) + "Z"
+        padded(Int(parts.tm_year) + 1900, 4)
+        out.append(UInt8(ascii: "-"))
+        padded(Int(parts.tm_mon) + 1, 2)
+        out.append(UInt8(ascii: "-"))
+        padded(Int(parts.tm_mday), 2)
+        out.append(UInt8(ascii: "T"))
+        padded(Int(parts.tm_hour), 2)
+        out.append(UInt8(ascii: ":"))
+        padded(Int(parts.tm_min), 2)
+        out.append(UInt8(ascii: ":"))
+        padded(Int(parts.tm_sec), 2)
+        out.append(UInt8(ascii: "."))
+        padded(Int(millis), 3)
+        out.append(UInt8(ascii: "Z"))
     }
 
     public var description: String { rfc3339 }

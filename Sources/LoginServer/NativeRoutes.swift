@@ -103,6 +103,9 @@ extension LoginService {
         // What needs no database is made before the transaction, so the
         // writer (one at a time) spends only the statements on it.
         let codeHash = Records.hash(body.code)
+        // The verifier's S256 challenge, compared inside with the attempt's.
+        let verifierChallenge =
+            ProofSecret.isWellFormed(body.codeVerifier) ? ProofSecret(value: body.codeVerifier).challenge : nil
         let sessionId = try randomToken(bytes: 16)
         let tokens = tokenPair(sessionId: sessionId, generation: 0)
         let refreshHash = Records.hash(tokens.refresh)
@@ -113,9 +116,7 @@ extension LoginService {
                 throw APIError(.attemptUnknown, "no such attempt")
             }
             if limitInside { try clientLimit(attempt.clientId) }
-            guard ProofSecret.isWellFormed(body.codeVerifier),
-                ProofSecret(value: body.codeVerifier).verifies(challenge: attempt.codeChallenge)
-            else {
+            guard let verifierChallenge, Crypto.constantTimeEquals(verifierChallenge, attempt.codeChallenge) else {
                 throw APIError(.invalidGrant, "the code or the code verifier is wrong")
             }
             switch attempt.state {

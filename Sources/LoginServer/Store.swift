@@ -221,10 +221,13 @@ final class Store: Sendable {
     /// Opens (creating, for SQLite) and migrates the database at `location`.
     /// PostgreSQL: connects once to prove the database is reachable, and
     /// migrates under an advisory lock.
-    init(location: DatabaseLocation, poolSize: Int = PostgresStore.defaultPoolSize) throws {
+    init(
+        location: DatabaseLocation, poolSize: Int = PostgresStore.defaultPoolSize,
+        walRestartFrames: Int = SQLiteStoreLimits.walRestartFrames
+    ) throws {
         self.location = location
         switch location {
-        case .sqlite(let path): backend = .sqlite(try SQLiteStore(path: path))
+        case .sqlite(let path): backend = .sqlite(try SQLiteStore(path: path, walRestartFrames: walRestartFrames))
         case .postgres(let url): backend = .postgres(try PostgresStore(url: url, poolSize: poolSize))
         }
     }
@@ -351,6 +354,16 @@ private func capture<T>(_ database: Database, _ body: (Database) throws -> T) th
     do { return .success(try body(database)) } catch let error as APIError { return .failure(error) }
 }
 
+/// The SQLite store's sizes (`SQLiteStore`, which is private).
+enum SQLiteStoreLimits {
+    /// The most transactions one commit holds.
+    static let maximumBatch = 64
+    /// A checkpoint of the WAL after every this many transactions.
+    static let checkpointEvery = 512
+    /// The WAL is started over once it holds this many frames (32 MiB of 4 KiB pages).
+    static let walRestartFrames = 8_192
+}
+
 /// The SQLite store: one connection, one writer at a time, with group commit.
 ///
 /// Callers queue their transactions; whichever caller finds no batch
@@ -370,7 +383,18 @@ private func capture<T>(_ database: Database, _ body: (Database) throws -> T) th
 /// on the writer's connection, and every `checkpointEvery` transactions a
 /// passive checkpoint runs on a second connection of its own, on a queue of
 /// its own, side by side with the writers (its `fsync` used to stall every
-/// request behind the one commit that ran it).
+/// request behind the one commit that ran it). A passive checkpoint copies
+/// only the frames committed before it began, and under a steady load the
+/// writers always commit more meanwhile, so the WAL was never all copied
+/// when a writer began: SQLite starts the WAL over from its first frame only
+/// then, and the file grew without end (800 MB in the bench's half minute),
+/// every commit appending to it. So when a background checkpoint finds the
+/// WAL at `walRestartFrames` frames or more, the next writer first copies
+/// the frames committed during it, on its own connection before its batch
+/// (`finishCheckpoint`): its batch then starts the WAL over. That copy and
+/// its two `fsync`s stall the writers (3 ms at the median under the bench's
+/// load), hence the threshold rather than every checkpoint: the WAL file
+/// stays near `walRestartFrames` pages.
 ///
 /// `@unchecked Sendable`: the connection and its wrapper are used only by
 /// the current writer, under `connectionLock`; the queue and the writer
@@ -389,8 +413,8 @@ private final class SQLiteStore: @unchecked Sendable {
         init(_ run: @escaping (Database) throws -> Void) { self.run = run }
     }
 
-    static let maximumBatch = 64
-    static let checkpointEvery = 512
+    static let maximumBatch = SQLiteStoreLimits.maximumBatch
+    static let checkpointEvery = SQLiteStoreLimits.checkpointEvery
 
     private let connectionLock = NSLock()
     private let database: SQLiteSupport.Database
@@ -400,13 +424,17 @@ private final class SQLiteStore: @unchecked Sendable {
     private var writing = false
     private var sinceCheckpoint = 0
     private var checkpointing = false
+    /// A background checkpoint found the WAL long; the next writer copies what was committed meanwhile.
+    private var checkpointToFinish = false
     private var closed = false
     private let path: String
+    private let walRestartFrames: Int
     private let checkpoints = DispatchQueue(label: "browser-login-server.checkpoint")
     /// The checkpoints' own connection, used only on `checkpoints`.
     private var checkpointConnection: SQLiteSupport.Database?
 
-    init(path: String) throws {
+    init(path: String, walRestartFrames: Int) throws {
+        self.walRestartFrames = walRestartFrames
         let db = try SQLiteSupport.Database(path: path)
         try db.migrate(Schema.migrations)
         if path != ":memory:" { try db.execute("PRAGMA wal_autocheckpoint=0") }
@@ -442,12 +470,16 @@ private final class SQLiteStore: @unchecked Sendable {
             job.semaphore.wait()
         }
         while !job.done {
-            let batch = queueLock.withLock { () -> [Job] in
+            let (batch, finishing) = queueLock.withLock { () -> ([Job], Bool) in
                 let taken = Array(queue.prefix(Self.maximumBatch))
                 queue.removeFirst(taken.count)
-                return taken
+                defer { checkpointToFinish = false }
+                return (taken, checkpointToFinish)
             }
-            connectionLock.withLock { runBatch(batch[...]) }
+            connectionLock.withLock {
+                if finishing { finishCheckpoint() }
+                runBatch(batch[...])
+            }
             for done in batch { done.run = nil }
             for other in batch where other !== job {
                 other.done = true
@@ -469,10 +501,11 @@ private final class SQLiteStore: @unchecked Sendable {
     }
 
     /// Runs `batch` in one transaction, each job in a savepoint; sets each one's `failure`.
+    /// The statements that open and close them are prepared once (`run`), not parsed each time.
     private func runBatch(_ batch: ArraySlice<Job>) {
         guard !batch.isEmpty else { return }
         do {
-            try database.execute("BEGIN IMMEDIATE")
+            try database.run("BEGIN IMMEDIATE")
         } catch {
             for job in batch { job.failure = error }
             return
@@ -482,9 +515,9 @@ private final class SQLiteStore: @unchecked Sendable {
             let job = batch[index]
             index += 1
             do {
-                try database.execute("SAVEPOINT job")
+                try database.run("SAVEPOINT job")
                 try job.run?(wrapper)
-                try database.execute("RELEASE job")
+                try database.run("RELEASE job")
             } catch {
                 job.failure = error
                 do {
@@ -503,7 +536,7 @@ private final class SQLiteStore: @unchecked Sendable {
             }
         }
         do {
-            try database.execute("COMMIT")
+            try database.run("COMMIT")
         } catch {
             try? database.execute("ROLLBACK")
             for job in batch where job.failure == nil { job.failure = error }
@@ -522,13 +555,30 @@ private final class SQLiteStore: @unchecked Sendable {
         }
         guard due else { return }
         checkpoints.async { [self] in
+            var frames: Int64 = 0
             do {
                 if checkpointConnection == nil { checkpointConnection = try SQLiteSupport.Database(path: path) }
-                try checkpointConnection?.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                // One row: busy, log (the WAL's frames), checkpointed (those copied).
+                frames = try checkpointConnection?.queryOne("PRAGMA wal_checkpoint(PASSIVE)")?.int("log") ?? 0
             } catch {
                 Log.warning("a checkpoint of the database failed", ["error": "\(error)"])
             }
-            queueLock.withLock { checkpointing = false }
+            queueLock.withLock {
+                checkpointing = false
+                if frames >= Int64(walRestartFrames) { checkpointToFinish = true }
+            }
+        }
+    }
+
+    /// On the writer's connection, between batches (under `connectionLock`):
+    /// a passive checkpoint of the frames committed since the background one
+    /// began. With every frame copied and no transaction open, the next
+    /// batch's `BEGIN IMMEDIATE` starts the WAL over from its first frame.
+    private func finishCheckpoint() {
+        do {
+            try database.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        } catch {
+            Log.warning("a checkpoint of the database failed", ["error": "\(error)"])
         }
     }
 

@@ -109,6 +109,10 @@ public struct Migration: Sendable {
 public final class Database {
     private var handle: OpaquePointer?
     private var statements: [String: OpaquePointer] = [:]
+    /// The column names of each cached statement that returned rows, read once
+    /// (read again when the statement's column count changes: SQLite prepares
+    /// it again after a schema change).
+    private var columnNames: [OpaquePointer: [String]] = [:]
     public let path: String
 
     /// Opens (creating) the database at `path`; `:memory:` for a private one.
@@ -144,6 +148,7 @@ public final class Database {
     private func closeHandle() {
         for (_, statement) in statements { sqlite3_finalize(statement) }
         statements.removeAll()
+        columnNames.removeAll()
         if let handle { sqlite3_close_v2(handle) }
         handle = nil
     }
@@ -194,6 +199,14 @@ public final class Database {
         guard rc == SQLITE_OK, let statement else { throw error(rc, "prepare") }
         statements[sql] = statement
         return statement
+    }
+
+    private func names(of statement: OpaquePointer) -> [String] {
+        let count = sqlite3_column_count(statement)
+        if let known = columnNames[statement], known.count == Int(count) { return known }
+        let names = (0..<count).map { String(cString: sqlite3_column_name(statement, $0)) }
+        columnNames[statement] = names
+        return names
     }
 
     private func bind(_ statement: OpaquePointer, _ arguments: [DatabaseBindable]) throws {
@@ -255,8 +268,7 @@ public final class Database {
         let statement = try prepared(sql)
         defer { sqlite3_reset(statement) }
         try bind(statement, arguments)
-        let count = sqlite3_column_count(statement)
-        let columns = (0..<count).map { String(cString: sqlite3_column_name(statement, $0)) }
+        let columns = names(of: statement)
         var rows: [Row] = []
         while true {
             let rc = sqlite3_step(statement)

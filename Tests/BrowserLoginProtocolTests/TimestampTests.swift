@@ -48,6 +48,24 @@ import Testing
         #expect(t >= t)
     }
 
+    /// The form is C's `%04d-%02d-%02dT%02d:%02d:%02d.%03dZ` of the UTC date,
+    /// also for years of five digits and before year 0 (wider, and signed).
+    @Test func theFormIsPrintfsForAnyMillisecond() {
+        var generator = SystemRandomNumberGenerator()
+        var values: [Int64] = [0, -1, 999, 1000, -62_167_219_200_001, 253_402_300_800_000, 3_000_000_000_000_000]
+        values += (0..<2000).map { _ in Int64.random(in: -80_000_000_000_000...400_000_000_000_000, using: &generator) }
+        for ms in values {
+            let seconds = ms >= 0 ? ms / 1000 : (ms - 999) / 1000
+            var t = time_t(seconds)
+            var parts = tm()
+            gmtime_r(&t, &parts)
+            let expected = String(
+                format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1,
+                Int(parts.tm_mday), Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec), Int(ms - seconds * 1000))
+            #expect(Timestamp(millisecondsSince1970: ms).rfc3339 == expected, "\(ms)")
+        }
+    }
+
     @Test func nowHasMillisecondPrecisionAndRoundTrips() throws {
         let now = Timestamp.now()
         #expect(Timestamp(rfc3339: now.rfc3339) == now)
