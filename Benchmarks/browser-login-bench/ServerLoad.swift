@@ -79,7 +79,9 @@ enum ServerLoad {
         var rate: Double
         var p99: Double
         var failed: Int
-        /// The server's CPU time (user + system) per request over the loads, when it is a process of its own.
+        /// The requests answered (or failed).
+        var requests = 0
+        /// The server's CPU time (user + system) per request, when it is a process of its own.
         var cpuPerRequest: Double? = nil
     }
 
@@ -107,7 +109,8 @@ enum ServerLoad {
         let elapsed = Double(nowNanos() - start) / 1e9
         let all = latencies.withLock { $0 }.sorted()
         let p99 = all.isEmpty ? 0 : all[min(all.count - 1, Int(Double(all.count) * 0.99))]
-        return Load(rate: Double(all.count) / elapsed, p99: p99, failed: failed.load(ordering: .relaxed))
+        return Load(
+            rate: Double(all.count) / elapsed, p99: p99, failed: failed.load(ordering: .relaxed), requests: all.count)
     }
 
     /// The exchanges of one load, each of an attempt of its own. 2,000 (640
@@ -123,18 +126,20 @@ enum ServerLoad {
     /// of a third of the time each.
     static func repetitions(quick: Bool) -> Int { quick ? 1 : 3 }
 
-    /// The median rate and the median p99 of `loads`.
+    /// The median rate, p99 and server CPU per request of `loads`.
     static func median(_ loads: [Load]) -> Load {
-        let rates = loads.map(\.rate).sorted()
-        let p99s = loads.map(\.p99).sorted()
-        return Load(rate: rates[rates.count / 2], p99: p99s[p99s.count / 2], failed: loads.reduce(0) { $0 + $1.failed })
+        func middle(_ values: [Double]) -> Double? { values.isEmpty ? nil : values.sorted()[values.count / 2] }
+        return Load(
+            rate: middle(loads.map(\.rate)) ?? 0, p99: middle(loads.map(\.p99)) ?? 0,
+            failed: loads.reduce(0) { $0 + $1.failed }, requests: loads.reduce(0) { $0 + $1.requests },
+            cpuPerRequest: middle(loads.compactMap(\.cpuPerRequest)))
     }
 
-    /// `run`'s loads, with `server`'s CPU time per request over them (`/proc/PID/stat`, 10 ms ticks).
-    static func measuringCPU(of server: SpawnedProcess, requests: Int, _ run: () throws -> Load) rethrows -> Load {
+    /// `run`'s load, with `server`'s CPU time per request over it (`/proc/PID/stat`, 10 ms ticks).
+    static func measuringCPU(of server: SpawnedProcess, _ run: () throws -> Load) rethrows -> Load {
         let before = server.cpuSeconds
         var load = try run()
-        load.cpuPerRequest = (server.cpuSeconds - before) / Double(max(1, requests))
+        load.cpuPerRequest = (server.cpuSeconds - before) / Double(max(1, load.requests))
         return load
     }
 
@@ -155,20 +160,19 @@ enum ServerLoad {
             (try? RawHTTP.postJSON(base + "/native/attempts", createJSON))?.status == 201
         }
         let repetitions = repetitions(quick: quick)
-        let createsCPU = server.cpuSeconds
-        var creates = median(
+        let creates = median(
             (0..<repetitions).map { _ in
-                load(seconds: seconds / Double(repetitions)) { _, _ in
-                    (try? RawHTTP.postJSON(base + "/native/attempts", createJSON))?.status == 201
+                measuringCPU(of: server) {
+                    load(seconds: seconds / Double(repetitions)) { _, _ in
+                        (try? RawHTTP.postJSON(base + "/native/attempts", createJSON))?.status == 201
+                    }
                 }
             })
-        // The loads' requests: each load's rate times its length.
-        creates.cpuPerRequest = (server.cpuSeconds - createsCPU) / max(1, creates.rate * seconds)
         guard creates.failed == 0 else { throw BenchError("\(creates.failed) creates failed under load") }
         var exchanges: [Load] = []
         for _ in 0..<repetitions {
             let work = try authorized(world: world, origin: origin, count: exchangeCount(quick: quick))
-            let run = measuringCPU(of: server, requests: work.count) {
+            let run = measuringCPU(of: server) {
                 load(seconds: 120, limit: work.count) { _, k in
                     let item = work[k]
                     let json = #"{"code":"\#(item.code)","codeVerifier":"\#(item.verifier)"}"#
@@ -179,10 +183,7 @@ enum ServerLoad {
             guard run.failed == 0 else { throw BenchError("\(run.failed) exchanges failed under load") }
             exchanges.append(run)
         }
-        var exchange = median(exchanges)
-        let cpu = exchanges.compactMap(\.cpuPerRequest).sorted()
-        exchange.cpuPerRequest = cpu.isEmpty ? nil : cpu[cpu.count / 2]
-        return (creates, exchange)
+        return (creates, median(exchanges))
     }
 
     /// `count` attempts created and authorized on `origin` (not timed), ready to be exchanged once each.

@@ -223,7 +223,7 @@ final class Store: Sendable {
     /// migrates under an advisory lock.
     init(
         location: DatabaseLocation, poolSize: Int = PostgresStore.defaultPoolSize,
-        walRestartFrames: Int = SQLiteStoreLimits.walRestartFrames
+        walRestartFrames: Int = Store.walRestartFrames
     ) throws {
         self.location = location
         switch location {
@@ -233,6 +233,9 @@ final class Store: Sendable {
     }
 
     convenience init(path: String) throws { try self.init(location: .sqlite(path: path)) }
+
+    /// SQLite: the WAL is started over once it holds this many frames (32 MiB of 4 KiB pages; `SQLiteStore`).
+    static let walRestartFrames = 8_192
 
     /// Runs `body` in one transaction. An `APIError` the body throws still
     /// commits what it changed (a counted wrong code, a revoked session);
@@ -354,16 +357,6 @@ private func capture<T>(_ database: Database, _ body: (Database) throws -> T) th
     do { return .success(try body(database)) } catch let error as APIError { return .failure(error) }
 }
 
-/// The SQLite store's sizes (`SQLiteStore`, which is private).
-enum SQLiteStoreLimits {
-    /// The most transactions one commit holds.
-    static let maximumBatch = 64
-    /// A checkpoint of the WAL after every this many transactions.
-    static let checkpointEvery = 512
-    /// The WAL is started over once it holds this many frames (32 MiB of 4 KiB pages).
-    static let walRestartFrames = 8_192
-}
-
 /// The SQLite store: one connection, one writer at a time, with group commit.
 ///
 /// Callers queue their transactions; whichever caller finds no batch
@@ -413,8 +406,8 @@ private final class SQLiteStore: @unchecked Sendable {
         init(_ run: @escaping (Database) throws -> Void) { self.run = run }
     }
 
-    static let maximumBatch = SQLiteStoreLimits.maximumBatch
-    static let checkpointEvery = SQLiteStoreLimits.checkpointEvery
+    static let maximumBatch = 64
+    static let checkpointEvery = 512
 
     private let connectionLock = NSLock()
     private let database: SQLiteSupport.Database
@@ -473,8 +466,9 @@ private final class SQLiteStore: @unchecked Sendable {
             let (batch, finishing) = queueLock.withLock { () -> ([Job], Bool) in
                 let taken = Array(queue.prefix(Self.maximumBatch))
                 queue.removeFirst(taken.count)
-                defer { checkpointToFinish = false }
-                return (taken, checkpointToFinish)
+                let finishing = checkpointToFinish
+                checkpointToFinish = false
+                return (taken, finishing)
             }
             connectionLock.withLock {
                 if finishing { finishCheckpoint() }
