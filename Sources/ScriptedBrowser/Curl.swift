@@ -81,7 +81,9 @@ extension CurlSession {
         case .answered(let status, let headers, let body):
             return HTTPAnswer(status: status, headers: headers.map { ($0.name.lowercased(), $0.value) }, body: body)
         case .tooLarge: throw .transport("the answer is too large")
-        case .failed(let code, _, _): throw .transport(curlText(code))
+        // libcurl's own words say which step failed and why (the errno):
+        // "Failed to connect to 127.0.0.1 port 8080 after 3 ms: Connection refused".
+        case .failed(let code, _, let detail): throw .transport(detail.isEmpty ? curlText(code) : "\(curlText(code)) (\(detail))")
         }
     }
 }

@@ -54,10 +54,12 @@ struct PasskeyBrowserTests {
     @Test func aPasskeyMadeInChromiumSignsInAndContinuesANativeAttempt() throws {
         let h = try Harness()
         defer { h.stopAll() }
-        let port = try freeLoopbackPort()
-        let origin = "http://localhost:\(port)"
-        try h.startServer(
-            port: port, extraConfig: ["publicOrigin": origin, "passkeyRpIds": ["login.example.com", "localhost"]])
+        let origin = try onAFreeLoopbackPort { port in
+            let origin = "http://localhost:\(port)"
+            try h.startServer(
+                port: port, extraConfig: ["publicOrigin": origin, "passkeyRpIds": ["login.example.com", "localhost"]])
+            return origin
+        }
         h.serverOrigin = origin
         h.writeClient()
         try h.startBroker()

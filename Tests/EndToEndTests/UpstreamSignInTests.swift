@@ -364,53 +364,58 @@ final class UpstreamWorld {
         name: String? = "dot", tokenProxy useProxy: Bool = false, secondProvider: Bool = false,
         secondIssuerSuffix: String = "", publicClient: Bool = false
     ) throws {
-        segment = publicClient ? "public" : "dot"
-        h = try Harness()
-        provider = try TestProvider.start(in: h.dir + "/provider")
-        tokenProxy =
+        let segment = publicClient ? "public" : "dot"
+        let h = try Harness()
+        let provider = try TestProvider.start(in: h.dir + "/provider")
+        let tokenProxy =
             useProxy
             ? try TokenProxy(
                 dir: h.dir + "/token-proxy", upstreamPort: provider.port, signingKey: provider.directory + "/oidc-rsa.pem")
             : nil
-        port = try freeLoopbackPort()
+        (self.segment, self.h, self.provider, self.tokenProxy) = (segment, h, provider, tokenProxy)
         try "login-server-secret\n".write(toFile: h.dir + "/server/dot-secret", atomically: true, encoding: .utf8)
-        var dot: [String: Any] = [
-            "issuer": provider.issuer, "clientId": publicClient ? "login-server-public" : "login-server",
-            "scopes": ["openid", "email", "profile"], "redirectUris": [callbackURI],
-        ]
-        if !publicClient { dot["clientSecretFile"] = "dot-secret" }
-        if let name { dot["name"] = name }
-        if let tokenProxy { dot["tokenEndpoint"] = tokenProxy.tokenEndpoint }
-        var providers = [dot]
-        if secondProvider {
-            var second = dot
-            second["name"] = "dot2"
-            second["issuer"] = provider.issuer + secondIssuerSuffix
-            second["redirectUris"] = [callbackURI + "2"]
-            providers.append(second)
+        port = try onAFreeLoopbackPort { port in
+            let callbackURI = "http://127.0.0.1:\(port)/browser-login/browser/upstream/callback/" + segment
+            var dot: [String: Any] = [
+                "issuer": provider.issuer, "clientId": publicClient ? "login-server-public" : "login-server",
+                "scopes": ["openid", "email", "profile"], "redirectUris": [callbackURI],
+            ]
+            if !publicClient { dot["clientSecretFile"] = "dot-secret" }
+            if let name { dot["name"] = name }
+            if let tokenProxy { dot["tokenEndpoint"] = tokenProxy.tokenEndpoint }
+            var providers = [dot]
+            if secondProvider {
+                var second = dot
+                second["name"] = "dot2"
+                second["issuer"] = provider.issuer + secondIssuerSuffix
+                second["redirectUris"] = [callbackURI + "2"]
+                providers.append(second)
+            }
+            let config: [String: Any] = [
+                "clients": [
+                    [
+                        "clientId": "com.example.notes", "appName": "Example Notes",
+                        "returnUrls": ["com.example.notes:/callback"],
+                        "policy": "confirm",
+                    ]
+                ],
+                "testAccounts": [Harness.baseEmail],
+                "rateLimits": [
+                    "create": ["burst": 1000, "perMinute": 6000], "exchange": ["burst": 1000, "perMinute": 6000],
+                    "codeEntry": ["burst": 1000, "perMinute": 6000],
+                ],
+                "upstreamProviders": providers,
+            ]
+            let data = try JSONSerialization.data(withJSONObject: config)
+            _ = FileManager.default.createFile(atPath: h.dir + "/server/server.json", contents: data)
+            h.serverArguments = [
+                "serve", "--config", h.dir + "/server/server.json", "--listen", "127.0.0.1", "--port", "\(port)",
+                "--database", h.dir + "/server/server.sqlite", "--outbox", h.dir + "/server/outbox",
+                "--ready-file", h.dir + "/server/ready",
+            ]
+            try h.launchServer()
+            return port
         }
-        let config: [String: Any] = [
-            "clients": [
-                [
-                    "clientId": "com.example.notes", "appName": "Example Notes", "returnUrls": ["com.example.notes:/callback"],
-                    "policy": "confirm",
-                ]
-            ],
-            "testAccounts": [Harness.baseEmail],
-            "rateLimits": [
-                "create": ["burst": 1000, "perMinute": 6000], "exchange": ["burst": 1000, "perMinute": 6000],
-                "codeEntry": ["burst": 1000, "perMinute": 6000],
-            ],
-            "upstreamProviders": providers,
-        ]
-        let data = try JSONSerialization.data(withJSONObject: config)
-        _ = FileManager.default.createFile(atPath: h.dir + "/server/server.json", contents: data)
-        h.serverArguments = [
-            "serve", "--config", h.dir + "/server/server.json", "--listen", "127.0.0.1", "--port", "\(port)",
-            "--database", h.dir + "/server/server.sqlite", "--outbox", h.dir + "/server/outbox",
-            "--ready-file", h.dir + "/server/ready",
-        ]
-        try h.launchServer()
     }
 
     deinit { provider.stop() }

@@ -28,43 +28,45 @@ final class BinaryServer {
         _ extra: [String: Any] = [:], environment: [String: String] = [:], files: [String: String] = [:],
         directory: TemporaryDirectory? = nil
     ) throws {
-        self.directory = try directory ?? TemporaryDirectory("mail-server-test")
-        port = try freeLoopbackPort()
-        let origin = "http://127.0.0.1:\(port)"
+        let directory = try directory ?? TemporaryDirectory("mail-server-test")
+        self.directory = directory
         for (name, text) in files {
-            try Data(text.utf8).write(to: URL(fileURLWithPath: self.directory.path + "/" + name))
+            try Data(text.utf8).write(to: URL(fileURLWithPath: directory.path + "/" + name))
         }
-        func substitute(_ value: Any) -> Any {
-            if let text = value as? String { return text.replacingOccurrences(of: "{origin}", with: origin) }
-            if let list = value as? [Any] { return list.map(substitute) }
-            if let object = value as? [String: Any] { return object.mapValues(substitute) }
-            return value
-        }
-        var config: [String: Any] = [
-            "listen": "127.0.0.1", "port": port, "database": "server.sqlite", "outbox": "outbox",
-            "testAccounts": [testBaseAddress],
-            "clients": [
-                ["clientId": confirmClient, "appName": "Notes", "returnUrls": [confirmReturn], "policy": "confirm"],
-                ["clientId": httpsClient, "appName": "Web App", "returnUrls": [httpsReturn], "policy": "automatic"],
-            ],
-        ]
-        for (key, value) in extra { config[key] = substitute(value) }
-        let data = try JSONSerialization.data(withJSONObject: config, options: [.sortedKeys])
-        try data.write(to: URL(fileURLWithPath: self.directory.path + "/server.json"))
-        let ready = self.directory.path + "/ready"
-        process = try SpawnedProcess(
-            [ServerBinary.path, "serve", "--config", self.directory.path + "/server.json", "--ready-file", ready],
-            environment: ProcessInfo.processInfo.environment.merging(environment) { $1 },
-            log: self.directory.path + "/server.log", name: "browser-login-server")
-        let process = self.process
-        do {
-            try waitUntil(30, "the server to be ready") {
-                if process.hasExited { throw HarnessError("the server exited:\n\(process.output)", fatal: true) }
-                return FileManager.default.fileExists(atPath: ready)
+        (port, process) = try onAFreeLoopbackPort { port in
+            let origin = "http://127.0.0.1:\(port)"
+            func substitute(_ value: Any) -> Any {
+                if let text = value as? String { return text.replacingOccurrences(of: "{origin}", with: origin) }
+                if let list = value as? [Any] { return list.map(substitute) }
+                if let object = value as? [String: Any] { return object.mapValues(substitute) }
+                return value
             }
-        } catch {
-            _ = process.stop()
-            throw error
+            var config: [String: Any] = [
+                "listen": "127.0.0.1", "port": port, "database": "server.sqlite", "outbox": "outbox",
+                "testAccounts": [testBaseAddress],
+                "clients": [
+                    ["clientId": confirmClient, "appName": "Notes", "returnUrls": [confirmReturn], "policy": "confirm"],
+                    ["clientId": httpsClient, "appName": "Web App", "returnUrls": [httpsReturn], "policy": "automatic"],
+                ],
+            ]
+            for (key, value) in extra { config[key] = substitute(value) }
+            let data = try JSONSerialization.data(withJSONObject: config, options: [.sortedKeys])
+            try data.write(to: URL(fileURLWithPath: directory.path + "/server.json"))
+            let ready = directory.path + "/ready"
+            let process = try SpawnedProcess(
+                [ServerBinary.path, "serve", "--config", directory.path + "/server.json", "--ready-file", ready],
+                environment: ProcessInfo.processInfo.environment.merging(environment) { $1 },
+                log: directory.path + "/server.log", name: "browser-login-server")
+            do {
+                try waitUntil(30, "the server to be ready") {
+                    if process.hasExited { throw HarnessError("the server exited:\n\(process.output)", fatal: true) }
+                    return FileManager.default.fileExists(atPath: ready)
+                }
+            } catch {
+                _ = process.stop()
+                throw error
+            }
+            return (port, process)
         }
     }
 

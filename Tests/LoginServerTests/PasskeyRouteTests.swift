@@ -14,20 +14,11 @@ func passkeyServer(
 )
     throws -> TestServer
 {
-    // The port is chosen before the server binds it; another process taking it in between is retried.
-    var failure: (any Error)?
-    for _ in 0..<5 {
-        do {
-            let port = try freeLoopbackPort()
-            return try TestServer { c in
-                c.port = port
-                c.publicOrigin = "http://localhost:\(port)"
-                c.passkeyRpIds = rpIds
-                adjust(&c)
-            }
-        } catch { failure = error }
+    try TestServer.onAFreePort { c, port in
+        c.publicOrigin = "http://localhost:\(port)"
+        c.passkeyRpIds = rpIds
+        adjust(&c)
     }
-    throw failure!
 }
 
 /// One browser on the hosted page of one attempt, with the passkey routes.

@@ -347,3 +347,29 @@ import Testing
         #expect(try RawHTTP.send("GET", server.base + "/health", caFile: certificate).status == 200)
     }
 }
+
+@Suite struct FreePortTests {
+    /// Another process binds the chosen port before the server does (what
+    /// made tests fail with "address in use" under load): the server starts
+    /// on another port instead, and a failure of another kind is not retried.
+    @Test func aServerWhosePortWasTakenStartsOnAnother() throws {
+        var occupier: TestServer?
+        var ports: [Int] = []
+        let server = try TestServer.onAFreePort { c, port in
+            ports.append(port)
+            if occupier == nil { occupier = try? TestServer { $0.port = port } }
+        }
+        #expect(occupier != nil)
+        #expect(ports.count == 2 && ports.first != ports.last)
+        #expect(server.origin == "http://127.0.0.1:\(ports.last ?? 0)")
+        #expect(try server.get(server.base + "/health").status == 200)
+        var starts = 0
+        #expect(throws: HarnessError.self) {
+            try onAFreeLoopbackPort { _ in
+                starts += 1
+                throw HarnessError("no database")
+            }
+        }
+        #expect(starts == 1)
+    }
+}

@@ -14,9 +14,7 @@ import Testing
 
     /// A server with email sign-in on or off and the provider `corp`, which nothing answers for.
     static func server(email: Bool, provider: Bool) throws -> TestServer {
-        let port = try freeLoopbackPort()
-        return try TestServer { c in
-            c.port = port
+        try TestServer.onAFreePort { c, port in
             c.emailSignInEnabled = email
             if provider { c.upstreamProviders = [try! SignInMethodsTests.unreachableProvider(port: port)] }
         }

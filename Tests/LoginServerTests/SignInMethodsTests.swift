@@ -44,9 +44,7 @@ import Testing
                 "name", "mode", "waitlistEnabled", "emailSignInEnabled", "passkeyEnabled", "passkeyRpIds", "upstreamProviders",
             ])
 
-        let port = try freeLoopbackPort()
-        let server = try TestServer { c in
-            c.port = port
+        let server = try TestServer.onAFreePort { c, port in
             c.name = "Example Sign-in"
             c.signupMode = .invite
             c.waitlist = true
@@ -71,9 +69,7 @@ import Testing
 
     /// A provider that could not be reached is `usable: false` for a minute, then offered again.
     @Test func aProviderThatCannotBeReachedIsNotUsableForAMinute() throws {
-        let port = try freeLoopbackPort()
-        let server = try TestServer { c in
-            c.port = port
+        let server = try TestServer.onAFreePort { c, port in
             c.upstreamProviders = [try! Self.unreachableProvider(port: port)]
         }
         let attempt = try NativeAttempt.create(server)
@@ -92,9 +88,7 @@ import Testing
     }
 
     @Test func emailSignInTurnedOffRefusesItsRoutes() throws {
-        let port = try freeLoopbackPort()
-        let server = try TestServer { c in
-            c.port = port
+        let server = try TestServer.onAFreePort { c, port in
             c.emailSignInEnabled = false
             c.upstreamProviders = [try! Self.unreachableProvider(port: port)]
             c.emailRedirectUris = ["http://127.0.0.1:\(port)"]
@@ -170,9 +164,7 @@ import Testing
 
     /// Templates without the link section: no link, whatever the target and the allow-list say.
     @Test func codeOnlyTemplatesNeverCarryALink() throws {
-        let port = try freeLoopbackPort()
-        let server = try TestServer { c in
-            c.port = port
+        let server = try TestServer.onAFreePort { c, port in
             c.emailRedirectUris = ["http://127.0.0.1:\(port)"]
             c.email.textTemplate = Self.codeOnlyText
             c.email.htmlTemplate = Self.codeOnlyHTML
@@ -255,12 +247,11 @@ import Testing
     /// origin), its allow-list entry written with a path: the email's link
     /// lands on the page and the native attempt continues.
     @Test func aLocalhostPageWithAPathEntryGetsItsLinkAndContinues() throws {
-        let port = try freeLoopbackPort()
-        let server = try TestServer { c in
-            c.port = port
+        let server = try TestServer.onAFreePort { c, port in
             c.publicOrigin = "http://localhost:\(port)"
             c.emailRedirectUris = ["http://localhost:\(port)/browser-login/browser/login"]
         }
+        let port = server.server.configuration.port
         #expect(server.origin == "http://localhost:\(port)")
         let attempt = try NativeAttempt.create(server)
         #expect(attempt.created.authorizeUrl.hasPrefix("http://localhost:\(port)/browser-login/browser/login?attempt="))

@@ -76,6 +76,19 @@ final class TestServer: Sendable {
 
     deinit { server.stop() }
 
+    /// A server whose configuration names its own port (its origin, a
+    /// provider's redirect URI): `adjust` gets the port, taken by
+    /// `freeLoopbackPort()`; a port another process took before the server
+    /// bound it is replaced by another (`onAFreeLoopbackPort`).
+    static func onAFreePort(_ adjust: (inout ServerConfiguration, Int) -> Void) throws -> TestServer {
+        try onAFreeLoopbackPort { port in
+            try TestServer { c in
+                c.port = port
+                adjust(&c, port)
+            }
+        }
+    }
+
     var origin: String { server.origin }
     var base: String { server.origin + server.configuration.basePath }
     var outbox: String { server.configuration.resolvedOutboxPath }

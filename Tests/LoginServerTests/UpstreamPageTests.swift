@@ -19,9 +19,7 @@ import Testing
 
     /// An in-process server with the provider `dot` (client `login-server`).
     static func server(_ provider: TestProvider) throws -> TestServer {
-        let port = try freeLoopbackPort()
-        return try TestServer { c in
-            c.port = port
+        try TestServer.onAFreePort { c, port in
             c.upstreamProviders = [
                 UpstreamProviderConfiguration(
                     name: "dot", issuer: provider.issuer, clientId: "login-server", clientSecret: "login-server-secret",

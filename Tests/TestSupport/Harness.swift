@@ -108,8 +108,11 @@ public final class Harness: @unchecked Sendable {
         server = try Child(
             binDirectory + "/browser-login-server", serverArguments, environment: ProcessInfo.processInfo.environment,
             log: dir + "/server.log")
+        let server = self.server
         try waitUntil(15, "the reference server to be ready") {
-            FileManager.default.fileExists(atPath: dir + "/server/ready")
+            // A server that could not start says why in its log ("address in use").
+            if let server, !server.isRunning { throw HarnessError("the server exited:\n\(server.output)", fatal: true) }
+            return FileManager.default.fileExists(atPath: dir + "/server/ready")
         }
         let ready = try String(contentsOfFile: dir + "/server/ready", encoding: .utf8)
             .trimmingCharacters(in: .whitespacesAndNewlines)

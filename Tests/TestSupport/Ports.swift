@@ -48,3 +48,23 @@ private func bindLoopback(port: Int) throws -> Int {
     guard bound else { throw HarnessError("bind: errno \(errno)") }
     return Int(UInt16(bigEndian: address.sin_port))
 }
+
+/// Starts something that must know its port before it binds (a server whose
+/// configuration names its own origin) on a port from `freeLoopbackPort()`,
+/// and, when another process took that port between the probe and the bind,
+/// starts it again on another port: at most `tries` starts in all. The
+/// window cannot be closed from here, only made harmless. A failure counts
+/// as a taken port when its description says "address in use" (the login
+/// server's words, in-process or in its log); any other failure is thrown
+/// at once.
+public func onAFreeLoopbackPort<T>(tries: Int = 5, _ start: (Int) throws -> T) throws -> T {
+    var tried = 1
+    while true {
+        let port = try freeLoopbackPort()
+        do {
+            return try start(port)
+        } catch let error where tried < tries && "\(error)".contains("address in use") {
+            tried += 1
+        }
+    }
+}
