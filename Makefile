@@ -34,13 +34,25 @@ RELEASE_FLAGS = -c release --static-swift-stdlib --disable-local-rpath \
   -Xswiftc -Xfrontend -Xswiftc -function-sections \
   -Xswiftc -use-ld=lld -Xlinker --symbol-ordering-file=$(CURDIR)/packaging/broker.order \
   -Xlinker --no-warn-symbol-ordering \
-  -Xlinker -z -Xlinker pack-relative-relocs -Xlinker --no-export-dynamic
+  -Xlinker -z -Xlinker pack-relative-relocs -Xlinker --no-export-dynamic \
+  -Xswiftc -L$(STATIC_CXX)
+# libstdc++ linked statically (the GCC Runtime Library Exception allows it): the Swift runtime needs a
+# few of its functions, but the shared library kept about 1 MiB of the daemon resident, its symbol
+# tables read for every relocation made against it at start-up. The Swift runtime's link arguments
+# ask for -lstdc++; a directory holding only the archive, searched before the compiler's own (which
+# has the shared library), makes that the archive.
+STATIC_CXX = $(CURDIR)/.build/static-libstdc++
+# Builds the products $(1) in release, the libstdc++ archive linked first.
+release-build = a=$$(gcc -print-file-name=libstdc++.a) && [ -f "$$a" ] \
+  || { echo "make: libstdc++.a not found (apt-get install libstdc++-12-dev)" >&2; exit 1; }; \
+  mkdir -p $(STATIC_CXX) && ln -sfn "$$a" $(STATIC_CXX)/libstdc++.a \
+  && for p in $(1); do $(SWIFT) build $(RELEASE_FLAGS) --product $$p || exit 1; done
 
 .PHONY: build test sanitize demo demo-provider e2e-browser clean install install-client install-server uninstall deb
 
 build:
 	scripts/install-deps
-	for p in $(PROGRAMS); do $(SWIFT) build $(RELEASE_FLAGS) --product $$p || exit 1; done
+	$(call release-build,$(PROGRAMS))
 
 test:
 	scripts/install-deps
@@ -155,25 +167,25 @@ MINUTES ?= 10
 .PHONY: bench bench-stores soak
 bench:
 	scripts/install-deps
-	for p in $(PROGRAMS) browser-login-bench; do $(SWIFT) build $(RELEASE_FLAGS) --product $$p || exit 1; done
+	$(call release-build,$(PROGRAMS) browser-login-bench)
 	scripts/with-keyring .build/release/browser-login-bench $(BENCH_FLAGS)
 
 # The reference server on SQLite and on 1, 2, 4 instances over one PostgreSQL (docs/server.md).
 bench-stores:
 	scripts/install-deps
-	for p in $(PROGRAMS) browser-login-bench; do $(SWIFT) build $(RELEASE_FLAGS) --product $$p || exit 1; done
+	$(call release-build,$(PROGRAMS) browser-login-bench)
 	.build/release/browser-login-bench --server-stores $(BENCH_FLAGS)
 
 # Regenerates packaging/broker.order from a profiled run of the release daemon (valgrind; about 5 minutes).
 .PHONY: order-file
 order-file:
 	scripts/install-deps
-	for p in $(PROGRAMS) browser-login-bench; do $(SWIFT) build $(RELEASE_FLAGS) --product $$p || exit 1; done
+	$(call release-build,$(PROGRAMS) browser-login-bench)
 	scripts/order-file
 
 soak:
 	scripts/install-deps
-	for p in $(PROGRAMS) browser-login-bench; do $(SWIFT) build $(RELEASE_FLAGS) --product $$p || exit 1; done
+	$(call release-build,$(PROGRAMS) browser-login-bench)
 	scripts/with-keyring .build/release/browser-login-bench --soak $(MINUTES)
 
 # Fuzzing (docs/reliability.md): every libFuzzer target for FUZZ_SECONDS each

@@ -728,12 +728,14 @@ final class ConnectionIO: @unchecked Sendable {
 }
 
 /// A 64 KiB read buffer for the connections of one I/O queue, kept instead
-/// of allocated (and zeroed) for each read event.
+/// of allocated (and zeroed) for each read event. Left uninitialized: a read
+/// writes only what it answers, and a page no read has reached is never
+/// made resident (zeroed, the two buffers held 128 KiB for good).
 ///
 /// `@unchecked Sendable`: `bytes` is touched only on its I/O queue (a serial
 /// queue), inside `ConnectionIO.readAvailable`, and never kept across events.
 final class ReadBuffer: @unchecked Sendable {
-    var bytes = [UInt8](repeating: 0, count: 65_536)
+    var bytes = [UInt8](unsafeUninitializedCapacity: 65_536) { _, count in count = 65_536 }
 }
 
 /// The turns of one I/O queue's connections that move bulk (`ConnectionIO.movesBulk`), run one per

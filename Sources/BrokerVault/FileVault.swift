@@ -44,7 +44,8 @@ public final class FileVault: SecretVault {
     /// vault of the process, started on first use (file operations are one at a time anyway).
     private static let lane = ThreadPool(name: "bl-file-vault", maximumThreads: 1)
     private var queue: ThreadPool { Self.lane }
-    private let lostHandler = Mutex<(@Sendable ([[String: String]]) -> Void)?>(nil)
+    /// Boxed: a bare closure in a lock's value grows by a thunk on every `withLock` (`Hook`).
+    private let lostHandler = Mutex<Hook<[[String: String]]>?>(nil)
 
     static let format = "browser-login-vault-item"
     static let version = 1
@@ -85,7 +86,7 @@ public final class FileVault: SecretVault {
     /// Called with the attributes of items found sealed with a key that is
     /// gone (and deleted) by a lookup; `sweep` answers them instead.
     public func onLost(_ handler: @escaping @Sendable ([[String: String]]) -> Void) {
-        lostHandler.withLock { $0 = handler }
+        lostHandler.withLock { $0 = Hook(handler) }
     }
 
     // MARK: - SecretVault

@@ -438,16 +438,18 @@ public actor BrokerEngine {
 
 /// The engine's last answered deadline and the hook that wakes its timer.
 final class TimerSignal: Sendable {
-    private let state = Mutex<(hook: (@Sendable () -> Void)?, deadline: Timestamp?)>((nil, nil))
+    /// The hook is boxed: a bare closure in a lock's value grows by a thunk
+    /// on every `withLock` (`Hook`).
+    private let state = Mutex<(hook: Hook<Void>?, deadline: Timestamp?)>((nil, nil))
 
-    func setHook(_ hook: @escaping @Sendable () -> Void) { state.withLock { $0.hook = hook } }
+    func setHook(_ hook: @escaping @Sendable () -> Void) { state.withLock { $0.hook = Hook(hook) } }
 
     func answered(_ deadline: Timestamp?) { state.withLock { $0.deadline = deadline } }
 
     /// Work is due at `at`: the timer is woken when that is before the deadline it sleeps towards.
     func scheduled(_ at: Timestamp?) {
         guard let at else { return }
-        let hook = state.withLock { state -> (@Sendable () -> Void)? in
+        let hook = state.withLock { state -> Hook<Void>? in
             guard state.deadline.map({ at < $0 }) ?? true else { return nil }
             state.deadline = at
             return state.hook
