@@ -353,7 +353,12 @@ final class UpstreamWorld {
     let port: Int
     var origin: String { "http://127.0.0.1:\(port)" }
     let segment: String
-    var callbackURI: String { origin + "/browser-login/browser/upstream/callback/" + segment }
+    var callbackURI: String { Self.callbackURI(port: port, segment: segment) }
+
+    /// The provider's redirect URI at the server on `port`.
+    static func callbackURI(port: Int, segment: String) -> String {
+        "http://127.0.0.1:\(port)/browser-login/browser/upstream/callback/" + segment
+    }
 
     /// - Parameters:
     ///   - name: the provider's name (nil: none, so `oidc`).
@@ -375,7 +380,7 @@ final class UpstreamWorld {
         (self.segment, self.h, self.provider, self.tokenProxy) = (segment, h, provider, tokenProxy)
         try "login-server-secret\n".write(toFile: h.dir + "/server/dot-secret", atomically: true, encoding: .utf8)
         port = try onAFreeLoopbackPort { port in
-            let callbackURI = "http://127.0.0.1:\(port)/browser-login/browser/upstream/callback/" + segment
+            let callbackURI = Self.callbackURI(port: port, segment: segment)
             var dot: [String: Any] = [
                 "issuer": provider.issuer, "clientId": publicClient ? "login-server-public" : "login-server",
                 "scopes": ["openid", "email", "profile"], "redirectUris": [callbackURI],

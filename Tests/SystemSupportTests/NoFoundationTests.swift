@@ -14,11 +14,8 @@ import Testing
 
     /// Each Swift file of `module` with the modules it imports.
     static func imports(of module: String) throws -> [(file: String, modules: [String])] {
-        var sources = URL(fileURLWithPath: #filePath)
-        for _ in 0..<3 { sources = sources.deletingLastPathComponent() }
-        let directory = sources.appendingPathComponent("Sources").appendingPathComponent(module).path
-        let files = FileManager.default.enumerator(atPath: directory)?.compactMap { $0 as? String } ?? []
-        return try files.filter { $0.hasSuffix(".swift") }.map { file in
+        let directory = SourceFiles.directory(module)
+        return try SourceFiles.swiftFiles(in: directory).map { file in
             let text = try String(contentsOfFile: directory + "/" + file, encoding: .utf8)
             let modules = text.split(separator: "\n").compactMap { line -> String? in
                 let words = line.split(separator: " ")
@@ -61,16 +58,14 @@ import Testing
     /// types or errors, no protocol's type (a downcast), no parsing of a protocol's callback. Comments and
     /// string literals aside, its code names none of these.
     @Test func theEngineNamesNoProtocol() throws {
-        var sources = URL(fileURLWithPath: #filePath)
-        for _ in 0..<3 { sources = sources.deletingLastPathComponent() }
-        let directory = sources.appendingPathComponent("Sources/Engine").path
-        let files = FileManager.default.enumerator(atPath: directory)?.compactMap { $0 as? String } ?? []
+        let directory = SourceFiles.directory("Engine")
+        let files = SourceFiles.swiftFiles(in: directory)
         let named = [
             "LoginServer", "ServerErrorCode", "StatusResponse", "CreateAttempt", "ExchangeRequest", "ExchangeResponse",
             "RefreshResponse", "Callback(parsing", "OAuth", "Provider", "BrowserLogin",
         ]
         var offenders: [String] = []
-        for file in files where file.hasSuffix(".swift") {
+        for file in files {
             let text = try String(contentsOfFile: directory + "/" + file, encoding: .utf8)
             for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
                 // The shared modules (`BrowserLoginProtocol`: URLs, crypto, JSON) are imported by name.

@@ -37,19 +37,8 @@ import Testing
     }
 
     @Test func noTaskIsStartedOutsideItsOwners() throws {
-        var sources = URL(fileURLWithPath: #filePath)
-        for _ in 0..<3 { sources = sources.deletingLastPathComponent() }
-        let root = sources.appendingPathComponent("Sources").path
-        let files = FileManager.default.enumerator(atPath: root)?.compactMap { $0 as? String } ?? []
-        var offenders: [String] = []
-        var checked = 0
-        for file in files where file.hasSuffix(".swift") {
-            checked += 1
-            let text = try String(contentsOfFile: root + "/" + file, encoding: .utf8)
-            for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated()
-            where Self.startsTask(line) && !Self.allowed.contains(file) {
-                offenders.append("Sources/\(file):\(number + 1): \(line.trimmingCharacters(in: .whitespaces))")
-            }
+        let (checked, offenders) = try SourceFiles.lines { file, line in
+            Self.startsTask(line) && !Self.allowed.contains(file)
         }
         #expect(checked > 150)
         #expect(offenders == [])
